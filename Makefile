@@ -1,0 +1,48 @@
+# hpcmem: `make run` (the workflow on this machine) and `make test` (the whole suite).
+# Both set up what they need: Debian packages (as root), a venv in .venv, the native build.
+# Every step is idempotent and cheap on a second call.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMPS := $(VENV)/.hpcmem
+NATIVE_SOURCES := $(shell find native -type f) pyproject.toml
+
+.PHONY: setup native run test lint bench clean
+
+setup: $(STAMPS)/system $(STAMPS)/python $(STAMPS)/native
+
+native: $(STAMPS)/native
+
+$(STAMPS)/system: tools/system-packages.txt tools/install-system-packages.sh
+	tools/install-system-packages.sh
+	mkdir -p $(STAMPS) && touch $@
+
+$(STAMPS)/python: requirements.txt $(STAMPS)/system
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-binary mpi4py mpi4py==4.1.2
+	mkdir -p $(STAMPS) && touch $@
+
+$(STAMPS)/native: $(NATIVE_SOURCES) $(STAMPS)/python
+	flock $(STAMPS)/build.lock $(BIN)/pip install -q --no-build-isolation --no-deps -e .
+	touch $@
+
+run: setup
+	$(BIN)/hpcmem info
+	tools/run-workflow.sh
+
+lint: setup
+	$(BIN)/ruff check hpcmem tests benchmarks workflow/scripts
+	$(BIN)/snakemake --lint --snakefile workflow/Snakefile --directory . --quiet
+
+test: setup lint
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q tests
+
+bench: setup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/collectives_overhead.py
+
+clean:
+	rm -rf build .venv results .pytest_cache

@@ -1,0 +1,72 @@
+"""The ``hpcmem`` command line: one subcommand per module in this package.
+
+Each command module exposes ``HELP`` (one line), ``add_arguments(parser)`` and
+``run(args) -> int``. Command modules import heavy dependencies (torch, mpi4py,
+pandas) inside ``run`` so that ``hpcmem --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from hpcmem import __version__
+
+#: subcommand name -> module under hpcmem.cli
+COMMANDS: dict[str, str] = {
+    "info": "info",
+    "collectives": "collectives",
+    "train": "train",
+    "bind": "bind",
+    "aggregate": "aggregate",
+    "report": "report",
+    "check": "check",
+}
+
+
+class UsageError(Exception):
+    """A bad option value: printed as one line, exit code 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every available subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="hpcmem",
+        description="Memory placement for HPC and deep-learning jobs: "
+        "HBW buffers for MPI collectives, Unified Memory for PyTorch training, "
+        "and the tools that aggregate, report and check their results.",
+    )
+    parser.add_argument("--version", action="version", version=f"hpcmem {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, module_name in COMMANDS.items():
+        try:
+            module = importlib.import_module(f"hpcmem.cli.{module_name}")
+        except ModuleNotFoundError as error:
+            if error.name != f"hpcmem.cli.{module_name}":
+                raise
+            continue
+        sub = subparsers.add_parser(
+            name,
+            help=module.HELP,
+            description=module.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.add_arguments(sub)
+        sub.set_defaults(handler=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``hpcmem`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except UsageError as error:
+        print(f"hpcmem {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Result records: the common fields every benchmark writes, and atomic JSONL output.
+
+One JSON object per line (DESIGN.md "Result record"). Files are written under a
+temporary name in the same folder and renamed into place when complete, so a
+killed job never leaves a half-written file that looks valid.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, TextIO
+
+from hpcmem import __version__
+
+SCHEMA_VERSION = 1
+BENCHMARKS = ("collectives", "train")
+STATUSES = ("ok", "failed", "skipped")
+
+
+@cache
+def record_schema() -> dict[str, Any]:
+    """The JSON Schema of one result record (``hpcmem/schemas/record.schema.json``)."""
+    text = resources.files("hpcmem.schemas").joinpath("record.schema.json").read_text()
+    return json.loads(text)
+
+
+def validate_record(record: dict[str, Any]) -> list[str]:
+    """Every schema violation of ``record`` as a readable line; empty when valid."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(record_schema())
+    return [
+        f"{'/'.join(map(str, error.absolute_path)) or '<record>'}: {error.message}"
+        for error in sorted(validator.iter_errors(record), key=lambda e: list(e.absolute_path))
+    ]
+
+
+@cache
+def git_sha() -> str | None:
+    """The commit of the hpcmem checkout, or ``HPCMEM_GIT_SHA``, or None."""
+    if sha := os.environ.get("HPCMEM_GIT_SHA"):
+        return sha
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def container_info() -> dict[str, str] | None:
+    """The container image this process runs in (set by the workflow), or None."""
+    image = os.environ.get("HPCMEM_CONTAINER_IMAGE")
+    if not image:
+        return None
+    return {"image": image, "digest": os.environ.get("HPCMEM_CONTAINER_DIGEST", "")}
+
+
+def utc_now() -> str:
+    """The current time as UTC ISO 8601."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def common_fields(
+    benchmark: str,
+    *,
+    binding: dict[str, Any],
+    status: str = "ok",
+    reason: str | None = None,
+    run_id: str | None = None,
+) -> dict[str, Any]:
+    """The fields every record carries, filled from this process and its environment."""
+    if benchmark not in BENCHMARKS:
+        raise ValueError(f"benchmark {benchmark!r} is not one of {', '.join(BENCHMARKS)}")
+    if status not in STATUSES:
+        raise ValueError(f"status {status!r} is not one of {', '.join(STATUSES)}")
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "benchmark": benchmark,
+        "run_id": run_id or os.environ.get("HPCMEM_RUN_ID") or uuid.uuid4().hex[:12],
+        "timestamp": utc_now(),
+        "host": socket.gethostname(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "git_sha": git_sha(),
+        "hpcmem_version": __version__,
+        "container": container_info(),
+        "binding": binding,
+        "status": status,
+        "reason": reason,
+    }
+
+
+@contextmanager
+def atomic_open(path: str | os.PathLike[str]) -> Iterator[TextIO]:
+    """Open ``path`` for writing; it appears, complete, only when the block succeeds."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_records(path: str | os.PathLike[str], records: Iterable[dict[str, Any]]) -> None:
+    """Write ``records`` as JSONL to ``path`` atomically."""
+    with atomic_open(path) as handle:
+        for record in records:
+            handle.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """All records of one JSONL file; a line that is not JSON raises ValueError naming it."""
+    records = []
+    with open(path) as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{number}: not a JSON record ({error.msg})") from None
+    return records
