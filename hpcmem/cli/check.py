@@ -1,0 +1,70 @@
+"""Check a summary against reference figures and the run history (ReFrame-style).
+
+Each figure (for example collectives/allreduce/hbw/ranks=2/binding=cores/size=8/latency_us.avg)
+is compared with its reference [target, lower, upper, unit] for the system:partition
+(falling back to system:* and *:*), and with the median of the last N runs in the
+history store (--history DIR; this run is appended after checking, once per run_id).
+Prints a verdict table; --verdict-out writes it as JSON for `hpcmem report --verdict`.
+
+Exit status: 0 when every figure is within tolerance, 1 on a regression (a figure
+out of bounds in either direction, a failed point, an invalid record), 2 on bad
+input (references file, summary folder, options). Quiet apart from the table: fit
+for cron and scrontab.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from hpcmem.cli import UsageError
+
+HELP = "compare a summary with references and the run history; exit 1 on a regression"
+
+_SYSTEM = re.compile(r"^[^:\s]+:[^:\s]+$")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``hpcmem check``."""
+    parser.add_argument("summary", metavar="SUMMARY",
+                        help="an `hpcmem aggregate` output folder, or its summary.parquet")
+    parser.add_argument("--references", required=True, metavar="FILE",
+                        help="references YAML (format in config/references.yaml's header)")
+    parser.add_argument("--history", metavar="DIR",
+                        help="history store folder (history.sqlite; created if missing)")
+    parser.add_argument("--last", type=int, metavar="N",
+                        help="compare with the median of the last N runs "
+                        "(default: the references file's history.last, else 5)")
+    parser.add_argument("--system", metavar="NAME:PARTITION",
+                        help="system and partition whose references apply (default: "
+                        "$HPCMEM_SYSTEM, else Slurm's cluster:partition, else HOST:default)")
+    parser.add_argument("--verdict-out", metavar="FILE", help="write the verdict as JSON")
+    parser.add_argument("--no-append", action="store_true",
+                        help="compare with the history but do not append this run to it")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check, print the table, write the verdict; 1 on a regression."""
+    from hpcmem.aggregate import read_summary
+    from hpcmem.check import check, default_system, format_table, write_verdict
+    from hpcmem.references import ReferencesError, load_references
+
+    if args.last is not None and args.last < 1:
+        raise UsageError(f"--last: {args.last} is not a whole number >= 1")
+    system = args.system or default_system()
+    if not _SYSTEM.match(system):
+        raise UsageError(f"--system: {system!r} is not NAME:PARTITION (e.g. mycluster:gpu)")
+    try:
+        references = load_references(args.references)
+    except ReferencesError as error:
+        raise UsageError(f"--references: {error}") from None
+    try:
+        summary = read_summary(args.summary)
+    except (FileNotFoundError, ValueError) as error:
+        raise UsageError(f"SUMMARY: {error}") from None
+    result = check(summary, references, system, history_folder=args.history, last=args.last,
+                   append=not args.no_append)
+    print(format_table(result), flush=True)
+    if args.verdict_out:
+        write_verdict(args.verdict_out, result, args.references)
+    return 1 if result.verdict == "FAIL" else 0

@@ -1,0 +1,230 @@
+"""ReFrame-style references: expected figures with relative tolerances, per system:partition.
+
+The YAML file (``config/references.yaml`` documents the format in its header)::
+
+    history:                 # optional: comparison with the median of past runs
+      last: 5                # how many past runs (``--last`` overrides)
+      lower: -0.5            # relative tolerance below the history median (<= 0, or null)
+      upper: 0.5             # relative tolerance above it (>= 0, or null)
+    references:
+      "<system>:<partition>":          # "*" matches any system or partition
+        "<figure>": [target, lower, upper, unit]
+
+A figure is ``<point key>/<metric>`` (the point key as ``hpcmem aggregate`` writes
+it); a pattern may use ``*`` (any characters, ``/`` included) and ``?``. The
+value must lie in ``[target * (1 + lower), target * (1 + upper)]``; ``null``
+leaves that side open. Lookup order for a figure: the exact ``system:partition``,
+then ``system:*``, then ``*:*``; within one, an exact key before patterns, and
+patterns in file order.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "FIGURES",
+    "Figure",
+    "Reference",
+    "References",
+    "ReferencesError",
+    "load_references",
+    "parse_references",
+]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A metric of a summary row that can be checked, with its unit and direction."""
+
+    benchmark: str
+    column: str
+    unit: str
+    lower_is_better: bool
+    default: bool
+
+
+#: metric name (last part of a figure key) -> how to read it from the summary
+FIGURES: dict[str, Figure] = {
+    "latency_us.avg": Figure("collectives", "latency_us_avg", "us", True, True),
+    "latency_us.min": Figure("collectives", "latency_us_min", "us", True, False),
+    "latency_us.max": Figure("collectives", "latency_us_max", "us", True, False),
+    "busbw_GBps": Figure("collectives", "busbw_GBps", "GB/s", False, True),
+    "algbw_GBps": Figure("collectives", "algbw_GBps", "GB/s", False, False),
+    "step_ms.median": Figure("train", "step_ms_median", "ms", True, True),
+    "step_ms.p90": Figure("train", "step_ms_p90", "ms", True, False),
+    "first_step_ms": Figure("train", "first_step_ms", "ms", True, True),
+}
+
+
+class ReferencesError(ValueError):
+    """A references file that cannot be used; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One expected figure: ``target`` with relative ``lower``/``upper`` tolerances."""
+
+    pattern: str
+    target: float
+    lower: float | None
+    upper: float | None
+    unit: str
+
+    def bounds(self) -> tuple[float | None, float | None]:
+        """The accepted interval; None is an open side."""
+        low = None if self.lower is None else self.target * (1 + self.lower)
+        high = None if self.upper is None else self.target * (1 + self.upper)
+        return low, high
+
+
+@dataclass
+class References:
+    """A parsed references file."""
+
+    scopes: dict[str, list[Reference]] = field(default_factory=dict)
+    history_last: int = 5
+    history_lower: float | None = -0.5
+    history_upper: float | None = 0.5
+
+    def lookup(self, system: str, figure: str) -> Reference | None:
+        """The reference for ``figure`` on ``system`` (``name:partition``), or None."""
+        name = system.split(":", 1)[0]
+        for scope in dict.fromkeys([system, f"{name}:*", "*:*"]):
+            entries = self.scopes.get(scope, [])
+            for reference in entries:
+                if reference.pattern == figure:
+                    return reference
+            for reference in entries:
+                if fnmatch.fnmatchcase(figure, reference.pattern):
+                    return reference
+        return None
+
+    def exact_keys(self, system: str) -> list[str]:
+        """Figure keys without wildcards that apply to ``system``."""
+        name = system.split(":", 1)[0]
+        keys: list[str] = []
+        for scope in dict.fromkeys([system, f"{name}:*", "*:*"]):
+            for reference in self.scopes.get(scope, []):
+                if not any(c in reference.pattern for c in "*?[") and reference.pattern not in keys:
+                    keys.append(reference.pattern)
+        return keys
+
+
+def _number(value: Any, where: str, *, allow_null: bool = False) -> float | None:
+    if value is None and allow_null:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        accepted = "a number or null" if allow_null else "a number"
+        raise ReferencesError(f"{where}: {value!r} is not {accepted}")
+    return float(value)
+
+
+def _tolerances(lower: Any, upper: Any, where: str) -> tuple[float | None, float | None]:
+    low = _number(lower, f"{where} (lower)", allow_null=True)
+    high = _number(upper, f"{where} (upper)", allow_null=True)
+    if low is not None and not -1 <= low <= 0:
+        raise ReferencesError(f"{where} (lower): {low:g} must lie in [-1, 0] (or be null)")
+    if high is not None and high < 0:
+        raise ReferencesError(f"{where} (upper): {high:g} must be >= 0 (or null)")
+    return low, high
+
+
+def _check_pattern(pattern: Any, where: str) -> str:
+    if not isinstance(pattern, str) or "/" not in pattern:
+        raise ReferencesError(f"{where}: figure {pattern!r} is not '<point key>/<metric>'")
+    benchmark, metric = pattern.split("/", 1)[0], pattern.rsplit("/", 1)[1]
+    if benchmark not in ("collectives", "train", "*"):
+        raise ReferencesError(
+            f"{where}: figure {pattern!r} starts with {benchmark!r} "
+            "(accepted: collectives/, train/ or */)"
+        )
+    accepted = [m for m, f in FIGURES.items() if benchmark in ("*", f.benchmark)]
+    if metric not in accepted:
+        raise ReferencesError(
+            f"{where}: unknown metric {metric!r} (accepted for {benchmark}: {', '.join(accepted)})"
+        )
+    return pattern
+
+
+def _reference(pattern: str, value: Any, where: str) -> Reference:
+    if not isinstance(value, list) or len(value) != 4:
+        raise ReferencesError(f"{where}: {value!r} is not [target, lower, upper, unit]")
+    target = _number(value[0], f"{where} (target)")
+    assert target is not None
+    if target <= 0:
+        raise ReferencesError(f"{where} (target): {target:g} must be > 0")
+    lower, upper = _tolerances(value[1], value[2], where)
+    unit = FIGURES[pattern.rsplit("/", 1)[1]].unit
+    if value[3] != unit:
+        raise ReferencesError(f"{where} (unit): {value[3]!r} is not this figure's unit {unit!r}")
+    return Reference(pattern, target, lower, upper, unit)
+
+
+def parse_references(data: Any, source: str = "references") -> References:
+    """Validate the loaded YAML ``data``; raises ``ReferencesError`` naming the bad field."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        kind = type(data).__name__
+        raise ReferencesError(f"{source}: the top level must be a mapping, not {kind}")
+    unknown = set(data) - {"history", "references"}
+    if unknown:
+        key = sorted(map(str, unknown))[0]
+        raise ReferencesError(f"{source}: unknown key {key!r} (accepted: history, references)")
+    refs = References()
+    history = data.get("history") or {}
+    if not isinstance(history, dict):
+        raise ReferencesError(f"{source}: history: must be a mapping of last, lower, upper")
+    unknown = set(history) - {"last", "lower", "upper"}
+    if unknown:
+        raise ReferencesError(
+            f"{source}: history: unknown key {sorted(map(str, unknown))[0]!r} "
+            "(accepted: last, lower, upper)"
+        )
+    last = history.get("last", refs.history_last)
+    if isinstance(last, bool) or not isinstance(last, int) or last < 1:
+        raise ReferencesError(f"{source}: history.last: {last!r} is not a whole number >= 1")
+    refs.history_last = last
+    refs.history_lower, refs.history_upper = _tolerances(
+        history.get("lower", refs.history_lower),
+        history.get("upper", refs.history_upper),
+        f"{source}: history",
+    )
+    scopes = data.get("references") or {}
+    if not isinstance(scopes, dict):
+        raise ReferencesError(f"{source}: references: must be a mapping of system:partition")
+    for scope, figures in scopes.items():
+        where = f"{source}: references[{scope!r}]"
+        if not isinstance(scope, str) or scope.count(":") != 1 or "" in scope.split(":"):
+            raise ReferencesError(f"{where}: key {scope!r} is not 'system:partition' ('*' allowed)")
+        if not isinstance(figures, dict):
+            raise ReferencesError(
+                f"{where}: must be a mapping of figure -> [target, lower, upper, unit]"
+            )
+        refs.scopes[scope] = [
+            _reference(_check_pattern(p, f"{where}[{p!r}]"), v, f"{where}[{p!r}]")
+            for p, v in figures.items()
+        ]
+    return refs
+
+
+def load_references(path: str | os.PathLike[str]) -> References:
+    """Read and validate a references YAML file; raises ``ReferencesError`` naming the field."""
+    import yaml
+
+    try:
+        with open(path) as handle:
+            data = yaml.safe_load(handle)
+    except OSError as error:
+        raise ReferencesError(f"{path}: cannot read ({error.strerror})") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ReferencesError(f"{where}: not valid YAML ({problem})") from None
+    return parse_references(data, str(path))
