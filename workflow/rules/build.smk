@@ -1,0 +1,35 @@
+# Build the native extensions once per run into a wheel, and install it into a per-run
+# environment that every benchmark job then uses.
+
+
+rule build_wheel:
+    output:
+        wheelhouse=directory(f"{RUN}/build/wheelhouse"),
+    container:
+        CPU_IMAGE
+    log:
+        f"{RUN}/logs/build_wheel.log",
+    params:
+        python=PYTHON,
+        source=SOURCE_DIR,
+        lock=os.path.join(SOURCE_DIR, "build", "build.lock"),
+    threads: 4
+    shell:
+        "mkdir -p \"$(dirname {params.lock:q})\" &&"
+        " CMAKE_BUILD_PARALLEL_LEVEL={threads} flock {params.lock:q}"
+        " {params.python:q} -m pip wheel --no-build-isolation --no-deps"
+        " --wheel-dir {output.wheelhouse:q} {params.source:q} > {log:q} 2>&1"
+
+
+rule install_wheel:
+    input:
+        wheelhouse=rules.build_wheel.output.wheelhouse,
+    output:
+        venv=directory(f"{RUN}/build/venv"),
+        manifest=f"{RUN}/build/manifest.json",
+    container:
+        CPU_IMAGE
+    log:
+        f"{RUN}/logs/install_wheel.log",
+    script:
+        "../scripts/install_wheel.py"

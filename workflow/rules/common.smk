@@ -1,0 +1,155 @@
+# Config loading and validation, wildcard constraints, and the small get_ helpers.
+
+import datetime
+import itertools
+import os
+import sys
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+
+validate(config, schema="../schemas/config.schema.yaml")
+
+BUILTIN_BINDINGS = ("none", "cores", "hbw", "dram", "interleave")
+PRESET_POLICIES = ("cuda", "um", "hpcmem")
+SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+
+
+def parse_size(value, key):
+    """Bytes of a message size (8, '4K', '1M'); a WorkflowError names the key unless a power of two."""
+    text = str(value)
+    unit = text[-1] if text[-1] in SIZE_UNITS else ""
+    size = int(text[: len(text) - len(unit)]) * SIZE_UNITS[unit]
+    if size & (size - 1):
+        raise WorkflowError(f"config {key}: {value!r} is not a power of two (8, 4K, 1M, ...)")
+    return size
+
+
+def check_names(key, names, builtin, defined, defined_key):
+    """Stop with a one-line error naming ``key`` when a name is neither built in nor defined."""
+    accepted = (*builtin, *defined)
+    for name in names:
+        if name not in accepted:
+            raise WorkflowError(
+                f"config {key}: {name!r} is not one of {', '.join(accepted)} "
+                f"(define new ones under {defined_key})"
+            )
+
+
+if config["run_id"] is None:
+    config["run_id"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d")
+if parse_size(config["collectives"]["min_size"], "collectives.min_size") > parse_size(
+    config["collectives"]["max_size"], "collectives.max_size"
+):
+    raise WorkflowError("config collectives.min_size: larger than collectives.max_size")
+check_names(
+    "collectives.bindings",
+    config["collectives"]["bindings"],
+    BUILTIN_BINDINGS,
+    config["collectives"]["custom_bindings"],
+    "collectives.custom_bindings",
+)
+check_names(
+    "train.policies",
+    config["train"]["policies"],
+    PRESET_POLICIES,
+    config["train"]["policy_files"],
+    "train.policy_files",
+)
+
+#: every output of this run lives under RUN
+RUN = os.path.join(config["output_dir"], config["run_id"])
+#: the repository holding pyproject.toml and native/ (what build_wheel builds)
+SOURCE_DIR = os.path.dirname(workflow.basedir)
+#: the interpreter running snakemake; the per-run environment is layered over it
+PYTHON = sys.executable
+#: images built from container.cpu_definition / gpu_definition; rules name them in `container:`
+#: (used with `--sdm apptainer`; without it the rules run natively and records say container null)
+CPU_IMAGE = os.path.join(config["container"]["image_dir"], "hpcmem-cpu.sif")
+GPU_IMAGE = os.path.join(config["container"]["image_dir"], "hpcmem.sif")
+
+
+wildcard_constraints:
+    op="[a-z_]+",
+    buffer="[a-z_]+",
+    ranks="[0-9]+",
+    binding="[a-z][a-z0-9_]*",
+    model="[a-z][a-z0-9_]*",
+    params="[0-9.]+[KMB]?",
+    policy="[a-z][a-z0-9_]*",
+    budget="none|[0-9]+[KMGT]?",
+
+
+def collectives_points():
+    """One dict of wildcards per collectives point (op x buffer x ranks x binding)."""
+    sweep = config["collectives"]
+    if not sweep["enabled"]:
+        return []
+    axes = (sweep["ops"], sweep["buffers"], sweep["ranks"], sweep["bindings"])
+    return [
+        dict(op=op, buffer=buffer, ranks=ranks, binding=binding)
+        for op, buffer, ranks, binding in itertools.product(*axes)
+    ]
+
+
+def train_points():
+    """One dict of wildcards per training point (model x params x policy x budget)."""
+    sweep = config["train"]
+    if not sweep["enabled"]:
+        return []
+    axes = (sweep["models"], sweep["params"], sweep["policies"], sweep["gpu_budgets"])
+    return [
+        dict(model=model, params=params, policy=policy, budget=budget)
+        for model, params, policy, budget in itertools.product(*axes)
+    ]
+
+
+def get_run_env(wildcards):
+    """VAR=value words for ``env``: the run id, and MEMKIND_HBW_NODES when HBW is emulated."""
+    words = [f"HPCMEM_RUN_ID={config['run_id']}"]
+    if config["collectives"]["emulate_hbw"] is not None:
+        words.append(f"MEMKIND_HBW_NODES={config['collectives']['emulate_hbw']}")
+    return words
+
+
+def get_binding(wildcards):
+    """The binding handed to ``hpcmem bind``: a built-in name or explicit numactl arguments."""
+    custom = config["collectives"]["custom_bindings"]
+    return custom.get(wildcards.binding, wildcards.binding)
+
+
+def get_collectives_options(wildcards):
+    """Sweep options of ``hpcmem collectives`` shared by every point."""
+    sweep = config["collectives"]
+    options = ["--min-size", str(sweep["min_size"]), "--max-size", str(sweep["max_size"])]
+    for key in ("iterations", "warmup"):
+        if sweep[key] is not None:
+            options += [f"--{key}", str(sweep[key])]
+    return options
+
+
+def get_policy(wildcards):
+    """The ``--policy`` value: a preset name or the path of a policy file."""
+    return config["train"]["policy_files"].get(wildcards.policy, wildcards.policy)
+
+
+def get_train_options(wildcards):
+    """Options of ``hpcmem train`` for one point besides model, size and policy."""
+    sweep = config["train"]
+    options = ["--steps", str(sweep["steps"]), "--warmup", str(sweep["warmup"])]
+    if wildcards.budget != "none":
+        options += ["--gpu-budget", wildcards.budget]
+    return options
+
+
+def get_hpcmem(wildcards, input):
+    """The ``hpcmem`` executable of this run's environment (installed from the built wheel)."""
+    return os.path.join(input.venv, "bin", "hpcmem")
+
+
+def get_all_records(wildcards):
+    """Every record file of the sweep (collectives and training points)."""
+    collectives = [rules.run_collectives.output.records.format(**p) for p in collectives_points()]
+    train = [rules.run_train.output.records.format(**p) for p in train_points()]
+    return collectives + train
