@@ -1,0 +1,187 @@
+"""NUMA nodes from sysfs, and which of them are high-bandwidth memory (HBW).
+
+HBW nodes are either declared through ``MEMKIND_HBW_NODES`` (libnuma node-list
+syntax, read by memkind at start-up) or detected: by HMAT bandwidth attributes
+(``nodeN/access0/initiators/read_bandwidth`` above every CPU node's), by
+memory-only NUMA nodes that memkind accepts as HBW (KNL MCDRAM and Xeon Max HBM
+in flat mode), or by memkind itself. Declared nodes that are ordinary DRAM nodes
+(for example the only node of a one-node machine) are marked ``emulated``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["HBWNodes", "NumaNode", "hbw_nodes", "numa_nodes", "parse_node_list"]
+
+NODE_ROOT = Path("/sys/devices/system/node")
+HBW_NODES_VARIABLE = "MEMKIND_HBW_NODES"
+NODE_LIST_FORMS = "N, N-M, comma lists of those (0, 0-3, 0,2), or all"
+
+
+@dataclass(frozen=True)
+class NumaNode:
+    """One NUMA node: its CPUs, memory in bytes, and HMAT read bandwidth if known."""
+
+    id: int
+    cpus: tuple[int, ...]
+    memory_total: int
+    memory_free: int
+    read_bandwidth_MBps: int | None = None
+
+    @property
+    def memory_only(self) -> bool:
+        """A node with memory and no CPUs (MCDRAM, HBM in flat mode, CXL, DAX kmem)."""
+        return not self.cpus and self.memory_total > 0
+
+
+@dataclass(frozen=True)
+class HBWNodes:
+    """The HBW nodes, how they were found, and whether they are emulated on DRAM."""
+
+    nodes: tuple[int, ...]
+    source: str
+    emulated: bool
+
+    def __bool__(self) -> bool:
+        return bool(self.nodes)
+
+
+def parse_node_list(
+    text: str, *, name: str = "node list", every: Iterable[int] = ()
+) -> tuple[int, ...]:
+    """Parse libnuma node-list syntax (``0``, ``0-3``, ``0,2``, ``all``) into sorted ids.
+
+    ``name`` is used in the error message; ``every`` is what ``all`` stands for.
+    """
+    value = text.strip()
+    if value == "all":
+        return tuple(sorted(every))
+    result: set[int] = set()
+    for part in (p.strip() for p in value.split(",")):
+        low, sep, high = part.partition("-")
+        try:
+            first = int(low, 10)
+            last = int(high, 10) if sep else first
+        except ValueError:
+            first = last = -1
+        if first < 0 or last < first:
+            raise ValueError(
+                f"{name}={text!r}: {part!r} is not a node or a range (accepted: {NODE_LIST_FORMS})"
+            )
+        result.update(range(first, last + 1))
+    return tuple(sorted(result))
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _meminfo(path: Path) -> dict[str, int]:
+    """``MemTotal``/``MemFree`` in bytes from a (per-node or global) meminfo file."""
+    values = {}
+    for line in path.read_text().splitlines():
+        words = line.replace(":", " ").split()
+        # per node: "Node 0 MemTotal: 123 kB"; global: "MemTotal: 123 kB"
+        if words and words[0] == "Node":
+            words = words[2:]
+        if len(words) >= 2 and words[0] in ("MemTotal", "MemFree"):
+            values[words[0]] = int(words[1]) * 1024
+    return values
+
+
+def _node(path: Path) -> NumaNode:
+    node_id = int(path.name.removeprefix("node"))
+    cpulist = (path / "cpulist").read_text().strip()
+    cpus = parse_node_list(cpulist, name=f"{path}/cpulist") if cpulist else ()
+    memory = _meminfo(path / "meminfo")
+    return NumaNode(
+        id=node_id,
+        cpus=cpus,
+        memory_total=memory.get("MemTotal", 0),
+        memory_free=memory.get("MemFree", 0),
+        read_bandwidth_MBps=_read_int(path / "access0" / "initiators" / "read_bandwidth"),
+    )
+
+
+def numa_nodes(root: Path = NODE_ROOT) -> list[NumaNode]:
+    """The online NUMA nodes, sorted by id.
+
+    Without NUMA support in the kernel (no sysfs node folder) the machine is one
+    node 0 holding every online CPU and all memory.
+    """
+    paths = sorted(root.glob("node[0-9]*"), key=lambda p: int(p.name.removeprefix("node")))
+    if paths:
+        return [_node(path) for path in paths]
+    memory = _meminfo(Path("/proc/meminfo"))
+    return [
+        NumaNode(
+            id=0,
+            cpus=tuple(range(os.cpu_count() or 1)),
+            memory_total=memory.get("MemTotal", 0),
+            memory_free=memory.get("MemFree", 0),
+        )
+    ]
+
+
+def _hmat_hbw(nodes: list[NumaNode]) -> tuple[int, ...]:
+    """Nodes whose HMAT read bandwidth exceeds that of every node with CPUs."""
+    dram = [n.read_bandwidth_MBps for n in nodes if n.cpus and n.read_bandwidth_MBps]
+    if not dram:
+        return ()
+    return tuple(n.id for n in nodes if (n.read_bandwidth_MBps or 0) > max(dram))
+
+
+def _memkind_hbw() -> tuple[int, ...] | None:
+    """The node memkind places an HBW page on; () when memkind has no HBW; None without memkind."""
+    try:
+        from hpcmem import _hbw
+    except ImportError:
+        return None
+    if _hbw.check_available("hbw") != 0:
+        return ()
+    probe = _hbw.Buffer("hbw", _hbw.page_size(), True)
+    return tuple(sorted(k for k in _hbw.page_nodes(probe.address, probe.nbytes) if k >= 0))
+
+
+def _detect(nodes: list[NumaNode], *, ask_memkind: bool) -> HBWNodes:
+    if found := _hmat_hbw(nodes):
+        return HBWNodes(found, "hmat", emulated=False)
+    memory_only = tuple(n.id for n in nodes if n.memory_only)
+    memkind = _memkind_hbw() if ask_memkind else None
+    if memory_only and memkind != ():
+        return HBWNodes(memory_only, "memory-only", emulated=False)
+    if memkind:
+        return HBWNodes(memkind, "memkind", emulated=False)
+    return HBWNodes((), "none", emulated=False)
+
+
+def hbw_nodes(environ: Mapping[str, str] | None = None) -> HBWNodes:
+    """The HBW nodes of this machine and how they were found.
+
+    ``MEMKIND_HBW_NODES`` wins when set (``source="MEMKIND_HBW_NODES"``); it must
+    name existing nodes. It is ``emulated`` when a declared node is not one that
+    HMAT or the memory-only rule detects, i.e. an ordinary DRAM node. Otherwise the
+    source is ``hmat``, ``memory-only``, ``memkind`` or ``none`` (no HBW node).
+    """
+    env = os.environ if environ is None else environ
+    nodes = numa_nodes()
+    declared = env.get(HBW_NODES_VARIABLE, "").strip()
+    if not declared:
+        return _detect(nodes, ask_memkind=True)
+    ids = [n.id for n in nodes]
+    parsed = parse_node_list(declared, name=HBW_NODES_VARIABLE, every=ids)
+    missing = [n for n in parsed if n not in ids]
+    if missing:
+        raise ValueError(
+            f"{HBW_NODES_VARIABLE}={declared!r}: node {missing[0]} does not exist "
+            f"(nodes here: {','.join(map(str, ids))})"
+        )
+    detected = _detect(nodes, ask_memkind=False).nodes
+    return HBWNodes(parsed, HBW_NODES_VARIABLE, emulated=not set(parsed) <= set(detected))

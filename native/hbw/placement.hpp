@@ -1,0 +1,24 @@
+// Where the pages of an address range live, measured with move_pages(2) in query mode.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+
+namespace hpcmem::hbw {
+
+/// The system page size in bytes.
+std::size_t page_size() noexcept;
+
+/// Pages of [address, address + bytes) counted by NUMA node. A non-negative key is a
+/// node id; a negative key is -errno for pages not placed (-ENOENT: never touched,
+/// -EFAULT: not mapped or the shared zero page). Throws std::system_error (with the
+/// byte count) when the kernel refuses the query, e.g. EPERM in a container without
+/// CAP_SYS_NICE.
+std::map<int, std::size_t> page_nodes(std::uintptr_t address, std::size_t bytes);
+
+/// hbw_verify_memory_region: 0 when every page of the range is on a high-bandwidth
+/// node, -1 when some page is not, EINVAL or EFAULT when it cannot tell.
+int verify_hbw(std::uintptr_t address, std::size_t bytes) noexcept;
+
+}  // namespace hpcmem::hbw
