@@ -1,0 +1,195 @@
+"""OSU-compatible latency benchmark of mpi4py collectives on NumPy, memkind and MPI buffers.
+
+Run it under a launcher: `mpirun -n 2 hpcmem collectives --op allreduce --buffer numpy,hbw`.
+Every point is checked once against a NumPy reference before it is timed; a
+wrong result marks the record `failed` and the exit code 1. Timing follows
+OSU's C suite: each iteration timed alone with MPI.Wtime, a barrier between
+iterations outside the timed region, avg/min/max of the ranks' mean latencies.
+Rank 0 prints OSU-style tables (`osu_<op> -f` columns) and writes JSONL records
+(--output, written atomically). A buffer kind this node cannot provide (hbw
+without an HBW node: set MEMKIND_HBW_NODES to emulate one) becomes `skipped`.
+
+Sizes are bytes per rank as in OSU (8, 4K, 1M; doubling from --min-size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from hpcmem.cli import UsageError
+from hpcmem.collectives.buffers import BUFFER_KINDS
+from hpcmem.collectives.ops import DTYPES, OPS
+from hpcmem.collectives.sizes import (
+    LARGE_MESSAGE_SIZE,
+    OSU_ITERATIONS,
+    OSU_ITERATIONS_LARGE,
+    OSU_WARMUP,
+    OSU_WARMUP_LARGE,
+    parse_size,
+    size_steps,
+)
+
+HELP = "latency of MPI collectives (OSU-style) on NumPy, HBW and MPI_Alloc_mem buffers"
+
+DEFAULT_OPS = "bcast,gather,allreduce"
+DEFAULT_MAX_SIZE = "1M"
+_RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``hpcmem collectives``."""
+    parser.add_argument(
+        "--op", default=DEFAULT_OPS, help=f"comma list of: {', '.join(OPS)} (default {DEFAULT_OPS})"
+    )
+    parser.add_argument(
+        "--buffer",
+        default="numpy",
+        help=f"comma list of: {', '.join(BUFFER_KINDS)} (default numpy)",
+    )
+    parser.add_argument(
+        "--min-size", help="smallest message, e.g. 8, 4K (default: one element of --dtype)"
+    )
+    parser.add_argument(
+        "--max-size", default=DEFAULT_MAX_SIZE, help=f"largest message (default {DEFAULT_MAX_SIZE})"
+    )
+    parser.add_argument(
+        "--iterations",
+        help=f"timed iterations per size (default as OSU: {OSU_ITERATIONS}, "
+        f"{OSU_ITERATIONS_LARGE} above {LARGE_MESSAGE_SIZE} bytes)",
+    )
+    parser.add_argument(
+        "--warmup",
+        help=f"untimed iterations before timing (default as OSU: {OSU_WARMUP}, "
+        f"{OSU_WARMUP_LARGE} above {LARGE_MESSAGE_SIZE} bytes)",
+    )
+    parser.add_argument(
+        "--dtype", default="float32", help=f"element type: {', '.join(DTYPES)} (default float32)"
+    )
+    parser.add_argument(
+        "--numpy-hugepage",
+        default="off",
+        help="NumPy's huge-page advice (NUMPY_MADVISE_HUGEPAGE) for numpy buffers: on or off "
+        "(default off, like OSU's malloc'd buffers)",
+    )
+    parser.add_argument(
+        "--output", metavar="FILE", help="write JSONL records here (atomically; rank 0)"
+    )
+    parser.add_argument(
+        "--run-id", help="run identifier stored in every record (default: HPCMEM_RUN_ID or random)"
+    )
+
+
+def _names(option: str, text: str, accepted: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(","))
+    for name in names:
+        if name not in accepted:
+            raise UsageError(f"{option}: {name!r} is not one of {', '.join(accepted)}")
+    if len(set(names)) != len(names):
+        raise UsageError(f"{option}: {text!r} names an entry twice")
+    return names
+
+
+def _count(option: str, text: str | None, minimum: int) -> int | None:
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        raise UsageError(f"{option}: {text!r} is not an integer >= {minimum}")
+    return value
+
+
+def _size(option: str, text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise UsageError(f"{option}: {error}") from None
+
+
+def options_from_args(args: argparse.Namespace):
+    """The validated :class:`hpcmem.collectives.Options`; UsageError names a bad option."""
+    import numpy as np
+
+    from hpcmem.collectives.benchmark import Options
+
+    ops = _names("--op", args.op, list(OPS))
+    kinds = _names("--buffer", args.buffer, BUFFER_KINDS)
+    if args.dtype not in DTYPES:
+        raise UsageError(f"--dtype: {args.dtype!r} is not one of {', '.join(DTYPES)}")
+    itemsize = np.dtype(args.dtype).itemsize
+    min_size = itemsize if args.min_size is None else _size("--min-size", args.min_size)
+    max_size = _size("--max-size", args.max_size)
+    if min_size < itemsize or min_size % itemsize:
+        raise UsageError(
+            f"--min-size: {min_size} bytes is not a positive multiple of one {args.dtype} "
+            f"element ({itemsize} bytes)"
+        )
+    if max_size < min_size:
+        raise UsageError(
+            f"--max-size: {max_size} bytes is smaller than --min-size ({min_size} bytes)"
+        )
+    if args.numpy_hugepage not in ("on", "off"):
+        raise UsageError(f"--numpy-hugepage: {args.numpy_hugepage!r} is not one of on, off")
+    if args.run_id is not None and not args.run_id.strip():
+        raise UsageError("--run-id: '' is empty; give a non-empty identifier")
+    return Options(
+        ops=ops,
+        buffers=kinds,
+        sizes=tuple(size_steps(min_size, max_size)),
+        dtype=args.dtype,
+        iterations=_count("--iterations", args.iterations, 1),
+        warmup=_count("--warmup", args.warmup, 0),
+        numpy_hugepage=args.numpy_hugepage == "on",
+        run_id=args.run_id,
+    )
+
+
+def _launcher_rank() -> int | None:
+    """This process's rank as the launcher announced it, before MPI starts (None: not launched)."""
+    for name in _RANK_ENV:
+        if name in os.environ:
+            return int(os.environ[name])
+    return None
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate options, run on MPI_COMM_WORLD, write records; 1 when a check failed."""
+    try:
+        options = options_from_args(args)
+    except UsageError:
+        if _launcher_rank() in (None, 0):
+            raise
+        return 2  # rank 0 reports the same error once
+    from mpi4py import MPI
+
+    from hpcmem.collectives.benchmark import exit_code
+    from hpcmem.collectives.benchmark import run as run_benchmark
+    from hpcmem.results import write_records
+
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    records = run_benchmark(comm, options, _print if rank == 0 else _discard)
+    code = 0
+    if rank == 0:
+        if args.output:
+            write_records(args.output, records)
+        code = exit_code(records)
+        if code:
+            print(
+                "hpcmem collectives: error: a result differed from its reference "
+                "(see the 'failed' lines above)",
+                file=sys.stderr,
+            )
+    return comm.bcast(code, root=0)
+
+
+def _discard(line: str) -> None:
+    return None

@@ -1,0 +1,12 @@
+"""OSU-compatible mpi4py collectives benchmark on NumPy, memkind (HBW) and MPI buffers.
+
+``run(comm, options, emit)`` checks, times and records every (op, buffer kind,
+size) point; ``OPS`` is the registry of collectives, ``BUFFER_KINDS`` the buffer
+kinds. The command line is ``hpcmem collectives`` (:mod:`hpcmem.cli.collectives`).
+"""
+
+from hpcmem.collectives.benchmark import Options, exit_code, run
+from hpcmem.collectives.buffers import BUFFER_KINDS
+from hpcmem.collectives.ops import DTYPES, OPS
+
+__all__ = ["BUFFER_KINDS", "DTYPES", "OPS", "Options", "exit_code", "run"]

@@ -1,0 +1,91 @@
+"""Buffer kinds for the collectives: where the send and receive arrays come from.
+
+``numpy`` is NumPy's own heap (its huge-page advice controlled by
+:func:`set_numpy_hugepage`), the ``hbw*`` kinds come from memkind through
+:mod:`hpcmem.hbw`, and ``mpi_alloc`` from ``MPI.Alloc_mem`` (which reaches
+memkind only in an Open MPI built with its memkind component).
+"""
+
+from __future__ import annotations
+
+import warnings
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "BUFFER_KINDS",
+    "BufferUnavailableError",
+    "allocate",
+    "memory_settings",
+    "set_numpy_hugepage",
+]
+
+BUFFER_KINDS = ("numpy", "hbw", "hbw_preferred", "hbw_interleave", "mpi_alloc")
+_THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+class BufferUnavailableError(Exception):
+    """This kind of memory cannot be had on this node; the points become ``skipped``."""
+
+
+def set_numpy_hugepage(enabled: bool) -> bool:
+    """Set NumPy's huge-page advice (as ``NUMPY_MADVISE_HUGEPAGE`` does); returns the old value."""
+    from numpy._core import multiarray
+
+    return bool(multiarray._set_madvise_hugepage(enabled))
+
+
+def memory_settings() -> dict[str, Any]:
+    """The huge-page settings that shape NumPy buffers, as recorded with every point."""
+    from numpy._core import multiarray
+
+    try:
+        text = _THP.read_text()
+        thp = text[text.index("[") + 1 : text.index("]")]
+    except (OSError, ValueError):
+        thp = None
+    return {
+        "numpy_madvise_hugepage": bool(multiarray._get_madvise_hugepage()),
+        "transparent_hugepage": thp,
+    }
+
+
+def _mpi_alloc(length: int, dtype: np.dtype, stack: ExitStack) -> np.ndarray:
+    from mpi4py import MPI
+
+    memory = MPI.Alloc_mem(length * dtype.itemsize)
+    array = np.frombuffer(memory, dtype=dtype)
+    stack.callback(MPI.Free_mem, memory)
+    return array
+
+
+def _hbw(kind: str, length: int, dtype: np.dtype) -> np.ndarray:
+    from hpcmem import hbw
+
+    try:
+        with warnings.catch_warnings():
+            # hbw_preferred without an HBW node falls back to DRAM: the measured
+            # placement of every point records where the pages landed
+            warnings.simplefilter("ignore", hbw.HBWFallbackWarning)
+            return hbw.empty((length,), dtype, kind=kind)
+    except hbw.KindUnavailableError as error:
+        raise BufferUnavailableError(str(error)) from None
+
+
+def allocate(kind: str, length: int, dtype: Any, stack: ExitStack) -> np.ndarray:
+    """A 1-D array of ``length`` elements of ``kind`` memory, alive until ``stack`` closes.
+
+    Raises :class:`BufferUnavailableError` when the kind cannot be had on this node
+    and ValueError for an unknown kind.
+    """
+    dtype = np.dtype(dtype)
+    if kind not in BUFFER_KINDS:
+        raise ValueError(f"buffer kind {kind!r} is not one of {', '.join(BUFFER_KINDS)}")
+    if kind == "numpy" or length == 0:
+        return np.empty(length, dtype)
+    if kind == "mpi_alloc":
+        return _mpi_alloc(length, dtype, stack)
+    return _hbw(kind, length, dtype)
