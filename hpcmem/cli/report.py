@@ -1,0 +1,55 @@
+"""Render an aggregated summary as one self-contained HTML page with embedded plots.
+
+SUMMARY is an `hpcmem aggregate` output folder (or its summary.parquet). The page
+shows latency and bus bandwidth against message size per op and buffer kind,
+the speedup over NumPy buffers, training step time per memory policy with its
+spread, the failed and skipped points with reasons, the machine metadata, and,
+with --verdict, the result of `hpcmem check --verdict-out`. Written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from hpcmem.cli import UsageError
+
+HELP = "render a summary as a self-contained HTML report with plots"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``hpcmem report``."""
+    parser.add_argument("summary", metavar="SUMMARY",
+                        help="an `hpcmem aggregate` output folder, or its summary.parquet")
+    parser.add_argument("--out", required=True, metavar="FILE", help="the HTML file to write")
+    parser.add_argument("--verdict", metavar="FILE",
+                        help="verdict JSON written by `hpcmem check --verdict-out`")
+
+
+def _read_verdict(path: str) -> dict:
+    try:
+        with open(path) as handle:
+            verdict = json.load(handle)
+    except OSError as error:
+        raise UsageError(f"--verdict: {path}: cannot read ({error.strerror})") from None
+    except json.JSONDecodeError as error:
+        where = f"{path}:{error.lineno}"
+        raise UsageError(f"--verdict: {where}: not JSON ({error.msg})") from None
+    if not isinstance(verdict, dict) or "verdict" not in verdict or "figures" not in verdict:
+        raise UsageError(f"--verdict: {path}: not an `hpcmem check --verdict-out` file")
+    return verdict
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read the summary (and verdict) and write the report."""
+    from hpcmem.aggregate import read_summary
+    from hpcmem.report import write_report
+
+    verdict = _read_verdict(args.verdict) if args.verdict else None
+    try:
+        summary = read_summary(args.summary)
+    except (FileNotFoundError, ValueError) as error:
+        raise UsageError(f"SUMMARY: {error}") from None
+    write_report(args.out, summary, verdict)
+    print(f"hpcmem report: wrote {args.out}")
+    return 0
