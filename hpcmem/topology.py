@@ -15,7 +15,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["HBWNodes", "NumaNode", "hbw_nodes", "numa_nodes", "parse_node_list"]
+__all__ = [
+    "HBWNodes",
+    "NumaNode",
+    "format_node_list",
+    "hbw_nodes",
+    "numa_nodes",
+    "parse_node_list",
+]
 
 NODE_ROOT = Path("/sys/devices/system/node")
 HBW_NODES_VARIABLE = "MEMKIND_HBW_NODES"
@@ -74,6 +81,20 @@ def parse_node_list(
             )
         result.update(range(first, last + 1))
     return tuple(sorted(result))
+
+
+def format_node_list(ids: Iterable[int]) -> str:
+    """The compact libnuma form of ``ids``: ``(0, 1, 2, 5)`` -> ``"0-2,5"``."""
+    parts: list[str] = []
+    run: list[int] = []
+    for n in sorted(set(ids)):
+        if run and n != run[-1] + 1:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else f"{run[0]}")
+            run = []
+        run.append(n)
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else f"{run[0]}")
+    return ",".join(parts)
 
 
 def _read_int(path: Path) -> int | None:
