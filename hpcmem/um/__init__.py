@@ -1,0 +1,53 @@
+"""Unified Memory for PyTorch training: per-type memory advice, prefetch, GPU budget, guard.
+
+Importing this package needs neither torch nor CUDA; :class:`UnifiedMemory` with a managed
+policy needs a CUDA build of torch, a GPU and the native library (``hpcmem._um``).
+"""
+
+from hpcmem.um.budget import parse_bytes, plan_budget
+from hpcmem.um.guard import (
+    ENV_ALLOW,
+    check_request,
+    default_headroom,
+    managed_limit,
+    oversubscription_allowed,
+)
+from hpcmem.um.memory import UnifiedMemory, host_view
+from hpcmem.um.policy import (
+    PRESETS,
+    TYPES,
+    Policy,
+    PolicyError,
+    TypePolicy,
+    load_policy,
+    policy_from_dict,
+)
+
+__all__ = [
+    "ENV_ALLOW",
+    "PRESETS",
+    "TYPES",
+    "OversubscriptionError",
+    "Policy",
+    "PolicyError",
+    "TypePolicy",
+    "UnifiedMemory",
+    "check_request",
+    "default_headroom",
+    "host_view",
+    "load_policy",
+    "managed_limit",
+    "oversubscription_allowed",
+    "parse_bytes",
+    "plan_budget",
+    "policy_from_dict",
+]
+
+
+def __getattr__(name: str):
+    # A torch.OutOfMemoryError subclass: made when first asked for, so torch stays optional.
+    if name == "OversubscriptionError":
+        from hpcmem.um import guard
+
+        return guard.OversubscriptionError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,67 @@
+"""GPU budget arithmetic: how many GPU-resident bytes each type may hold.
+
+Types are placed on the GPU in the policy's priority order until the budget is used; a
+segment that does not fit is preferred on the CPU and read in place by the GPU
+(accessed-by), so the job trains beyond the budget without relying on driver eviction.
+Pure arithmetic, testable without a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+__all__ = ["parse_bytes", "plan_budget"]
+
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def plan_budget(
+    budget: int,
+    priority: Sequence[str],
+    demand: Mapping[str, int],
+    wants_gpu: Mapping[str, bool],
+) -> dict[str, int]:
+    """GPU bytes per type: each type in ``priority`` order takes ``min(demand, what is left)``.
+
+    Types whose policy does not place them on the GPU get 0. A type with no known demand
+    (absent from ``demand``) may take everything that is left.
+
+    >>> plan_budget(10, ["params", "activations", "inputs"],
+    ...             {"params": 6, "activations": 8, "inputs": 1},
+    ...             {"params": True, "activations": True, "inputs": False})
+    {'params': 6, 'activations': 4, 'inputs': 0}
+    """
+    if budget < 0:
+        raise ValueError(f"gpu_budget: {budget} bytes must be >= 0")
+    left = budget
+    quotas: dict[str, int] = {}
+    for type_name in priority:
+        if not wants_gpu[type_name]:
+            quotas[type_name] = 0
+            continue
+        need = demand.get(type_name)
+        if need is not None and need < 0:
+            raise ValueError(f"demand of {type_name}: {need} bytes must be >= 0")
+        quota = left if need is None else min(need, left)
+        quotas[type_name] = quota
+        left -= quota
+    return quotas
+
+
+def parse_bytes(text: str | int, option: str = "--gpu-budget") -> int:
+    """``"40G"``, ``"512M"``, ``"1.5T"``, ``"4096"`` -> bytes (binary units)."""
+    if isinstance(text, int):
+        value = text
+    else:
+        stripped = str(text).strip().upper().removesuffix("B").removesuffix("I")
+        unit = stripped[-1:] if stripped[-1:] in _UNITS and stripped[-1:] else ""
+        number = stripped[: -len(unit)] if unit else stripped
+        try:
+            value = int(float(number) * _UNITS[unit])
+        except ValueError:
+            raise ValueError(
+                f"{option}: {text!r} is not a byte count (examples: 4096, 512M, 40G, 1.5T)"
+            ) from None
+    if value <= 0:
+        raise ValueError(f"{option}: {text!r} must be a positive number of bytes")
+    return value
