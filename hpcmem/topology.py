@@ -11,6 +11,7 @@ in flat mode), or by memkind itself. Declared nodes that are ordinary DRAM nodes
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ __all__ = [
 
 NODE_ROOT = Path("/sys/devices/system/node")
 HBW_NODES_VARIABLE = "MEMKIND_HBW_NODES"
+_NODE_RANGE = re.compile(r"(\d+)(?:-(\d+))?", re.ASCII)
 NODE_LIST_FORMS = "N, N-M, comma lists of those (0, 0-3, 0,2), or all"
 
 
@@ -69,13 +71,9 @@ def parse_node_list(
         return tuple(sorted(every))
     result: set[int] = set()
     for part in (p.strip() for p in value.split(",")):
-        low, sep, high = part.partition("-")
-        try:
-            first = int(low, 10)
-            last = int(high, 10) if sep else first
-        except ValueError:
-            first = last = -1
-        if first < 0 or last < first:
+        match = _NODE_RANGE.fullmatch(part)
+        first, last = (int(match[1]), int(match[2] or match[1])) if match else (0, -1)
+        if last < first:
             raise ValueError(
                 f"{name}={text!r}: {part!r} is not a node or a range (accepted: {NODE_LIST_FORMS})"
             )
@@ -183,16 +181,17 @@ def _detect(nodes: list[NumaNode], *, ask_memkind: bool) -> HBWNodes:
     return HBWNodes((), "none", emulated=False)
 
 
-def hbw_nodes(environ: Mapping[str, str] | None = None) -> HBWNodes:
+def hbw_nodes(environ: Mapping[str, str] | None = None, *, root: Path = NODE_ROOT) -> HBWNodes:
     """The HBW nodes of this machine and how they were found.
 
     ``MEMKIND_HBW_NODES`` wins when set (``source="MEMKIND_HBW_NODES"``); it must
     name existing nodes. It is ``emulated`` when a declared node is not one that
     HMAT or the memory-only rule detects, i.e. an ordinary DRAM node. Otherwise the
     source is ``hmat``, ``memory-only``, ``memkind`` or ``none`` (no HBW node).
+    ``environ`` and ``root`` (the sysfs node folder) default to this machine's.
     """
     env = os.environ if environ is None else environ
-    nodes = numa_nodes()
+    nodes = numa_nodes(root)
     declared = env.get(HBW_NODES_VARIABLE, "").strip()
     if not declared:
         return _detect(nodes, ask_memkind=True)

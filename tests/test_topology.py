@@ -1,0 +1,123 @@
+"""hpcmem.topology against this machine's sysfs and numactl, and on small sysfs trees."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hpcmem import topology
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("0", (0,)), ("0-3", (0, 1, 2, 3)), ("0,2", (0, 2)), (" 3-4, 1 ", (1, 3, 4)), ("1,1", (1,))],
+)
+def test_parse_node_list(text: str, expected: tuple[int, ...]) -> None:
+    assert topology.parse_node_list(text) == expected
+    assert topology.parse_node_list(topology.format_node_list(expected)) == expected
+
+
+def test_parse_node_list_all() -> None:
+    assert topology.parse_node_list("all", every=[2, 0, 1]) == (0, 1, 2)
+
+
+@pytest.mark.parametrize("bad", ["", "x", "3-1", "-1", "!0", "0-", "1,,2", "+1"])
+def test_parse_node_list_rejects(bad: str) -> None:
+    with pytest.raises(ValueError, match=r"^MEMKIND_HBW_NODES=.*accepted: N, N-M") as error:
+        topology.parse_node_list(bad, name="MEMKIND_HBW_NODES")
+    assert repr(bad) in str(error.value)
+
+
+def test_format_node_list() -> None:
+    assert topology.format_node_list([5, 0, 1, 2, 7, 8]) == "0-2,5,7-8"
+    assert topology.format_node_list([]) == ""
+
+
+def _numactl_hardware() -> dict[int, tuple[tuple[int, ...], int]]:
+    """node -> (cpus, size in MiB) as numactl --hardware reports them."""
+    out = subprocess.run(
+        ["numactl", "--hardware"], capture_output=True, text=True, check=True
+    ).stdout
+    cpus = {int(n): tuple(map(int, c.split())) for n, c in re.findall(r"node (\d+) cpus:(.*)", out)}
+    sizes = {int(n): int(s) for n, s in re.findall(r"node (\d+) size: (\d+) MB", out)}
+    return {n: (cpus[n], sizes[n]) for n in cpus}
+
+
+def test_numa_nodes_match_numactl() -> None:
+    nodes = topology.numa_nodes()
+    expected = _numactl_hardware()
+    assert [n.id for n in nodes] == sorted(expected)
+    for node in nodes:
+        cpus, size_mib = expected[node.id]
+        assert node.cpus == cpus
+        assert abs(node.memory_total / 2**20 - size_mib) <= 1
+        assert 0 < node.memory_free <= node.memory_total
+
+
+def _node_dir(root: Path, node: int, cpus: str, mem_kib: int, bandwidth: int | None = None):
+    path = root / f"node{node}"
+    path.mkdir(parents=True)
+    (path / "cpulist").write_text(cpus + "\n")
+    (path / "meminfo").write_text(
+        f"Node {node} MemTotal:  {mem_kib} kB\nNode {node} MemFree:  {mem_kib // 2} kB\n"
+    )
+    if bandwidth is not None:
+        (path / "access0" / "initiators").mkdir(parents=True)
+        (path / "access0" / "initiators" / "read_bandwidth").write_text(f"{bandwidth}\n")
+
+
+def test_numa_nodes_from_sysfs_tree(tmp_path: Path) -> None:
+    _node_dir(tmp_path, 0, "0-3", 1024)
+    _node_dir(tmp_path, 10, "", 2048)
+    _node_dir(tmp_path, 2, "4-5,7", 4096)
+    nodes = topology.numa_nodes(tmp_path)
+    assert [n.id for n in nodes] == [0, 2, 10]
+    assert nodes[1].cpus == (4, 5, 7)
+    assert nodes[2].memory_only and not nodes[0].memory_only
+    assert (nodes[2].memory_total, nodes[2].memory_free) == (2048 * 1024, 1024 * 1024)
+
+
+def test_numa_nodes_without_sysfs(tmp_path: Path) -> None:
+    (node,) = topology.numa_nodes(tmp_path / "missing")
+    assert node.id == 0 and len(node.cpus) == os.cpu_count()
+    assert node.memory_total > 0
+
+
+def test_hbw_detected_by_hmat(tmp_path: Path) -> None:
+    _node_dir(tmp_path, 0, "0-3", 1024, bandwidth=200_000)
+    _node_dir(tmp_path, 1, "", 1024, bandwidth=800_000)
+    _node_dir(tmp_path, 2, "", 1024, bandwidth=50_000)  # CXL: slower than DRAM
+    found = topology.hbw_nodes({}, root=tmp_path)
+    assert (found.nodes, found.source, found.emulated) == ((1,), "hmat", False)
+
+
+def test_hbw_declared_on_hbm_node_is_not_emulated(tmp_path: Path) -> None:
+    _node_dir(tmp_path, 0, "0-3", 1024, bandwidth=200_000)
+    _node_dir(tmp_path, 1, "", 1024, bandwidth=800_000)
+    found = topology.hbw_nodes({"MEMKIND_HBW_NODES": "1"}, root=tmp_path)
+    assert (found.nodes, found.source, found.emulated) == ((1,), "MEMKIND_HBW_NODES", False)
+    found = topology.hbw_nodes({"MEMKIND_HBW_NODES": "0-1"}, root=tmp_path)
+    assert (found.nodes, found.emulated) == ((0, 1), True)
+
+
+def test_hbw_on_this_machine() -> None:
+    """This machine has DRAM nodes only: nothing detected, node 0 declared is emulated."""
+    if any(n.memory_only or n.read_bandwidth_MBps for n in topology.numa_nodes()):
+        pytest.skip("this machine has memory-only or HMAT nodes")
+    assert topology.hbw_nodes({}) == topology.HBWNodes((), "none", emulated=False)
+    declared = topology.hbw_nodes({"MEMKIND_HBW_NODES": "0"})
+    assert declared == topology.HBWNodes((0,), "MEMKIND_HBW_NODES", emulated=True)
+    assert bool(declared) and not topology.hbw_nodes({})
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("99", "node 99 does not exist"), ("0-x", "'0-x' is not a node or a range")],
+)
+def test_hbw_declared_bad_value(value: str, message: str) -> None:
+    with pytest.raises(ValueError, match=rf"^MEMKIND_HBW_NODES='{re.escape(value)}': .*{message}"):
+        topology.hbw_nodes({"MEMKIND_HBW_NODES": value})
