@@ -135,7 +135,7 @@ def options_from_args(args: argparse.Namespace):
     if args.numpy_hugepage not in ("on", "off"):
         raise UsageError(f"--numpy-hugepage: {args.numpy_hugepage!r} is not one of on, off")
     if args.run_id is not None and not args.run_id.strip():
-        raise UsageError("--run-id: '' is empty; give a non-empty identifier")
+        raise UsageError(f"--run-id: {args.run_id!r} is blank; give a non-empty identifier")
     return Options(
         ops=ops,
         buffers=kinds,

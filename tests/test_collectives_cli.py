@@ -1,0 +1,77 @@
+"""``hpcmem collectives`` in-process: every bad option, and the failure path of a wrong result."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from hpcmem.cli import main
+from hpcmem.collectives import OPS
+from hpcmem.results import read_records, validate_record
+
+BAD_OPTIONS = [
+    (["--op", "allreduse"], "--op: 'allreduse' is not one of bcast, gather, allreduce, reduce"),
+    (["--op", "bcast,bcast"], "--op: 'bcast,bcast' names an entry twice"),
+    (["--buffer", "gpu"], "--buffer: 'gpu' is not one of numpy, hbw, hbw_preferred"),
+    (["--dtype", "float16"], "--dtype: 'float16' is not one of float32, float64, int32, int64"),
+    (["--min-size", "1.5K"], "--min-size: '1.5K' is not a size (accepted: bytes with optional K"),
+    (["--min-size", "6"], "--min-size: 6 bytes is not a positive multiple of one float32 element"),
+    (["--min-size", "4", "--dtype", "int64"], "--min-size: 4 bytes is not a positive multiple"),
+    (["--max-size", "lots"], "--max-size: 'lots' is not a size"),
+    (["--min-size", "8K", "--max-size", "4K"], "--max-size: 4096 bytes is smaller than --min-size"),
+    (["--iterations", "0"], "--iterations: '0' is not an integer >= 1"),
+    (["--iterations", "ten"], "--iterations: 'ten' is not an integer >= 1"),
+    (["--warmup", "-1"], "--warmup: '-1' is not an integer >= 0"),
+    (["--numpy-hugepage", "yes"], "--numpy-hugepage: 'yes' is not one of on, off"),
+    (["--run-id", " "], "--run-id: ' ' is blank"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD_OPTIONS, ids=[a[0] for a, _ in BAD_OPTIONS])
+def test_bad_option_is_one_line_and_exit_2(argv, message, capsys, tmp_path):
+    output = tmp_path / "r.jsonl"
+    assert main(["collectives", *argv, "--output", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("hpcmem collectives: error: ")
+    assert message in err
+    assert not output.exists()
+
+
+def test_help_lists_ops_buffers_and_defaults(capsys):
+    with pytest.raises(SystemExit):
+        main(["collectives", "--help"])
+    text = capsys.readouterr().out
+    for word in (*OPS, "hbw_interleave", "mpi_alloc", "1000", "8192", "--output", "--run-id"):
+        assert word in text
+
+
+def _never_writes(comm, send, recv, count, n, root, mpi):
+    """A broken allreduce: returns without touching the receive buffer."""
+    return lambda: None
+
+
+def test_wrong_result_fails_the_point_and_the_exit_code(monkeypatch, capsys, tmp_path):
+    """A collective that leaves its receive buffer unwritten is caught by the reference check."""
+    monkeypatch.setitem(OPS, "allreduce", dataclasses.replace(OPS["allreduce"], bind=_never_writes))
+    output = tmp_path / "r.jsonl"
+    argv = ["--op", "allreduce,bcast", "--max-size", "8", "--iterations", "2", "--warmup", "0"]
+    code = main(["collectives", *argv, "--output", str(output)])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "a result differed from its reference" in captured.err
+    records = read_records(output)
+    assert [(r["op"], r["size_bytes"], r["status"], r["validated"]) for r in records] == [
+        ("allreduce", 4, "failed", False),
+        ("allreduce", 8, "failed", False),
+        ("bcast", 4, "ok", True),
+        ("bcast", 8, "ok", True),
+    ]
+    failed = records[0]
+    assert failed["reason"].startswith(
+        "rank 0: allreduce: 1 of 1 elements differ from the reference"
+    )
+    assert "latency_us" in failed  # still measured and written
+    assert all(validate_record(r) == [] for r in records)
+    assert "# failed (size 4): rank 0: allreduce:" in captured.out
