@@ -365,10 +365,6 @@ def _torch_for(policy: Policy):
         import torch
     except ImportError as error:
         raise RuntimeError("the cuda policy needs PyTorch: pip install 'torch>=2.8'") from error
-    if not torch.cuda.is_available():
-        raise RuntimeError(
-            f"policy 'cuda' needs a CUDA GPU, but torch {torch.__version__} sees none"
-        )
     return torch
 
 

@@ -239,5 +239,5 @@ def load_policy(name_or_path: str | Path | Policy) -> Policy:
     if path.suffix in (".yaml", ".yml") and path.is_file():
         return policy_from_dict(_read_yaml(path.read_text(), str(path)), path.stem)
     raise PolicyError(
-        f"policy: {text!r} is not one of {', '.join(PRESETS)}, or a policy YAML file (*.yaml)"
+        f"unknown policy {text!r}: not one of {', '.join(PRESETS)}, or a policy YAML file (*.yaml)"
     )
