@@ -1,4 +1,4 @@
-# Records -> summary (pandas) -> HTML report and regression verdict.
+# Records -> summary (pandas) -> regression verdict -> HTML report.
 
 
 rule aggregate_results:
@@ -17,22 +17,6 @@ rule aggregate_results:
         "{params.hpcmem:q} aggregate {input.records:q} --out {output.summary:q} > {log:q} 2>&1"
 
 
-rule render_report:
-    input:
-        venv=rules.install_wheel.output.venv,
-        summary=rules.aggregate_results.output.summary,
-    output:
-        report=f"{RUN}/report/report.html",
-    container:
-        CPU_IMAGE
-    log:
-        f"{RUN}/logs/render_report.log",
-    params:
-        hpcmem=get_hpcmem,
-    shell:
-        "{params.hpcmem:q} report {input.summary:q} --out {output.report:q} > {log:q} 2>&1"
-
-
 rule check_regressions:
     input:
         venv=rules.install_wheel.output.venv,
@@ -40,6 +24,7 @@ rule check_regressions:
         references=config["check"]["references"],
     output:
         verdict=f"{RUN}/check/verdict.txt",
+        verdict_json=f"{RUN}/check/verdict.json",
         status=f"{RUN}/check/exit_status",
     container:
         CPU_IMAGE
@@ -49,8 +34,33 @@ rule check_regressions:
         hpcmem=get_hpcmem,
         history=config["check"]["history"],
     shell:
-        # exit status 1 is a verdict (a regression), not a failure of the rule: it is kept in
-        # {output.status} for tools/run-workflow.sh and cron; 2 (bad input) and above fail the rule.
+        # Exit status 1 is a verdict (a regression), not a failure of this rule: it is kept in
+        # {output.status} and turned into the workflow's exit status by report_verdict below.
+        # Status 2 (bad input) and above fail the rule.
         "status=0; {params.hpcmem:q} check {input.summary:q} --references {input.references:q}"
-        " --history {params.history:q} > {output.verdict:q} 2> {log:q} || status=$?;"
-        " if [ $status -gt 1 ]; then exit $status; fi; echo $status > {output.status:q}"
+        " --history {params.history:q} --verdict-out {output.verdict_json:q}"
+        " > {output.verdict:q} 2> {log:q} || status=$?;"
+        " if [ $status -gt 1 ]; then cat {log:q} >&2; exit $status; fi;"
+        " echo $status > {output.status:q}"
+
+
+rule render_report:
+    input:
+        venv=rules.install_wheel.output.venv,
+        summary=rules.aggregate_results.output.summary,
+        verdict=rules.check_regressions.output.verdict_json,
+    output:
+        report=f"{RUN}/report/report.html",
+    container:
+        CPU_IMAGE
+    log:
+        f"{RUN}/logs/render_report.log",
+    params:
+        hpcmem=get_hpcmem,
+    shell:
+        "{params.hpcmem:q} report {input.summary:q} --verdict {input.verdict:q}"
+        " --out {output.report:q} > {log:q} 2>&1"
+
+
+onsuccess:
+    report_verdict()

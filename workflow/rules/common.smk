@@ -26,6 +26,20 @@ def parse_size(value, key):
     return size
 
 
+def check_printable(value, key="config"):
+    """Stop naming the key when a string holds a control character (the schema's patterns
+    end in ``$``, which Python's re also matches before a final newline)."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            check_printable(name, key)
+            check_printable(item, f"{key}.{name}" if key != "config" else name)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            check_printable(item, f"{key}[{index}]")
+    elif isinstance(value, str) and not value.isprintable():
+        raise WorkflowError(f"config {key}: {value!r} contains a control character")
+
+
 def check_names(key, names, builtin, defined, defined_key):
     """Stop with a one-line error naming ``key`` when a name is neither built in nor defined."""
     accepted = (*builtin, *defined)
@@ -37,6 +51,7 @@ def check_names(key, names, builtin, defined, defined_key):
             )
 
 
+check_printable(config)
 if config["run_id"] is None:
     config["run_id"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d")
 if parse_size(config["collectives"]["min_size"], "collectives.min_size") > parse_size(
@@ -153,3 +168,22 @@ def get_all_records(wildcards):
     collectives = [rules.run_collectives.output.records.format(**p) for p in collectives_points()]
     train = [rules.run_train.output.records.format(**p) for p in train_points()]
     return collectives + train
+
+
+def report_verdict():
+    """Print where the report and the verdict are; a regression fails the workflow."""
+    status_file = rules.check_regressions.output.status
+    if not os.path.exists(status_file):
+        return
+    if os.path.exists(rules.render_report.output.report):
+        print(f"\nhpcmem: report  {os.path.abspath(rules.render_report.output.report)}")
+    print(f"hpcmem: verdict {os.path.abspath(rules.check_regressions.output.verdict)}\n")
+    with open(rules.check_regressions.output.verdict) as verdict:
+        print(verdict.read())
+    with open(status_file) as status:
+        regression = status.read().strip() != "0"
+    if regression and config["check"]["fail_on_regression"]:
+        raise WorkflowError(
+            f"hpcmem check found a regression in run {config['run_id']}: "
+            f"see {rules.check_regressions.output.verdict}"
+        )

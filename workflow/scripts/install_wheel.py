@@ -7,8 +7,6 @@ do not have their own ``.pth`` files processed, so an editable install of hpcmem
 parent environment is not seen: every job imports exactly the wheel built for this run.
 """
 
-from __future__ import annotations
-
 import datetime
 import hashlib
 import json
@@ -52,7 +50,7 @@ def install(wheelhouse: Path, venv: Path, manifest: Path, log: TextIO) -> dict:
     parent_sites = "".join(f"{path}\n" for path in site.getsitepackages())
     Path(own_site.strip(), "_hpcmem_parent_env.pth").write_text(parent_sites)
     run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)], log)
-    probe = json.loads(run([str(python), "-c", PROBE], log))
+    probe = json.loads(run([str(python), "-I", "-c", PROBE], log))
     if not Path(probe["module"]).resolve().is_relative_to(venv.resolve()):
         raise RuntimeError(f"the run environment imports hpcmem from {probe['module']}")
     record = {

@@ -1,0 +1,258 @@
+"""The workflow's configuration: schema validation, shell-metacharacter rejection, dry runs.
+
+Schema cases run in-process through ``snakemake.utils.validate`` (what the workflow calls);
+the checks of ``rules/common.smk`` and the injection cases run the real ``snakemake``.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+SNAKEMAKE = Path(sys.executable).parent / "snakemake"
+
+#: payloads that would run a command if a value reached a shell unquoted
+INJECTIONS = ("x; rm -rf /", "$(touch {canary})", "`touch {canary}`", "a|touch {canary}", "a\nb")
+
+#: (path in the config, a valid value of that field) for every string that reaches a command
+STRING_FIELDS = [
+    (("run_id",), "nightly"),
+    (("output_dir",), "results"),
+    (("container", "cpu_definition"), "containers/hpcmem-cpu.def"),
+    (("container", "gpu_definition"), "containers/hpcmem.def"),
+    (("container", "image_dir"), "results/images"),
+    (("collectives", "ops", 0), "allreduce"),
+    (("collectives", "buffers", 0), "numpy"),
+    (("collectives", "min_size"), "8"),
+    (("collectives", "max_size"), "1M"),
+    (("collectives", "bindings", 0), "cores"),
+    (("collectives", "custom_bindings", "node0"), "--cpunodebind=0 --membind=0"),
+    (("collectives", "emulate_hbw"), "0"),
+    (("train", "models", 0), "transformer"),
+    (("train", "params", 0), "125M"),
+    (("train", "policies", 0), "cuda"),
+    (("train", "policy_files", "mine"), "config/mine.yaml"),
+    (("train", "gpu_budgets", 0), "8G"),
+    (("check", "references"), "config/references.yaml"),
+    (("check", "history"), "results/history"),
+]
+
+
+def check(config: dict) -> dict:
+    """Validate ``config`` as the workflow does (defaults filled in); return it."""
+    validate(config, schema=str(SCHEMA))
+    return config
+
+
+def with_value(path: tuple, value) -> dict:
+    """A minimal config holding ``value`` at ``path``."""
+    config: dict = {}
+    node = config
+    for key, following in itertools.pairwise(path):
+        node = node.setdefault(key, [] if isinstance(following, int) else {})
+    if isinstance(node, list):
+        node.append(value)
+    else:
+        node[path[-1]] = value
+    return config
+
+
+def snakemake(workdir: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run the real snakemake on the workflow in ``workdir``; its output is all in stdout."""
+    return subprocess.run(
+        [str(SNAKEMAKE), "--snakefile", str(REPO / "workflow" / "Snakefile"),
+         "--directory", str(workdir), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, cwd=REPO,
+    )
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A working directory holding a copy of the default config and references."""
+    shutil.copytree(REPO / "config", tmp_path / "config")
+    (tmp_path / "config" / "references.yaml").touch(exist_ok=True)
+    return tmp_path
+
+
+def write_config(workdir: Path, config: dict) -> None:
+    """Replace the working directory's config/config.yaml."""
+    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+def test_empty_config_gets_every_default():
+    config = check({})
+    assert config["output_dir"] == "results"
+    assert config["collectives"]["ops"] == ["allreduce", "bcast", "gather"]
+    assert config["collectives"]["custom_bindings"] == {}
+    assert config["train"]["policies"] == ["cuda", "um", "hpcmem"]
+    assert config["container"]["enabled"] == "auto"
+    assert config["check"]["fail_on_regression"] is True
+
+
+def test_every_schema_key_has_type_description_and_default():
+    schema = yaml.safe_load(SCHEMA.read_text())
+
+    def walk(properties: dict, prefix: str):
+        for name, sub in properties.items():
+            assert "description" in sub, f"{prefix}{name}: no description"
+            assert "default" in sub, f"{prefix}{name}: no default"
+            assert {"type", "$ref", "enum", "oneOf"} & sub.keys(), f"{prefix}{name}: no type"
+            if "properties" in sub:
+                assert sub.get("additionalProperties") is False, f"{prefix}{name}: open object"
+                walk(sub["properties"], f"{prefix}{name}.")
+
+    assert schema["additionalProperties"] is False
+    walk(schema["properties"], "")
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"collectives": {"ops": ["allgatherv"]}}, "'allgatherv' is not one of"),
+        ({"collectives": {"buffers": ["gpu"]}}, "'gpu' is not one of"),
+        ({"train": {"models": ["bert"]}}, "'bert' is not one of"),
+        ({"collectives": {"ranks": ["2"]}}, "'2' is not of type 'integer'"),
+        ({"collectives": {"ranks": 2}}, "2 is not of type 'array'"),
+        ({"train": {"steps": "ten"}}, "'ten' is not of type 'integer'"),
+        ({"collectives": {"enabled": "yes"}}, "'yes' is not of type 'boolean'"),
+        ({"collectives": {"ranks": [0]}}, "0 is less than the minimum of 1"),
+        ({"collectives": {"ranks": [-2]}}, "-2 is less than the minimum of 1"),
+        ({"collectives": {"min_size": 0}}, "is not valid under any of the given schemas"),
+        ({"collectives": {"max_size": -8}}, "is not valid under any of the given schemas"),
+        ({"collectives": {"max_size": "0K"}}, "is not valid under any of the given schemas"),
+        ({"collectives": {"iterations": 0}}, "0 is less than the minimum of 1"),
+        ({"collectives": {"warmup": -1}}, "-1 is less than the minimum of 0"),
+        ({"train": {"steps": 0}}, "0 is less than the minimum of 1"),
+        ({"train": {"params": ["0"]}}, "'0' does not match"),
+        ({"train": {"params": ["-125M"]}}, "'-125M' does not match"),
+        ({"train": {"gpu_budgets": ["0G"]}}, "'0G' does not match"),
+        ({"collectives": {"ops": []}}, "should be non-empty"),
+        ({"colectives": {}}, "'colectives' was unexpected"),
+        ({"collectives": {"op": ["bcast"]}}, "'op' was unexpected"),
+        ({"train": {"budget": "8G"}}, "'budget' was unexpected"),
+        ({"container": {"enabled": "maybe"}}, "'maybe' is not one of"),
+        ({"collectives": {"custom_bindings": {"n0": "--membind=0 --cpubind=0"}}}, "does not match"),
+        ({"collectives": {"custom_bindings": {"Bad-Name": "--membind=0"}}}, "does not match"),
+        ({"collectives": {"emulate_hbw": "node0"}}, "is not valid under any of the given schemas"),
+    ],
+)
+def test_bad_values_are_rejected_naming_the_value(config: dict, message: str):
+    with pytest.raises(WorkflowError) as error:
+        check(copy.deepcopy(config))
+    text = str(error.value)
+    assert message in text
+    section, fields = next(iter(config.items()))
+    location = f"['{section}']" + (f"['{next(iter(fields))}']" if fields else "")
+    assert location in text or "was unexpected" in message  # names the field or the key
+
+
+@pytest.mark.parametrize(("path", "valid"), STRING_FIELDS, ids=lambda v: ".".join(map(str, v)))
+def test_shell_metacharacters_are_rejected_in_every_command_field(path, valid, tmp_path):
+    check(with_value(path, valid))  # the field accepts its ordinary value
+    for payload in INJECTIONS:
+        bad = payload.format(canary=tmp_path / "pwned")
+        for value in (bad, f"{valid} {bad}"):
+            with pytest.raises(WorkflowError, match="Error validating config file"):
+                check(with_value(path, value))
+
+
+@pytest.mark.parametrize(
+    ("path", "payload", "message"),
+    [
+        (("run_id",), "r1$(touch {canary})", "does not match"),
+        (("collectives", "custom_bindings", "n0"), "--membind=0; touch {canary}", "does not match"),
+        (("train", "params", 0), "125M`touch {canary}`", "does not match"),
+        (("check", "history"), "h && touch {canary}", "does not match"),
+        (("run_id",), "r1\n", "config run_id: 'r1\\n' contains a control character"),
+    ],
+)
+def test_injection_through_snakemake_stops_before_anything_runs(workdir, path, payload, message):
+    canary = workdir / "pwned"
+    config = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
+    node = config
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = payload.format(canary=canary)
+    write_config(workdir, config)
+    result = snakemake(workdir, "--cores", "1")  # a real run, not a dry run
+    assert result.returncode != 0
+    assert message in result.stdout
+    assert not canary.exists()
+    assert not (workdir / "results").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"collectives": {"bindings": ["hbw", "socket0"]}},
+         "config collectives.bindings: 'socket0' is not one of none, cores, hbw, dram, interleave"),
+        ({"train": {"policies": ["fast"]}},
+         "config train.policies: 'fast' is not one of cuda, um, hpcmem"),
+        ({"collectives": {"max_size": "3K"}},
+         "config collectives.max_size: '3K' is not a power of two"),
+        ({"collectives": {"min_size": "1M", "max_size": "4K"}},
+         "config collectives.min_size: larger than collectives.max_size"),
+    ],
+)
+def test_workflow_checks_name_the_key(workdir, change, message):
+    config = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
+    for section, values in change.items():
+        config[section].update(values)
+    write_config(workdir, config)
+    result = snakemake(workdir, "-n")
+    assert result.returncode != 0
+    assert message in result.stdout
+
+
+def test_custom_binding_reaches_the_command_as_one_quoted_argument(workdir):
+    config = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
+    config["collectives"].update(
+        bindings=["node0"], custom_bindings={"node0": "--cpunodebind=0 --membind=0"}
+    )
+    config["train"]["enabled"] = False
+    write_config(workdir, config)
+    result = snakemake(workdir, "-n", "-p", "--profile", str(REPO / "profiles" / "local"))
+    assert result.returncode == 0, result.stdout
+    assert "bind '--cpunodebind=0 --membind=0' --" in result.stdout
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """The ``Job stats`` table of a snakemake dry run as {rule: count}."""
+    table = output.split("Job stats:", 1)[1]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.MULTILINE)}
+
+
+def test_dry_run_of_the_default_config_lists_every_point(workdir):
+    config = check(copy.deepcopy(yaml.safe_load((REPO / "config" / "config.yaml").read_text())))
+    sweep, train = config["collectives"], config["train"]
+    result = snakemake(workdir, "-n", "-p", "--profile", str(REPO / "profiles" / "local"))
+    assert result.returncode == 0, result.stdout
+    points = len(sweep["ops"]) * len(sweep["buffers"]) * len(sweep["ranks"]) * len(
+        sweep["bindings"]
+    )
+    trains = len(train["models"]) * len(train["params"]) * len(train["policies"]) * len(
+        train["gpu_budgets"]
+    )
+    assert (points, trains) == (12, 6)  # 3 ops x 2 buffers x 1 rank count x 2 bindings; 2 x 3
+    assert job_counts(result.stdout) == {
+        "build_wheel": 1, "install_wheel": 1, "run_collectives": points, "run_train": trains,
+        "aggregate_results": 1, "check_regressions": 1, "render_report": 1, "all": 1,
+        "total": points + trains + 6,
+    }
+    for op, buffer, binding in itertools.product(sweep["ops"], sweep["buffers"], sweep["bindings"]):
+        assert f"collectives/{op}/{buffer}/ranks2/{binding}.jsonl" in result.stdout
+        assert f"--op {op} --buffer {buffer}" in result.stdout
+    assert "MEMKIND_HBW_NODES=0 mpirun --oversubscribe" in result.stdout
+    assert result.stdout.count("--skip-if-no-gpu") == trains
