@@ -1,0 +1,254 @@
+"""Unified Memory on a real GPU: advice read back from the driver, routing, losses, budget,
+guard, leaks. Marked ``gpu``: skipped without CUDA, run by benchmarks/gpu/run.sh on the H200."""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import pytest
+
+# Deterministic cuBLAS for the bit-for-bit loss comparison; must precede the first handle.
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+pytestmark = pytest.mark.gpu
+
+TYPES = ("params", "activations", "inputs")
+MiB = 2**20
+
+
+@pytest.fixture(scope="module")
+def torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    return torch
+
+
+@pytest.fixture(scope="module")
+def um_native():
+    return pytest.importorskip("hpcmem._um")
+
+
+def _model(torch, width=256, hidden=1024, layers=3):
+    blocks = []
+    for _ in range(layers):
+        blocks += [torch.nn.Linear(width, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, width)]
+    return torch.nn.Sequential(*blocks, torch.nn.LayerNorm(width))
+
+
+def _train(torch, policy, steps, *, seed=0, bf16=False, budget=None, batch=64, **model_kw):
+    """A tiny training run; returns (um, model, optimizer, losses). Caller closes ``um``."""
+    from hpcmem.um import UnifiedMemory
+
+    torch.manual_seed(seed)
+    um = UnifiedMemory(policy, device=0, gpu_budget=budget)
+    with um.params():
+        model = _model(torch, **model_kw).cuda()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    um.attach(model, optimizer)
+    width = model[0].in_features
+    generator = torch.Generator().manual_seed(seed)
+    losses = []
+    for _ in range(steps):
+        x = um.stage(torch.randn(batch, width, generator=generator))
+        y = um.stage(torch.randn(batch, width, generator=generator))
+        with um.activations():
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+                loss = torch.nn.functional.mse_loss(model(x).float(), y)
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)
+        losses.append(loss.item())
+    return um, model, optimizer, losses
+
+
+def _owner(um_native, ptr):
+    """The type whose live segment holds ``ptr``, or None."""
+    for index, name in enumerate(TYPES):
+        for start, size, _on_gpu in um_native.segments(index):
+            if start <= ptr < start + size:
+                return name
+    return None
+
+
+def _free(torch, um):
+    """Close ``um``; the caller has dropped its tensors, so the pools can give memory back."""
+    um.close()
+    del um
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def _losses(torch, policy, steps, **kw):
+    um, model, optimizer, losses = _train(torch, policy, steps, **kw)
+    del model, optimizer
+    _free(torch, um)
+    return losses
+
+
+def test_each_type_gets_exactly_the_advice_its_policy_asks_for(torch, um_native, tmp_path):
+    policy = tmp_path / "mixed.yaml"
+    policy.write_text(
+        "params: {preferred_location: gpu, accessed_by: [gpu], prefetch: on_alloc}\n"
+        "activations: {preferred_location: none, read_mostly: true}\n"
+        "inputs: {preferred_location: cpu, accessed_by: [gpu, cpu], prefetch: on_alloc}\n"
+    )
+    um, model, optimizer, _ = _train(torch, policy, 2)
+    torch.cuda.synchronize()
+    dev, cpu, none = 0, um_native.CPU_ID, um_native.INVALID_ID
+    expected = {
+        "params": (dev, [dev], False, dev),
+        "activations": (none, [], True, none),
+        "inputs": (cpu, [dev, cpu], False, cpu),
+    }
+    for index, name in enumerate(TYPES):
+        segments = um_native.segments(index)
+        assert segments, f"no {name} segments"
+        for start, size, _ in segments:
+            attrs = um_native.range_attributes(start, size)
+            got = (
+                attrs["preferred_location"],
+                sorted(attrs["accessed_by"]),
+                attrs["read_mostly"],
+                attrs["last_prefetch_location"],
+            )
+            want = expected[name]
+            assert got == (want[0], sorted(want[1]), want[2], want[3]), (name, start, size)
+            assert um_native.is_managed(start)
+    stats = um.stats()
+    assert stats["params"]["advice_calls"] >= 2 * stats["params"]["segments"]
+    assert stats["activations"]["prefetched_bytes"] == 0
+    del model, optimizer
+    _free(torch, um)
+
+
+def test_a_training_step_allocates_nothing_outside_the_three_pools(torch, um_native):
+    um, model, optimizer, _ = _train(torch, "hpcmem", 2)
+    um.reset_stats()
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        x = um.stage(torch.randn(64, 256, generator=generator))
+        with um.activations():
+            loss = model(x).square().mean()
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)
+    torch.cuda.synchronize()
+    stats = um.stats()
+    assert stats["escaped_bytes"] == 0, stats
+    assert stats["managed_bytes"] == torch.cuda.memory_reserved(0) - um._reserved_baseline
+    for param in model.parameters():
+        assert _owner(um_native, param.data_ptr()) == "params"
+        assert _owner(um_native, param.grad.data_ptr()) == "params"
+    for state in optimizer.state.values():
+        for value in state.values():
+            if value.is_cuda:
+                assert _owner(um_native, value.data_ptr()) == "params"
+    assert stats["activations"]["peak_bytes"] > 0 and stats["inputs"]["peak_bytes"] > 0
+    del model, optimizer
+    _free(torch, um)
+
+
+@pytest.mark.parametrize("policy", ["um", "hpcmem"])
+def test_fp32_losses_match_the_cuda_preset_bit_for_bit(torch, policy):
+    torch.use_deterministic_algorithms(True)
+    try:
+        reference = _losses(torch, "cuda", 8)
+        losses = _losses(torch, policy, 8)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert losses == reference
+
+
+def test_bf16_losses_match_the_cuda_preset_within_tolerance(torch):
+    reference = _losses(torch, "cuda", 8, bf16=True)
+    losses = _losses(torch, "hpcmem", 8, bf16=True)
+    assert losses == pytest.approx(reference, rel=2e-2)
+
+
+def test_before_use_hooks_prefetch_params_and_keep_losses(torch, um_native, tmp_path):
+    policy = tmp_path / "ahead.yaml"
+    policy.write_text(
+        "params: {preferred_location: gpu, accessed_by: [gpu], prefetch: before_use}\n"
+        "inputs: {preferred_location: cpu, accessed_by: [gpu], prefetch: before_use}\n"
+    )
+    torch.use_deterministic_algorithms(True)
+    try:
+        reference = _losses(torch, "cuda", 4)
+        um, model, optimizer, losses = _train(torch, policy, 4)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    stats = um.stats()
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert stats["params"]["prefetched_bytes"] >= 4 * param_bytes  # forward + backward, 4 steps
+    assert losses == reference
+    del model, optimizer
+    _free(torch, um)
+
+
+def test_budget_keeps_gpu_resident_bytes_under_the_budget(torch, um_native):
+    budget = 24 * MiB  # params+grads+AdamW of this model: about 4 x 16.8 MB
+    um, model, optimizer, losses = _train(torch, "hpcmem", 4, budget=budget, hidden=4096)
+    torch.cuda.synchronize()
+    stats = um.stats()
+    footprint = sum(stats[t]["live_bytes"] for t in TYPES)
+    assert footprint >= 2 * budget
+    assert 0 < stats["gpu_resident_bytes"] <= budget
+    on_device = spilled = 0
+    for index in range(len(TYPES)):
+        for start, size, on_gpu in um_native.segments(index):
+            attrs = um_native.range_attributes(start, size)
+            if on_gpu:
+                assert attrs["preferred_location"] == 0
+                on_device += size
+            elif attrs["preferred_location"] == um_native.CPU_ID:
+                assert 0 in attrs["accessed_by"]  # read in place by the GPU
+                spilled += size
+    assert on_device == stats["gpu_resident_bytes"] <= budget
+    assert spilled > 0
+    assert all(loss == loss for loss in losses)  # finite, no NaN
+    del model, optimizer
+    _free(torch, um)
+
+
+def test_guard_refuses_an_oversized_request_without_allocating(torch, um_native):
+    from hpcmem.um import OversubscriptionError, UnifiedMemory
+
+    free, _ = torch.cuda.mem_get_info(0)
+    um = UnifiedMemory("hpcmem", device=0, headroom_bytes=free - 64 * MiB)
+    assert um.limit_bytes <= 64 * MiB
+    before = um_native.managed_bytes()
+    with pytest.raises(OversubscriptionError) as error, um.activations():
+        torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")
+    assert isinstance(error.value, torch.OutOfMemoryError)
+    assert "oversubscription guard: refused" in str(error.value)
+    assert um_native.managed_bytes() == before
+    assert um.stats()["activations"]["refusals"] >= 1
+    with pytest.raises(OversubscriptionError):
+        um.check_request(128 * MiB)
+    with um.activations():  # small requests still fit under the limit
+        small = torch.ones(MiB, device="cuda")
+    assert small.sum().item() == MiB
+    del small
+    _free(torch, um)
+
+
+def test_nothing_leaks_over_200_steps(torch, um_native):
+    um, model, optimizer, _ = _train(torch, "hpcmem", 10, width=128, hidden=256)
+    warm = {t: um.stats()[t]["live_bytes"] for t in TYPES}
+    generator = torch.Generator().manual_seed(2)
+    for _ in range(200):
+        x = um.stage(torch.randn(64, 128, generator=generator))
+        with um.activations():
+            loss = model(x).square().mean()
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)
+    torch.cuda.synchronize()
+    assert {t: um.stats()[t]["live_bytes"] for t in TYPES} == warm
+    um.close()
+    del x, loss, model, optimizer, um
+    gc.collect()
+    torch.cuda.empty_cache()
+    assert um_native.managed_bytes() == 0
