@@ -12,7 +12,7 @@ Outputs in the ``--out`` folder, each written atomically (temp name + rename):
 ``summary.parquet`` / ``summary.csv``
     one row per point, medians over repeats, ``point`` is its key
 ``collectives_latency.csv``
-    median average latency (µs): rows op, ranks, binding and size, one column per buffer kind
+    median average latency (µs): rows op, dtype, ranks, binding, size; one column per buffer kind
 ``collectives_speedup.csv``
     per op and size, each buffer kind's speedup over ``numpy`` buffers (numpy latency / latency)
 ``train_step_time.csv``
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpcmem.results import atomic_open, utc_now, validate_record
+from hpcmem.results import utc_now, validate_record
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -53,8 +53,9 @@ __all__ = [
 ]
 
 #: Sweep coordinates that identify one point, per benchmark (in key order).
-COLLECTIVES_POINT = ("op", "buffer", "ranks", "binding", "size_bytes")
+COLLECTIVES_POINT = ("op", "buffer", "dtype", "ranks", "binding", "size_bytes")
 TRAIN_POINT = ("model", "params", "batch", "seq_len", "dtype", "gpu_budget", "policy")
+_COORDINATES = list(dict.fromkeys([*COLLECTIVES_POINT, *TRAIN_POINT]))
 
 _COLLECTIVES_METRICS = {
     "latency_us_avg": ("latency_us", "avg"),
@@ -73,11 +74,10 @@ _TRAIN_METRICS = {
     "oversubscription": ("oversubscription", None),
 }
 _METRICS = {"collectives": _COLLECTIVES_METRICS, "train": _TRAIN_METRICS}
-_POINTS = {"collectives": COLLECTIVES_POINT, "train": TRAIN_POINT}
 _METRIC_NAMES = [*_COLLECTIVES_METRICS, *_TRAIN_METRICS]
 _INTEGER_COLUMNS = ["ranks", "size_bytes", "params", "batch", "seq_len", "gpu_budget", "repeats"]
 _SUMMARY_COLUMNS = [
-    "point", "benchmark", *COLLECTIVES_POINT, *TRAIN_POINT,
+    "point", "benchmark", *_COORDINATES,
     "emulated", *_METRIC_NAMES, "repeats", "run_ids", "hosts",
 ]
 _SKIPPED_COLUMNS = ["file", "line", "benchmark", "status", "point", "reason", "run_id", "host"]
@@ -141,18 +141,18 @@ def find_inputs(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
 
 
 def binding_label(binding: Any) -> str:
-    """A short, stable name for a record's binding: its ``name``, numactl args, or ``none``."""
-    if not isinstance(binding, dict) or not binding:
+    """A short, stable name for a record's binding: its ``name``, else rank 0's numactl
+    arguments, else ``none`` (no wrapper reported any)."""
+    if not isinstance(binding, dict):
         return "none"
-    for key in ("name", "binding"):
-        if isinstance(binding.get(key), str) and binding[key]:
-            return binding[key]
+    if isinstance(binding.get("name"), str) and binding["name"]:
+        return binding["name"]
     numactl = binding.get("numactl")
     if isinstance(numactl, list):
         return " ".join(map(str, numactl)) or "none"
     if isinstance(numactl, str):
         return numactl or "none"
-    return json.dumps(binding, sort_keys=True, separators=(",", ":"))
+    return "none"
 
 
 def _coordinates(record: dict[str, Any]) -> dict[str, Any]:
@@ -177,7 +177,7 @@ def _coordinates(record: dict[str, Any]) -> dict[str, Any]:
 def point_key(benchmark: str, coords: dict[str, Any]) -> str:
     """The point's key, the prefix of every figure name ``hpcmem check`` uses.
 
-    ``collectives/<op>/<buffer>/ranks=<n>/binding=<name>/size=<bytes>`` and
+    ``collectives/<op>/<buffer>/<dtype>/ranks=<n>/binding=<name>/size=<bytes>`` and
     ``train/<model>/params=<n>/batch=<n>/seq=<n>/<dtype>/budget=<bytes|none>/policy=<name>``.
     A coordinate a (skipped) record lacks is written ``?``.
     """
@@ -188,7 +188,8 @@ def point_key(benchmark: str, coords: dict[str, Any]) -> str:
     if benchmark == "collectives":
         c = coords
         return (
-            f"collectives/{show(c['op'])}/{show(c['buffer'])}/ranks={show(c['ranks'])}"
+            f"collectives/{show(c['op'])}/{show(c['buffer'])}/{show(c['dtype'])}"
+            f"/ranks={show(c['ranks'])}"
             f"/binding={show(c['binding'])}/size={show(c['size_bytes'])}"
         )
     c = coords
@@ -279,14 +280,13 @@ def summarize(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """One row per point: medians over repeats of every metric, with repeat count and runs."""
     import pandas as pd
 
-    coordinates = [*COLLECTIVES_POINT, *TRAIN_POINT]
     rows = pd.DataFrame(
         [_flatten(r) for r in records],
-        columns=["point", "benchmark", *coordinates, "emulated", *_METRIC_NAMES, "run_id", "host"],
+        columns=["point", "benchmark", *_COORDINATES, "emulated", *_METRIC_NAMES, "run_id", "host"],
     )
     rows[_METRIC_NAMES] = rows[_METRIC_NAMES].apply(pd.to_numeric, errors="coerce")
     groups = rows.groupby("point", sort=False)
-    summary = groups[["benchmark", *coordinates]].first()
+    summary = groups[["benchmark", *_COORDINATES]].first()
     summary["emulated"] = groups["emulated"].agg(lambda s: bool(s.fillna(False).astype(bool).any()))
     summary[_METRIC_NAMES] = groups[_METRIC_NAMES].median()
     summary["repeats"] = groups.size()
@@ -299,15 +299,15 @@ def summarize(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def latency_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Median average latency (µs) by op, ranks, binding and size, one column per buffer kind."""
+    """Median average latency (µs) by op, dtype, ranks, binding and size; a column per buffer."""
     import pandas as pd
 
     coll = summary[summary["benchmark"] == "collectives"]
-    index = ["op", "ranks", "binding", "size_bytes"]
+    index = ["op", "dtype", "ranks", "binding", "size_bytes"]
     if coll.empty:
         return pd.DataFrame(columns=index)
     table = coll.pivot_table(
-        index=index, columns="buffer", values="latency_us_avg", aggfunc="first"
+        index=index, columns="buffer", values="latency_us_avg", aggfunc="first", dropna=False
     )
     table.columns.name = None
     return table.add_prefix("latency_us_").reset_index()
@@ -317,14 +317,14 @@ def speedup_table(summary: pd.DataFrame) -> pd.DataFrame:
     """Per op and size, each non-numpy buffer's speedup over numpy (numpy latency / its latency)."""
     import pandas as pd
 
-    columns = ["op", "ranks", "binding", "size_bytes", "buffer", "latency_us",
+    columns = ["op", "dtype", "ranks", "binding", "size_bytes", "buffer", "latency_us",
                "numpy_latency_us", "speedup"]
     coll = summary[summary["benchmark"] == "collectives"]
     base = coll[coll["buffer"] == "numpy"]
     other = coll[coll["buffer"] != "numpy"]
     if base.empty or other.empty:
         return pd.DataFrame(columns=columns)
-    keys = ["op", "ranks", "binding", "size_bytes"]
+    keys = ["op", "dtype", "ranks", "binding", "size_bytes"]
     merged = other[[*keys, "buffer", "latency_us_avg"]].merge(
         base[[*keys, "latency_us_avg"]], on=keys, suffixes=("", "_numpy")
     )
@@ -332,7 +332,7 @@ def speedup_table(summary: pd.DataFrame) -> pd.DataFrame:
         columns={"latency_us_avg": "latency_us", "latency_us_avg_numpy": "numpy_latency_us"}
     )
     merged["speedup"] = merged["numpy_latency_us"] / merged["latency_us"]
-    return merged[columns].sort_values([*keys[:3], "buffer", "size_bytes"]).reset_index(drop=True)
+    return merged[columns].sort_values([*keys[:4], "buffer", "size_bytes"]).reset_index(drop=True)
 
 
 def step_time_table(summary: pd.DataFrame) -> pd.DataFrame:
@@ -406,31 +406,33 @@ def _write_bytes_atomically(path: Path, data: bytes) -> None:
         raise
 
 
-def _write_csv(path: Path, frame: pd.DataFrame) -> None:
-    with atomic_open(path) as handle:
-        frame.to_csv(handle, index=False)
-
-
 def write_outputs(out_dir: Path, summary: pd.DataFrame, loaded: Loaded,
                   metadata: dict[str, Any]) -> None:
-    """Write every output file into ``out_dir``; each appears complete or not at all."""
+    """Write every output file into ``out_dir``.
+
+    All contents are rendered in memory first, so a conversion error writes
+    nothing; then each file is written under a temporary name and renamed.
+    """
     import io
 
     import pandas as pd
 
+    parquet = io.BytesIO()
+    summary.to_parquet(parquet, index=False)
+    tables = {
+        "rejected.csv": pd.DataFrame(loaded.rejected, columns=_REJECTED_COLUMNS),
+        "skipped.csv": pd.DataFrame(loaded.skipped, columns=_SKIPPED_COLUMNS),
+        "collectives_latency.csv": latency_table(summary),
+        "collectives_speedup.csv": speedup_table(summary),
+        "train_step_time.csv": step_time_table(summary),
+        "summary.csv": summary,
+    }
+    contents = {name: frame.to_csv(index=False).encode() for name, frame in tables.items()}
+    contents["metadata.json"] = (json.dumps(metadata, indent=2, sort_keys=True) + "\n").encode()
+    contents["summary.parquet"] = parquet.getvalue()
     out_dir.mkdir(parents=True, exist_ok=True)
-    _write_csv(out_dir / "rejected.csv", pd.DataFrame(loaded.rejected, columns=_REJECTED_COLUMNS))
-    _write_csv(out_dir / "skipped.csv", pd.DataFrame(loaded.skipped, columns=_SKIPPED_COLUMNS))
-    _write_csv(out_dir / "collectives_latency.csv", latency_table(summary))
-    _write_csv(out_dir / "collectives_speedup.csv", speedup_table(summary))
-    _write_csv(out_dir / "train_step_time.csv", step_time_table(summary))
-    _write_csv(out_dir / "summary.csv", summary)
-    with atomic_open(out_dir / "metadata.json") as handle:
-        json.dump(metadata, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    buffer = io.BytesIO()
-    summary.to_parquet(buffer, index=False)
-    _write_bytes_atomically(out_dir / "summary.parquet", buffer.getvalue())
+    for name, data in contents.items():
+        _write_bytes_atomically(out_dir / name, data)
 
 
 def aggregate(inputs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str]

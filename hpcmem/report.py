@@ -104,7 +104,8 @@ def _series_label(buffer: str, binding: str, bindings: int) -> str:
 def collectives_figures(points: pd.DataFrame) -> Iterator[str]:
     """Per op and rank count: latency and bus bandwidth against size, one line per buffer."""
     coll = points[(points["benchmark"] == "collectives") & (points["size_bytes"] > 0)]
-    for (op, ranks), group in coll.groupby(["op", "ranks"], sort=True):
+    for (op, dtype, ranks), group in coll.groupby(["op", "dtype", "ranks"], sort=True,
+                                                    dropna=False):
         figure, (lat, bw) = _new_figure(11, 3.9, columns=2)
         bindings = group["binding"].nunique()
         for (buffer, binding), line in group.groupby(["buffer", "binding"], sort=True):
@@ -117,9 +118,9 @@ def collectives_figures(points: pd.DataFrame) -> Iterator[str]:
             _log_size_axis(axes, group["size_bytes"])
             _log_value_axis(axes)
         lat.set_ylabel("average latency (µs)")
-        lat.set_title(f"{op}: latency, {ranks} ranks", fontsize=11)
+        lat.set_title(f"{op} ({dtype}): latency, {ranks} ranks", fontsize=11)
         bw.set_ylabel("bus bandwidth (GB/s)")
-        bw.set_title(f"{op}: bus bandwidth, {ranks} ranks", fontsize=11)
+        bw.set_title(f"{op} ({dtype}): bus bandwidth, {ranks} ranks", fontsize=11)
         lat.legend(title="buffer", fontsize=9, title_fontsize=9)
         yield _embed(
             figure,
@@ -136,12 +137,13 @@ def speedup_figure(points: pd.DataFrame) -> str | None:
     if speed.empty:
         return None
     figure, (axes,) = _new_figure(11, 3.9)
-    bindings = speed["binding"].nunique()
-    for (op, ranks, binding, buffer), line in speed.groupby(
-        ["op", "ranks", "binding", "buffer"], sort=True
+    bindings, dtypes = speed["binding"].nunique(), speed["dtype"].nunique(dropna=False)
+    for (op, dtype, ranks, binding, buffer), line in speed.groupby(
+        ["op", "dtype", "ranks", "binding", "buffer"], sort=True, dropna=False
     ):
         line = line.sort_values("size_bytes")
         label = f"{op} · {buffer} · {ranks} ranks" + (f" · {binding}" if bindings > 1 else "")
+        label += f" · {dtype}" if dtypes > 1 else ""
         axes.plot(line["size_bytes"], line["speedup"], marker="o", markersize=3.5,
                   linewidth=1.6, label=label)
     axes.axhline(1.0, color="#555", linewidth=1, linestyle="--")
