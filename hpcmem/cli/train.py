@@ -1,0 +1,233 @@
+"""Train a randomly initialised model on synthetic data and time its steps.
+
+Models: a decoder-only transformer language model sized by --params (125M to
+tens of billions of parameters: depth, width and heads are derived from the
+count, the actual count is reported), or a ResNet-50-like CNN whose large fp32
+image batches make it the input-heavy case. Each step the CPU produces a batch
+(as a data loader would) and hands it to the GPU through the policy's inputs
+memory; AdamW updates the weights. Memory comes from the Unified Memory policy
+given by --policy: `cuda` (PyTorch's own allocator, the ceiling), `um` (managed
+memory without advice, the baseline) or `hpcmem` (the tuned per-type scheme),
+or a policy YAML file.
+
+Output: a summary on stdout and, with --output, one JSONL record (step time
+median/p10/p90, first-step time, throughput, peak bytes per memory type, bytes
+that escaped routing, losses). Without a CUDA GPU the command fails, or with
+--skip-if-no-gpu writes a `skipped` record saying why.
+
+Counts take decimal units (125M, 1.3B, 6B); byte sizes binary units (512M, 40G).
+Exit status: 0 done (or skipped), 1 no GPU or out of memory (a `failed` record is
+written), 2 bad option value or refused oversubscription.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from typing import Any
+
+from hpcmem.cli import UsageError
+
+HELP = "train a transformer LM or CNN under a memory policy and time its steps"
+
+MODELS = ("transformer", "cnn")
+DTYPES = ("bf16", "fp32")
+PRESETS = ("cuda", "um", "hpcmem")
+DEFAULTS = {
+    "transformer": {"params": "125M", "batch": 8, "dtype": "bf16"},
+    "cnn": {"params": None, "batch": 256, "dtype": "fp32"},
+}
+_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMBGT]?)\s*$", re.IGNORECASE)
+_COUNT_UNITS = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
+
+
+def parse_count(option: str, text: str) -> int:
+    """A positive count with an optional decimal unit (``125M``, ``1.3B``, ``6B``)."""
+    match = _COUNT.match(text)
+    value = float(match.group(1)) * _COUNT_UNITS[match.group(2).upper()] if match else 0
+    if value < 1:
+        raise UsageError(
+            f"{option}: {text!r} is not a positive count "
+            "(accepted: a number with optional K, M, B or T, e.g. 125M, 1.3B, 6B)"
+        )
+    return int(value)
+
+
+def _positive(option: str, value: int, minimum: int = 1) -> int:
+    if value < minimum:
+        raise UsageError(f"{option}: {value} is not an integer >= {minimum}")
+    return value
+
+
+def _choice(option: str, value: str, accepted: tuple[str, ...]) -> str:
+    if value not in accepted:
+        raise UsageError(f"{option}: {value!r} is not one of {', '.join(accepted)}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``hpcmem train``."""
+    what = parser.add_argument_group("model")
+    what.add_argument("--model", default="transformer", metavar="NAME",
+                      help="transformer (decoder-only LM) or cnn (ResNet-50-like); "
+                      "default: transformer")
+    what.add_argument("--params", metavar="COUNT",
+                      help="target parameter count (125M, 1.3B, 6B); the actual count is "
+                      "reported; default: 125M for transformer, ResNet-50's 25.6M for cnn")
+    what.add_argument("--batch", type=int, metavar="N",
+                      help="samples per step; default: 8 sequences (transformer), "
+                      "256 images (cnn)")
+    what.add_argument("--seq-len", type=int, default=2048, metavar="TOKENS",
+                      help="tokens per sequence (transformer); default: 2048")
+    what.add_argument("--vocab", type=int, default=50304, metavar="N",
+                      help="vocabulary size (transformer); default: 50304")
+    what.add_argument("--image-size", type=int, default=224, metavar="PIXELS",
+                      help="image height and width (cnn); default: 224")
+    what.add_argument("--dtype", metavar="TYPE",
+                      help="bf16 (autocast over fp32 weights) or fp32; default: bf16 "
+                      "(transformer), fp32 (cnn)")
+
+    memory = parser.add_argument_group("memory")
+    memory.add_argument("--policy", default="hpcmem", metavar="NAME|FILE",
+                        help="memory policy: cuda, um, hpcmem, or a policy YAML file; "
+                        "default: hpcmem")
+    memory.add_argument("--gpu-budget", metavar="BYTES",
+                        help="GPU memory the whole job may hold, binary units (40G, 512M); "
+                        "the rest lives on the host; default: no budget")
+    memory.add_argument("--oversubscribe", type=float, metavar="RATIO",
+                        help="size the model so its estimated footprint (weights, gradients, "
+                        "AdamW state, activations) is RATIO x free GPU memory, instead of "
+                        "--params; above 0.9 is refused before any allocation")
+    memory.add_argument("--allow-oversubscription", action="store_true",
+                        help="allow --oversubscribe above 0.9 and managed memory beyond free "
+                        "GPU memory (dedicated nodes only: it can hang a shared GPU); "
+                        "also HPCMEM_ALLOW_OVERSUBSCRIPTION=1")
+
+    run = parser.add_argument_group("run")
+    run.add_argument("--steps", type=int, default=20, metavar="N",
+                     help="timed steps after the warm-up; default: 20")
+    run.add_argument("--warmup", type=int, default=3, metavar="N",
+                     help="untimed steps first (the first step's time is still reported); "
+                     "default: 3")
+    run.add_argument("--seed", type=int, default=0, metavar="N",
+                     help="seed of the weights and the synthetic data; default: 0")
+    run.add_argument("--device", default="cuda:0", metavar="DEVICE",
+                     help="cuda or cuda:N; cpu runs the loop with policy cuda only, for "
+                     "tests (no GPU figures); default: cuda:0")
+    run.add_argument("--output", metavar="FILE",
+                     help="write the JSONL record here (atomically); default: summary only")
+    run.add_argument("--skip-if-no-gpu", action="store_true",
+                     help="without a CUDA GPU, write a skipped record and exit 0 "
+                     "instead of failing")
+
+
+def _point(args: argparse.Namespace) -> Any:
+    """The validated point (raises UsageError naming the first bad option)."""
+    from hpcmem.train.record import TrainPoint
+    from hpcmem.um import parse_bytes
+
+    model = _choice("--model", args.model, MODELS)
+    defaults = DEFAULTS[model]
+    if args.params is not None and args.oversubscribe is not None:
+        raise UsageError("--params and --oversubscribe: give one of them, not both")
+    params = args.params if args.params is not None else defaults["params"]
+    if args.oversubscribe is not None:
+        params = None
+        if not math.isfinite(args.oversubscribe) or args.oversubscribe <= 0:
+            raise UsageError(f"--oversubscribe: {args.oversubscribe!r} is not a positive ratio")
+    budget = None
+    if args.gpu_budget is not None:
+        try:
+            budget = parse_bytes(args.gpu_budget, "--gpu-budget")
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+    device = args.device
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise UsageError(f"--device: {device!r} is not one of cuda, cuda:N, cpu")
+    return TrainPoint(
+        model=model,
+        params_requested=None if params is None else parse_count("--params", params),
+        oversubscribe=args.oversubscribe,
+        batch=_positive("--batch", args.batch if args.batch is not None else defaults["batch"]),
+        seq_len=_positive("--seq-len", args.seq_len) if model == "transformer" else None,
+        vocab=_positive("--vocab", args.vocab, 2) if model == "transformer" else None,
+        image_size=_positive("--image-size", args.image_size, 32) if model == "cnn" else None,
+        dtype=_choice("--dtype", args.dtype or defaults["dtype"], DTYPES),
+        policy=args.policy,
+        gpu_budget=budget,
+        steps=_positive("--steps", args.steps),
+        warmup=_positive("--warmup", args.warmup, 0),
+        seed=_positive("--seed", args.seed, 0),
+        device=device,
+    )
+
+
+def _policy(point: Any) -> Any:
+    """The point's loaded policy; a bad one, or one the point cannot use, is a UsageError."""
+    from hpcmem.um import load_policy
+
+    try:
+        policy = load_policy(point.policy)
+    except (OSError, ValueError) as error:
+        message = str(error)
+        prefixed = message if message.startswith("--policy") else f"--policy: {message}"
+        raise UsageError(prefixed) from None
+    if point.device == "cpu" and policy.managed:
+        raise UsageError(f"--policy: {point.policy!r} needs a CUDA device; --device cpu "
+                         "(for tests) runs only with --policy cuda")
+    if point.gpu_budget is not None and not policy.managed:
+        raise UsageError(f"--gpu-budget: needs a Unified Memory policy (um, hpcmem or a "
+                         f"managed YAML file); {policy.name!r} is PyTorch's own allocator")
+    return policy
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate, refuse oversubscription, check the GPU, then train and record."""
+    from hpcmem.train.sizing import OversubscriptionRefused, check_oversubscribe
+    from hpcmem.um import oversubscription_allowed
+
+    point = _point(args)
+    try:
+        allowed = oversubscription_allowed(args.allow_oversubscription)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if point.oversubscribe is not None:
+        try:
+            check_oversubscribe(point.oversubscribe, allowed)
+        except OversubscriptionRefused as error:
+            raise UsageError(str(error)) from None
+
+    policy = _policy(point)
+    from hpcmem.train.benchmark import NoGPUError, run_point
+    from hpcmem.train.sizing import SizingError
+
+    try:
+        record = run_point(point, policy=policy, allow_oversubscription=allowed,
+                           skip_if_no_gpu=args.skip_if_no_gpu)
+    except NoGPUError as error:
+        print(f"hpcmem train: error: {error}", file=sys.stderr)
+        return 1
+    except SizingError as error:
+        raise UsageError(str(error)) from None
+    if args.output:
+        from hpcmem.results import write_records
+
+        write_records(args.output, [record])
+    print(summary_line(record))
+    return 0 if record["status"] != "failed" else 1
+
+
+def summary_line(record: dict[str, Any]) -> str:
+    """One human-readable line about a train record."""
+    if record["status"] != "ok":
+        return f"hpcmem train: {record['status']}: {record['reason']}"
+    step = record["step_ms"]
+    return (
+        f"hpcmem train: {record['model']} {record['params'] / 1e6:.1f}M params, "
+        f"policy {record['policy']['name']}, {record['dtype']}, batch {record['batch']}: "
+        f"step {step['median']:.1f} ms median (p10 {step['p10']:.1f}, p90 {step['p90']:.1f}), "
+        f"first step {record['first_step_ms']:.1f} ms, "
+        f"{record['throughput']:.1f} {record['throughput_unit']}"
+    )

@@ -1,0 +1,145 @@
+"""One training point end to end: check the device, size the model, train, build the record."""
+
+from __future__ import annotations
+
+import socket
+from typing import TYPE_CHECKING, Any
+
+from hpcmem.train.record import TrainPoint, ok_record, unfinished_record
+
+if TYPE_CHECKING:
+    import torch
+
+    from hpcmem.train.models import CNNShape, TransformerShape
+
+__all__ = ["NoGPUError", "choose_shape", "environment", "no_gpu_reason", "run_point"]
+
+
+class NoGPUError(RuntimeError):
+    """The point needs a CUDA GPU and this machine has none."""
+
+
+def no_gpu_reason(device: torch.device) -> str | None:
+    """Why ``device`` cannot run here, or None when it can."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    if not torch.cuda.is_available():
+        build = (
+            "a CPU-only build"
+            if torch.version.cuda is None
+            else f"built for CUDA {torch.version.cuda}, but no device is visible"
+        )
+        return f"no CUDA GPU on {socket.gethostname()} (torch {torch.__version__}: {build})"
+    count = torch.cuda.device_count()
+    if (device.index or 0) >= count:
+        return f"--device {device}: this machine has {count} CUDA device(s)"
+    return None
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    """GPU name, torch and CUDA versions, and the device's total memory in bytes."""
+    import torch
+
+    if device.type != "cuda":
+        return {"gpu": "none", "torch": torch.__version__, "cuda": torch.version.cuda,
+                "device_memory_bytes": 0}
+    properties = torch.cuda.get_device_properties(device)
+    return {
+        "gpu": properties.name,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device_memory_bytes": properties.total_memory,
+    }
+
+
+def choose_shape(point: TrainPoint, device: torch.device) -> TransformerShape | CNNShape:
+    """The model shape: from ``params_requested``, or sized to ``oversubscribe`` x free memory."""
+    from hpcmem.train.models import cnn_shape, transformer_shape
+    from hpcmem.train.sizing import SizingError, size_for_footprint
+
+    if point.oversubscribe is None:
+        if point.model == "cnn":
+            return cnn_shape(point.params_requested, point.image_size or 224)
+        assert point.params_requested and point.seq_len and point.vocab
+        return transformer_shape(point.params_requested, point.seq_len, point.vocab)
+    import torch
+
+    if device.type != "cuda":
+        raise SizingError("--oversubscribe: sizing to free GPU memory needs a CUDA --device")
+    free, _total = torch.cuda.mem_get_info(device)
+    return size_for_footprint(
+        point.model,
+        int(point.oversubscribe * free),
+        batch=point.batch,
+        dtype=point.dtype,
+        seq_len=point.seq_len or 0,
+        vocab=point.vocab or 0,
+        image_size=point.image_size or 0,
+    )
+
+
+def run_point(
+    point: TrainPoint,
+    *,
+    policy: Any,
+    allow_oversubscription: bool,
+    skip_if_no_gpu: bool,
+) -> dict[str, Any]:
+    """Run ``point`` under ``policy`` (a ``hpcmem.um`` policy) and return its record.
+
+    Raises NoGPUError when the point needs a GPU this machine lacks (unless
+    ``skip_if_no_gpu``: then the record is ``skipped``), SizingError for a point
+    that cannot be sized. Running out of memory gives a ``failed`` record.
+    """
+    import torch
+
+    from hpcmem import affinity
+    from hpcmem.train.data import synthetic_data
+    from hpcmem.train.loop import train
+    from hpcmem.train.models import CNN_CLASSES
+    from hpcmem.train.sizing import footprint
+    from hpcmem.um import UnifiedMemory
+
+    binding = affinity.current()
+    device = torch.device(point.device)
+    reason = no_gpu_reason(device)
+    if reason is not None:
+        if skip_if_no_gpu:
+            return unfinished_record(point, "skipped", reason, binding)
+        raise NoGPUError(f"{reason}; run on a GPU node, or pass --skip-if-no-gpu to record "
+                         "a skipped point")
+    shape = choose_shape(point, device)
+    data = synthetic_data(
+        point.model,
+        batch=point.batch,
+        seq_len=point.seq_len or 0,
+        vocab=point.vocab or 0,
+        image_size=point.image_size or 0,
+        classes=CNN_CLASSES,
+        seed=point.seed,
+    )
+    memory = UnifiedMemory(
+        policy,
+        device=device.index or 0,
+        gpu_budget=point.gpu_budget,
+        allow_oversubscription=allow_oversubscription,
+    )
+    try:
+        result = train(shape, data, memory, device=device, dtype=point.dtype,
+                       steps=point.steps, warmup=point.warmup, seed=point.seed)
+    except torch.OutOfMemoryError as error:
+        first_line = str(error).strip().splitlines()[0]
+        return unfinished_record(point, "failed", f"out of memory: {first_line}", binding)
+    finally:
+        memory.close()
+    return ok_record(
+        point,
+        shape=shape,
+        result=result,
+        policy=policy.to_record(),
+        footprint=footprint(shape, point.batch, point.dtype),
+        environment=environment(device),
+        binding=binding,
+    )

@@ -1,0 +1,191 @@
+"""The timed training loop: AdamW, bf16 autocast or fp32, warm-up, per-step wall-clock times.
+
+Memory goes through a ``hpcmem.um.UnifiedMemory``: model, gradients, optimizer
+state and the loss log are made in its params scope, each batch in its inputs
+scope (allocated there and written by the CPU, as a data loader would), forward
+and backward in its activations scope. A step is timed from the start of the
+batch's production to the end of ``optimizer.step()`` with the device
+synchronised, so the CPU's write of the inputs and every migration it causes are
+inside the figure. The first step (first touch of every page) is reported on its
+own; the statistics cover the steps after the warm-up.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from hpcmem.train.models import CNNShape, TransformerShape, build
+
+if TYPE_CHECKING:
+    import torch
+
+    from hpcmem.train.data import SyntheticImages, SyntheticTokens
+
+__all__ = ["LEARNING_RATE", "StepStats", "TrainResult", "step_stats", "train"]
+
+LEARNING_RATE = 1e-4
+#: Losses kept at each end of the run in the record.
+LOSSES_KEPT = 5
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """Step-time statistics in milliseconds."""
+
+    median: float
+    p10: float
+    p90: float
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What one training run measured."""
+
+    step_ms: list[float]  # every step, warm-up included, in order
+    warmup: int
+    losses: list[float]  # every step's loss, in order
+    items_per_step: int
+    memory: dict[str, Any]  # ``um.stats()`` after the last step
+    peak_reserved_bytes: int | None  # PyTorch's peak reserved device memory (None on the CPU)
+
+    @property
+    def first_step_ms(self) -> float:
+        """Time of the first step (first touch of all memory), ms."""
+        return self.step_ms[0]
+
+    @property
+    def timed(self) -> StepStats:
+        """Statistics of the steps after the warm-up."""
+        return step_stats(self.step_ms[self.warmup :])
+
+    def throughput(self) -> float:
+        """Items (tokens or images) per second at the median step time."""
+        return self.items_per_step / (self.timed.median / 1e3)
+
+    def loss_ends(self) -> dict[str, list[float]]:
+        """The first and last ``LOSSES_KEPT`` losses (for loss-equality checks)."""
+        return {"first": self.losses[:LOSSES_KEPT], "last": self.losses[-LOSSES_KEPT:]}
+
+
+def step_stats(times_ms: list[float]) -> StepStats:
+    """Median, 10th and 90th percentile (inclusive, linear interpolation) of ``times_ms``."""
+    if not times_ms:
+        raise ValueError("no timed steps")
+    if len(times_ms) == 1:
+        return StepStats(times_ms[0], times_ms[0], times_ms[0])
+    deciles = statistics.quantiles(times_ms, n=10, method="inclusive")
+    return StepStats(statistics.median(times_ms), deciles[0], deciles[-1])
+
+
+def _synchronize(device: torch.device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _materialize_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
+    """Create AdamW's state now (one step at learning rate 0 on zero gradients, then reset)."""
+    rates = [group["lr"] for group in optimizer.param_groups]
+    for group in optimizer.param_groups:
+        group["lr"] = 0.0
+    optimizer.step()
+    for group, rate in zip(optimizer.param_groups, rates, strict=True):
+        group["lr"] = rate
+    for state in optimizer.state.values():
+        state["step"].zero_()
+
+
+def _new_batch(
+    data: SyntheticTokens | SyntheticImages,
+    memory: Any,
+    device: torch.device,
+    staging: dict[str, Any],
+) -> dict[str, torch.Tensor]:
+    """Allocate the step's batch on ``device`` in the inputs scope and have the CPU write it.
+
+    Managed (and CPU) memory is written in place by the CPU, then prefetched if
+    the inputs policy says ``before_use``; device memory is written into
+    ``staging`` (pinned host buffers, made once) and copied over, as PyTorch's
+    data loader does with ``pin_memory``.
+    """
+    import torch
+
+    from hpcmem.um import host_view
+
+    with memory.inputs():
+        batch = {
+            field.name: torch.empty(field.shape, dtype=getattr(torch, field.dtype), device=device)
+            for field in data.fields()
+        }
+    if device.type == "cpu":
+        data.fill(batch)
+    elif memory.managed:
+        data.fill({name: host_view(tensor) for name, tensor in batch.items()})
+        if memory.policy.inputs.prefetch == "before_use":
+            for tensor in batch.values():
+                memory.prefetch(tensor)
+    else:
+        if not staging:
+            staging.update({name: torch.empty_like(t, device="cpu", pin_memory=True)
+                            for name, t in batch.items()})
+        data.fill(staging)
+        for name, tensor in batch.items():
+            tensor.copy_(staging[name], non_blocking=True)
+    return batch
+
+
+def train(
+    shape: TransformerShape | CNNShape,
+    data: SyntheticTokens | SyntheticImages,
+    memory: Any,
+    *,
+    device: torch.device,
+    dtype: str,
+    steps: int,
+    warmup: int,
+    seed: int,
+) -> TrainResult:
+    """Train ``shape`` on ``data`` for ``warmup + steps`` steps under ``memory`` (UnifiedMemory)."""
+    import torch
+
+    total = warmup + steps
+    torch.manual_seed(seed)
+    with memory.params(), torch.device(device):
+        model = build(shape)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
+        for parameter in model.parameters():
+            parameter.grad = torch.zeros_like(parameter)
+        _materialize_optimizer_state(optimizer)
+        losses = torch.zeros(total)
+    memory.attach(model, optimizer)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16")
+    staging: dict[str, Any] = {}
+    times_ms = []
+    for step in range(total):
+        _synchronize(device)
+        start = time.perf_counter()
+        batch = _new_batch(data, memory, device, staging)
+        with memory.activations():
+            with autocast:
+                loss = model(batch)
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)
+        losses[step] = loss.detach()
+        del batch, loss
+        _synchronize(device)
+        times_ms.append((time.perf_counter() - start) * 1e3)
+    return TrainResult(
+        step_ms=times_ms,
+        warmup=warmup,
+        losses=losses.tolist(),
+        items_per_step=data.items(),
+        memory=memory.stats(),
+        peak_reserved_bytes=(
+            torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None
+        ),
+    )

@@ -1,0 +1,102 @@
+"""The ``train`` result record (DESIGN.md "Result record"): one JSON object per run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from hpcmem.results import common_fields
+from hpcmem.um import TYPES
+
+if TYPE_CHECKING:
+    from hpcmem.train.loop import TrainResult
+    from hpcmem.train.models import CNNShape, TransformerShape
+    from hpcmem.train.sizing import Footprint
+
+__all__ = ["THROUGHPUT_UNITS", "TrainPoint", "ok_record", "unfinished_record"]
+
+#: Throughput unit per model.
+THROUGHPUT_UNITS = {"transformer": "tokens/s", "cnn": "images/s"}
+
+
+@dataclass(frozen=True)
+class TrainPoint:
+    """What was asked for: the sweep coordinates and run settings of one training point."""
+
+    model: str
+    params_requested: int | None
+    oversubscribe: float | None
+    batch: int
+    seq_len: int | None  # transformer only
+    vocab: int | None  # transformer only
+    image_size: int | None  # cnn only
+    dtype: str
+    policy: str  # preset name or YAML path
+    gpu_budget: int | None
+    steps: int
+    warmup: int
+    seed: int
+    device: str
+
+
+def _point_fields(point: TrainPoint) -> dict[str, Any]:
+    fields = asdict(point)
+    fields["policy"] = {"name": point.policy}
+    fields["params"] = point.params_requested
+    return fields
+
+
+def unfinished_record(
+    point: TrainPoint, status: str, reason: str, binding: dict[str, Any]
+) -> dict[str, Any]:
+    """A ``skipped`` (cannot run here: no GPU) or ``failed`` (out of memory) record."""
+    return {
+        **common_fields("train", binding=binding, status=status, reason=reason),
+        **_point_fields(point),
+    }
+
+
+def ok_record(
+    point: TrainPoint,
+    *,
+    shape: TransformerShape | CNNShape,
+    result: TrainResult,
+    policy: dict[str, Any],
+    footprint: Footprint,
+    environment: dict[str, Any],
+    binding: dict[str, Any],
+) -> dict[str, Any]:
+    """The record of a finished run.
+
+    ``policy`` is ``policy.to_record()``; ``environment`` carries ``gpu``,
+    ``torch``, ``cuda`` and ``device_memory_bytes`` (the device's total memory,
+    the denominator of ``oversubscription``). ``bytes_by_type`` holds each
+    type's peak managed bytes (None per type under the unmanaged ``cuda``
+    policy, whose total is in ``peak_reserved_bytes``).
+    """
+    memory = result.memory
+    device_memory = environment["device_memory_bytes"]
+    managed = memory.get("managed_bytes", 0)
+    return {
+        **common_fields("train", binding=binding),
+        **_point_fields(point),
+        "params": shape.param_count(),
+        "shape": asdict(shape),
+        "policy": policy,
+        "step_ms": asdict(result.timed),
+        "first_step_ms": result.first_step_ms,
+        "step_ms_all": result.step_ms,
+        "throughput": result.throughput(),
+        "throughput_unit": THROUGHPUT_UNITS[point.model],
+        "bytes_by_type": {
+            name: memory[name]["peak_bytes"] if memory.get(name) else None
+            for name in TYPES
+        },
+        "escaped_bytes": memory["escaped_bytes"],
+        "peak_reserved_bytes": result.peak_reserved_bytes,
+        "memory": memory,
+        "footprint_estimate": footprint.to_record(),
+        "oversubscription": managed / device_memory if device_memory else 0.0,
+        "losses": result.loss_ends(),
+        **environment,
+    }
