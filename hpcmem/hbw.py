@@ -83,8 +83,8 @@ def _native() -> ModuleType:
         from hpcmem import _hbw
     except ImportError as error:
         raise MemkindNotBuiltError(
-            f"hpcmem._hbw is not available ({error}): hpcmem was built without memkind; "
-            f"{INSTALL_HINT}"
+            f"hpcmem._hbw cannot be loaded ({error}): hpcmem was built without memkind "
+            f"or memkind is gone; {INSTALL_HINT}"
         ) from None
     return _hbw
 
@@ -143,9 +143,8 @@ def resolve_kind(kind: str) -> str:
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
-    dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
     try:
-        dims = tuple(operator.index(d) for d in dims)
+        dims = tuple(operator.index(d) for d in (shape if np.iterable(shape) else (shape,)))
     except TypeError:
         raise TypeError(f"shape {shape!r}: dimensions must be integers") from None
     if any(d < 0 for d in dims):
