@@ -1,0 +1,93 @@
+"""`hpcmem info`: the real console script on this machine, text and JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from importlib import metadata
+
+from hpcmem import topology
+
+
+def _info(hpcmem_exe: str, *args: str, env: dict[str, str] | None = None):
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MEMKIND_")}
+    started = time.monotonic()
+    done = subprocess.run(
+        [hpcmem_exe, "info", *args],
+        capture_output=True,
+        text=True,
+        env={**base, **(env or {})},
+        timeout=60,
+    )
+    return done, time.monotonic() - started
+
+
+def test_info_text(hpcmem_exe: str) -> None:
+    done, seconds = _info(hpcmem_exe)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("hpcmem ") and lines[1] == "NUMA nodes:"
+    for node in topology.numa_nodes():
+        cpus = topology.format_node_list(node.cpus)
+        assert re.search(rf"^  node {node.id}: CPUs {cpus}, \d+\.\d GiB ", done.stdout, re.M)
+    assert re.search(r"^memkind: \d+\.\d+\.\d+$", done.stdout, re.M)
+    assert re.search(r"^MPI: Open MPI v\d", done.stdout, re.M)
+    assert re.search(r"^Slurm: ", done.stdout, re.M)
+    assert re.search(r"^Container runtime: ", done.stdout, re.M)
+    assert seconds < 10
+
+
+def test_info_json(hpcmem_exe: str) -> None:
+    done, _ = _info(hpcmem_exe, "--json", env={"MEMKIND_HBW_NODES": "0"})
+    assert done.returncode == 0, done.stderr
+    info = json.loads(done.stdout)
+    nodes = topology.numa_nodes()
+    assert [n["id"] for n in info["numa_nodes"]] == [n.id for n in nodes]
+    assert [tuple(n["cpus"]) for n in info["numa_nodes"]] == [n.cpus for n in nodes]
+    assert info["numa_nodes"][0]["memory_total_bytes"] == nodes[0].memory_total
+    assert info["hbw"] == {"nodes": [0], "source": "MEMKIND_HBW_NODES", "emulated": True}
+    assert info["mpi"]["mpi4py"] == metadata.version("mpi4py")
+    assert info["mpi"]["library"].startswith("Open MPI v") and "\0" not in info["mpi"]["library"]
+    assert info["slurm"]["job_id"] == os.environ.get("SLURM_JOB_ID")
+    assert info["gpus"] == [] or all(g["memory_total_bytes"] > 0 for g in info["gpus"])
+
+
+def test_info_without_hbw_declared(hpcmem_exe: str) -> None:
+    done, _ = _info(hpcmem_exe)
+    expected = topology.hbw_nodes({})
+    if expected.nodes:
+        assert f"detected by {expected.source}" in done.stdout
+    else:
+        assert "HBW nodes: none (" in done.stdout
+
+
+def test_info_reports_bad_hbw_variable(hpcmem_exe: str) -> None:
+    done, _ = _info(hpcmem_exe, "--json", env={"MEMKIND_HBW_NODES": "0-x"})
+    assert done.returncode == 0, done.stderr
+    error = json.loads(done.stdout)["hbw"]["error"]
+    assert error.startswith("MEMKIND_HBW_NODES='0-x': '0-x' is not a node or a range")
+
+
+def test_info_with_nothing_on_path(hpcmem_exe: str, tmp_path) -> None:
+    """No sinfo, nvidia-smi or apptainer on PATH: reported as absent, exit 0."""
+    done, _ = _info(hpcmem_exe, env={"PATH": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert "Slurm: not installed (no sinfo on PATH)" in done.stdout
+    assert "Container runtime: none (no apptainer or singularity on PATH)" in done.stdout
+
+
+def test_info_without_native_module() -> None:
+    """A build without memkind: info still works and says how to get memkind."""
+    code = (
+        "import sys; sys.modules['hpcmem._hbw'] = None\n"
+        "from hpcmem.cli import main\n"
+        "sys.exit(main(['info']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "memkind: not available: hpcmem._hbw cannot be loaded" in done.stdout
+    assert "apt-get install libmemkind-dev" in done.stdout
