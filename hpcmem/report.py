@@ -148,6 +148,7 @@ def speedup_figure(points: pd.DataFrame) -> str | None:
                   linewidth=1.6, label=label)
     axes.axhline(1.0, color="#555", linewidth=1, linestyle="--")
     _log_size_axis(axes, speed["size_bytes"])
+    _log_value_axis(axes)
     axes.set_ylabel("speedup over numpy buffers (\u00d7)")
     axes.set_title("latency of numpy buffers / latency of the buffer kind", fontsize=11)
     axes.legend(fontsize=9, ncols=2)

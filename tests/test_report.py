@@ -1,0 +1,112 @@
+"""hpcmem report: a self-contained page, rendered for real in headless Debian Chromium."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hpcmem.aggregate import aggregate
+from hpcmem.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures" / "records"
+CHROMIUM = "/usr/bin/chromium"
+IMG = re.compile(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)" width="(\d+)" '
+                 r'height="(\d+)" alt="([^"]+)">')
+PROBE = """<script>
+window.addEventListener("load", () => {
+  const out = document.createElement("pre");
+  out.id = "probe";
+  out.textContent = JSON.stringify([...document.images].map(
+    i => [i.complete, i.naturalWidth, i.naturalHeight]));
+  document.body.appendChild(out);
+});
+</script>
+"""
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Report of every fixture (real and synthetic runs, problems) with a failing verdict."""
+    base = tmp_path_factory.mktemp("report")
+    aggregate([FIXTURES / "real", FIXTURES / "train", FIXTURES / "problems"], base / "summary")
+    refs = base / "refs.yaml"
+    refs.write_text("references:\n  '*:*':\n"
+                    "    'collectives/allreduce/*/size=8/latency_us.avg': [0.01, -0.1, 0.1, us]\n")
+    code = main(["check", str(base / "summary"), "--references", str(refs),
+                 "--verdict-out", str(base / "verdict.json")])
+    assert code == 1
+    assert main(["report", str(base / "summary"), "--verdict", str(base / "verdict.json"),
+                 "--out", str(base / "out" / "report.html")]) == 0
+    return base / "out" / "report.html"
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_page_is_self_contained_with_every_plot_and_section(report: Path) -> None:
+    page = report.read_text()
+    images = IMG.findall(page)
+    alts = [alt for *_, alt in images]
+    # one figure per op (3), the speedup figure, the training figure
+    assert len(images) == 5, alts
+    assert sum("latency and bus bandwidth" in a for a in alts) == 3
+    assert any("speedup" in a for a in alts) and any("step time" in a for a in alts)
+    for data, width, height, _ in images:
+        assert png_size(base64.b64decode(data)) == (int(width), int(height))
+    assert not re.search(r'(src|href)="(?!data:)', page), "external asset in the page"
+    assert "<script" not in page
+    for text in ["latency across ranks (µs)", "bus bandwidth (GB/s", "Median step time (ms)",
+                 "result differs from the reference", "no CUDA GPU on node01",
+                 "problems.jsonl:5", "Open MPI v4.1.4", "emulated (MEMKIND_HBW_NODES)",
+                 'class="badge FAIL"', "slower than the reference"]:
+        assert text in page, text
+    assert not list(report.parent.glob(".*")), "temporary file left behind"
+
+
+def test_chromium_renders_every_plot(report: Path, tmp_path: Path) -> None:
+    probe = tmp_path / "probe.html"
+    probe.write_text(report.read_text().replace("</body>", PROBE + "</body>"))
+    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+             "--no-first-run", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
+    shot = tmp_path / "report.png"
+    subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1400,4000",
+                    report.as_uri()], check=True, capture_output=True, timeout=120)
+    assert png_size(shot.read_bytes()) == (1400, 4000)
+    dom = subprocess.run([*flags, "--dump-dom", probe.as_uri()], check=True,
+                         capture_output=True, text=True, timeout=120).stdout
+    found = re.search(r'<pre id="probe">(.*?)</pre>', dom)
+    assert found, "the page did not finish loading"
+    images = json.loads(found.group(1))
+    assert len(images) == 5
+    for complete, width, height in images:
+        assert complete and width >= 800 and height >= 300, images
+
+
+def test_summary_without_training_or_verdict(tmp_path: Path) -> None:
+    aggregate([FIXTURES / "collectives"], tmp_path / "s")
+    assert main(["report", str(tmp_path / "s" / "summary.parquet"),
+                 "--out", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    assert "No training points in this summary" in page
+    assert "None: every record was valid and ran." in page
+    assert len(IMG.findall(page)) == 3  # allreduce, bcast, speedup
+
+
+def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    aggregate([FIXTURES / "collectives"], tmp_path / "s")
+    (tmp_path / "v.json").write_text('{"verdict": "PASS"')
+    assert main(["report", str(tmp_path / "s"), "--verdict", str(tmp_path / "v.json"),
+                 "--out", str(tmp_path / "r.html")]) == 2
+    assert "--verdict: " in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "nothing"), "--out", str(tmp_path / "r.html")]) == 2
+    assert "SUMMARY: " in capsys.readouterr().err
+    assert not (tmp_path / "r.html").exists()
