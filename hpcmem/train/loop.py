@@ -24,7 +24,14 @@ if TYPE_CHECKING:
 
     from hpcmem.train.data import SyntheticImages, SyntheticTokens
 
-__all__ = ["LEARNING_RATE", "StepStats", "TrainResult", "step_stats", "train"]
+__all__ = [
+    "LEARNING_RATE",
+    "StepStats",
+    "TrainResult",
+    "materialize_optimizer_state",
+    "step_stats",
+    "train",
+]
 
 LEARNING_RATE = 1e-4
 #: Losses kept at each end of the run in the record.
@@ -87,7 +94,7 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _materialize_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
+def materialize_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
     """Create AdamW's state now (one step at learning rate 0 on zero gradients, then reset)."""
     rates = [group["lr"] for group in optimizer.param_groups]
     for group in optimizer.param_groups:
@@ -154,13 +161,15 @@ def train(
 
     total = warmup + steps
     torch.manual_seed(seed)
-    with memory.params(), torch.device(device):
-        model = build(shape)
+    with memory.params():
+        with torch.device(device):  # made in place: a 6B model never passes through the host
+            model = build(shape)
+        # Outside the device context: AdamW keeps its step counters on the host.
         optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
         for parameter in model.parameters():
             parameter.grad = torch.zeros_like(parameter)
-        _materialize_optimizer_state(optimizer)
-        losses = torch.zeros(total)
+        materialize_optimizer_state(optimizer)
+        losses = torch.zeros(total, device=device)
     memory.attach(model, optimizer)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16")
     staging: dict[str, Any] = {}
