@@ -4,7 +4,8 @@ A launcher (numactl, ``srun --cpu-bind``, ``mpirun --bind-to``) sets both before
 Python starts; this module reads them back from the kernel so every record says
 where a rank really ran, not where it was asked to run. The memory policy comes
 from ``get_mempolicy(2)`` through libnuma (ctypes); the numactl arguments a
-wrapper used are taken from ``HPCMEM_NUMACTL_ARGS`` when it sets them.
+wrapper used are taken from ``HPCMEM_NUMACTL_ARGS`` and the binding's name from
+``HPCMEM_BINDING`` when it sets them.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ import shlex
 from functools import cache
 from typing import Any
 
-__all__ = ["MEMPOLICY_MODES", "NUMACTL_ENV", "cpu_affinity", "current", "mempolicy"]
+__all__ = ["BINDING_ENV", "MEMPOLICY_MODES", "NUMACTL_ENV", "cpu_affinity", "current", "mempolicy"]
 
 #: environment variable through which a binding wrapper reports its numactl arguments
 NUMACTL_ENV = "HPCMEM_NUMACTL_ARGS"
+#: environment variable through which a binding wrapper reports the binding's name (e.g. ``hbw``)
+BINDING_ENV = "HPCMEM_BINDING"
 
 #: MPOL_* values of <linux/mempolicy.h> -> names
 MEMPOLICY_MODES: dict[int, str] = {
@@ -90,12 +93,14 @@ def mempolicy() -> dict[str, Any]:
 def current() -> dict[str, Any]:
     """The binding applied to this process, as recorded in every result record.
 
-    ``numactl`` holds the arguments from ``HPCMEM_NUMACTL_ARGS`` as a list (None
-    when no wrapper reported any), ``cpus`` the CPU affinity, ``mempolicy`` the
-    kernel's memory policy.
+    ``name`` is the binding's name from ``HPCMEM_BINDING`` and ``numactl`` the
+    arguments from ``HPCMEM_NUMACTL_ARGS`` as a list (None when no wrapper
+    reported them), ``cpus`` the CPU affinity, ``mempolicy`` the kernel's memory
+    policy.
     """
     raw = os.environ.get(NUMACTL_ENV)
     return {
+        "name": os.environ.get(BINDING_ENV) or None,
         "numactl": shlex.split(raw) if raw is not None else None,
         "cpus": cpu_affinity(),
         "mempolicy": mempolicy(),

@@ -75,3 +75,30 @@ def test_wrong_result_fails_the_point_and_the_exit_code(monkeypatch, capsys, tmp
     assert "latency_us" in failed  # still measured and written
     assert all(validate_record(r) == [] for r in records)
     assert "# failed (size 4): rank 0: allreduce:" in captured.out
+
+
+def test_numpy_hugepage_follows_the_option_then_the_environment(monkeypatch):
+    from hpcmem.cli import build_parser
+    from hpcmem.cli.collectives import options_from_args
+
+    def hugepage(*argv):
+        return options_from_args(build_parser().parse_args(["collectives", *argv])).numpy_hugepage
+
+    monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
+    assert hugepage() is False
+    assert hugepage("--numpy-hugepage", "on") is True
+    monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", "1")
+    assert hugepage() is True
+    assert hugepage("--numpy-hugepage", "off") is False
+    monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", "0")
+    assert hugepage() is False
+
+
+def test_too_large_buffer_is_skipped_not_crashed(capsys, tmp_path):
+    output = tmp_path / "r.jsonl"
+    argv = ["--op", "allgather", "--min-size", "64G", "--max-size", "64G", "--iterations", "1"]
+    assert main(["collectives", *argv, "--output", str(output)]) == 0
+    (record,) = read_records(output)
+    assert record["status"] == "skipped"
+    assert record["reason"].startswith("numpy: allocation failed (Unable to allocate")
+    assert "# skipped: numpy: allocation failed" in capsys.readouterr().out

@@ -168,8 +168,13 @@ def test_affinity_sees_numactl_binding():
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, affinity.NUMACTL_ENV: "--interleave=0 --physcpubind=0"},
+        env={
+            **os.environ,
+            affinity.NUMACTL_ENV: "--interleave=0 --physcpubind=0",
+            affinity.BINDING_ENV: "interleave",
+        },
     ).stdout
     assert re.search(r'"mode": "interleave", "nodes": \[0\]', out)
     assert '"cpus": [0]' in out
     assert '"numactl": ["--interleave=0", "--physcpubind=0"]' in out
+    assert '"name": "interleave"' in out

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from hpcmem.cli import UsageError
 from hpcmem.collectives.buffers import BUFFER_KINDS
@@ -31,10 +32,14 @@ from hpcmem.collectives.sizes import (
     size_steps,
 )
 
+if TYPE_CHECKING:
+    from hpcmem.collectives.benchmark import Options
+
 HELP = "latency of MPI collectives (OSU-style) on NumPy, HBW and MPI_Alloc_mem buffers"
 
 DEFAULT_OPS = "bcast,gather,allreduce"
 DEFAULT_MAX_SIZE = "1M"
+HUGEPAGE_ENV = "NUMPY_MADVISE_HUGEPAGE"
 _RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 
 
@@ -69,9 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--numpy-hugepage",
-        default="off",
-        help="NumPy's huge-page advice (NUMPY_MADVISE_HUGEPAGE) for numpy buffers: on or off "
-        "(default off, like OSU's malloc'd buffers)",
+        help="NumPy's huge-page advice for numpy buffers: on or off (default: on when "
+        "NUMPY_MADVISE_HUGEPAGE is set and not 0, else off, like OSU's malloc'd buffers)",
     )
     parser.add_argument(
         "--output", metavar="FILE", help="write JSONL records here (atomically; rank 0)"
@@ -110,7 +114,7 @@ def _size(option: str, text: str) -> int:
         raise UsageError(f"{option}: {error}") from None
 
 
-def options_from_args(args: argparse.Namespace):
+def options_from_args(args: argparse.Namespace) -> Options:
     """The validated :class:`hpcmem.collectives.Options`; UsageError names a bad option."""
     import numpy as np
 
@@ -132,8 +136,11 @@ def options_from_args(args: argparse.Namespace):
         raise UsageError(
             f"--max-size: {max_size} bytes is smaller than --min-size ({min_size} bytes)"
         )
-    if args.numpy_hugepage not in ("on", "off"):
-        raise UsageError(f"--numpy-hugepage: {args.numpy_hugepage!r} is not one of on, off")
+    hugepage = args.numpy_hugepage
+    if hugepage is None:
+        hugepage = "off" if os.environ.get(HUGEPAGE_ENV, "0").strip() in ("0", "") else "on"
+    if hugepage not in ("on", "off"):
+        raise UsageError(f"--numpy-hugepage: {hugepage!r} is not one of on, off")
     if args.run_id is not None and not args.run_id.strip():
         raise UsageError(f"--run-id: {args.run_id!r} is blank; give a non-empty identifier")
     return Options(
@@ -143,7 +150,7 @@ def options_from_args(args: argparse.Namespace):
         dtype=args.dtype,
         iterations=_count("--iterations", args.iterations, 1),
         warmup=_count("--warmup", args.warmup, 0),
-        numpy_hugepage=args.numpy_hugepage == "on",
+        numpy_hugepage=hugepage == "on",
         run_id=args.run_id,
     )
 

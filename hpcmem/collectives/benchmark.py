@@ -25,7 +25,7 @@ from hpcmem.collectives.ops import OPS, SENTINEL, Op, check, rank_input
 from hpcmem.collectives.sizes import osu_counts
 from hpcmem.results import common_fields
 
-__all__ = ["Options", "exit_code", "run"]
+__all__ = ["Options", "describe", "exit_code", "merge_placements", "run"]
 
 ROOT = 0
 
@@ -245,6 +245,9 @@ def _run_op_buffer(ctx: _Context, op: Op, kind: str) -> None:
         except buffers.BufferUnavailableError as error:
             send = recv = None
             local = str(error)
+        except MemoryError as error:  # more than this node can give: the points cannot run here
+            send = recv = None
+            local = f"{kind}: allocation failed ({error})"
         reasons = ctx.comm.allgather(local)
         if any(reasons):
             why = "; ".join(sorted({text for text in reasons if text}))
