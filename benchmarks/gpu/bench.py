@@ -1,0 +1,289 @@
+"""GPU training benchmark: policies cuda, um, hpcmem interleaved; a GPU-budget run; FSDP2 offload.
+
+One process per model. For each repeat, every variant runs once, in order (interleaved, so
+drift in clocks or temperature hits every variant alike):
+
+* ``cuda``, ``um``, ``hpcmem`` through ``hpcmem.train.loop.train`` (the code ``hpcmem train``
+  runs), the batch written by the CPU into managed memory for the managed policies;
+* with ``--budget-ratio R``: ``--budget-policy`` (default ``budget-policy.yaml`` here) with
+  ``gpu_budget`` = estimated footprint / R;
+* with ``--fsdp``: PyTorch FSDP2 ``fully_shard`` + ``CPUOffloadPolicy`` on this one GPU
+  (a one-rank NCCL process group), the same model, data and timing.
+
+Records (DESIGN.md schema, one per run) are rewritten atomically to ``--out`` after every run,
+so a run cut short keeps what finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+VARIANT_POLICIES = ("cuda", "um", "hpcmem")
+FSDP = "fsdp2_cpu_offload"
+
+
+def _args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("transformer", "cnn"), required=True)
+    parser.add_argument("--params", type=int, help="transformer parameter count")
+    parser.add_argument("--batch", type=int, required=True)
+    parser.add_argument("--seq-len", type=int, default=1024)
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps after warm-up")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--policies", default=",".join(VARIANT_POLICIES))
+    parser.add_argument(
+        "--budget-ratio",
+        type=float,
+        default=0.0,
+        help="also run hpcmem with gpu_budget = footprint / RATIO",
+    )
+    parser.add_argument(
+        "--budget-policy",
+        default=str(Path(__file__).with_name("budget-policy.yaml")),
+        help="policy of the budget run (preset name or YAML file)",
+    )
+    parser.add_argument("--fsdp", action="store_true", help="also run FSDP2 CPU offload")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    if args.model == "transformer" and not args.params:
+        parser.error("--params: required for --model transformer")
+    return args
+
+
+def _point(args: argparse.Namespace, policy: str, budget: int | None):
+    from hpcmem.train.models import DEFAULT_VOCAB
+    from hpcmem.train.record import TrainPoint
+
+    transformer = args.model == "transformer"
+    return TrainPoint(
+        model=args.model,
+        params_requested=args.params if transformer else None,
+        oversubscribe=None,
+        batch=args.batch,
+        seq_len=args.seq_len if transformer else None,
+        vocab=DEFAULT_VOCAB if transformer else None,
+        image_size=None if transformer else args.image_size,
+        dtype=args.dtype,
+        policy=policy,
+        gpu_budget=budget,
+        steps=args.steps,
+        warmup=args.warmup,
+        seed=args.seed,
+        device="cuda:0",
+    )
+
+
+def _data(args: argparse.Namespace):
+    from hpcmem.train.data import synthetic_data
+    from hpcmem.train.models import CNN_CLASSES, DEFAULT_VOCAB
+
+    return synthetic_data(
+        args.model,
+        batch=args.batch,
+        seq_len=args.seq_len,
+        vocab=DEFAULT_VOCAB,
+        image_size=args.image_size,
+        classes=CNN_CLASSES,
+        seed=args.seed,
+    )
+
+
+def run_managed(args, shape, policy: str, budget: int | None) -> dict[str, Any]:
+    """One run of ``hpcmem.train``'s loop under a UnifiedMemory policy; its record."""
+    import torch
+
+    from hpcmem import affinity
+    from hpcmem.train.benchmark import environment
+    from hpcmem.train.loop import train
+    from hpcmem.train.record import ok_record, unfinished_record
+    from hpcmem.train.sizing import footprint
+    from hpcmem.um import UnifiedMemory
+
+    point = _point(args, policy, budget)
+    device = torch.device("cuda", 0)
+    memory = UnifiedMemory(policy, device=0, gpu_budget=budget)
+    try:
+        torch.cuda.reset_peak_memory_stats(device)
+        result = train(
+            shape,
+            _data(args),
+            memory,
+            device=device,
+            dtype=args.dtype,
+            steps=args.steps,
+            warmup=args.warmup,
+            seed=args.seed,
+            managed_inputs=memory.managed,
+        )
+    except torch.OutOfMemoryError as error:
+        reason = "out of memory: " + str(error).strip().splitlines()[0]
+        return unfinished_record(point, "failed", reason, affinity.current())
+    finally:
+        memory.close()
+    return ok_record(
+        point,
+        shape=shape,
+        result=result,
+        policy=memory.policy.to_record(),
+        footprint=footprint(shape, args.batch, args.dtype),
+        environment=environment(device),
+        binding=affinity.current(),
+    )
+
+
+def run_fsdp(args, shape) -> dict[str, Any]:
+    """FSDP2 ``fully_shard`` with ``CPUOffloadPolicy`` on one GPU: same model, data, timing."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+
+    from hpcmem import affinity
+    from hpcmem.results import common_fields
+    from hpcmem.train.benchmark import environment
+    from hpcmem.train.loop import LEARNING_RATE, step_stats
+    from hpcmem.train.models import build
+
+    device = torch.device("cuda", 0)
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29533")
+        dist.init_process_group("nccl", rank=0, world_size=1, device_id=device)
+    torch.manual_seed(args.seed)
+    with torch.device(device):
+        model = build(shape)
+    offload = CPUOffloadPolicy()
+    for block in getattr(model, "blocks", []):
+        fully_shard(block, offload_policy=offload)
+    fully_shard(model, offload_policy=offload)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
+    data = _data(args)
+    staging = {
+        f.name: torch.empty(f.shape, dtype=getattr(torch, f.dtype), pin_memory=True)
+        for f in data.fields()
+    }
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.dtype == "bf16")
+    torch.cuda.reset_peak_memory_stats(device)
+    times, losses = [], []
+    for _ in range(args.warmup + args.steps):
+        torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        data.fill(staging)
+        batch = {name: t.to(device, non_blocking=True) for name, t in staging.items()}
+        with autocast:
+            loss = model(batch)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.detach())
+        torch.cuda.synchronize(device)
+        times.append((time.perf_counter() - start) * 1e3)
+    stats = step_stats(times[args.warmup :])
+    env = environment(device)
+    record = {
+        **common_fields("train", binding=affinity.current()),
+        "model": args.model,
+        "params": shape.param_count(),
+        "batch": args.batch,
+        "seq_len": args.seq_len if args.model == "transformer" else None,
+        "dtype": args.dtype,
+        "policy": {
+            "name": FSDP,
+            "allocator": "cuda",
+            "detail": "torch.distributed.fsdp.fully_shard + CPUOffloadPolicy(pin_memory=True)"
+            ", 1 rank, NCCL; optimizer step on the CPU",
+        },
+        "gpu_budget": None,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "step_ms": {"median": stats.median, "p10": stats.p10, "p90": stats.p90},
+        "first_step_ms": times[0],
+        "step_ms_all": times,
+        "throughput": data.items() / (stats.median / 1e3),
+        "bytes_by_type": {"params": None, "activations": None, "inputs": None},
+        "peak_reserved_bytes": torch.cuda.max_memory_reserved(device),
+        "oversubscription": 0.0,
+        "losses": {
+            "first": [x.item() for x in losses[:5]],
+            "last": [x.item() for x in losses[-5:]],
+        },
+        **env,
+    }
+    del model, optimizer, batch, loss, losses
+    return record
+
+
+def _release() -> None:
+    import torch
+
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def main() -> int:
+    args = _args()
+    import torch
+
+    from hpcmem.results import read_records, write_records
+    from hpcmem.train.models import DEFAULT_VOCAB, cnn_shape, transformer_shape
+    from hpcmem.train.sizing import footprint
+
+    shape = (
+        transformer_shape(args.params, args.seq_len, DEFAULT_VOCAB)
+        if args.model == "transformer"
+        else cnn_shape(None, args.image_size)
+    )
+    estimate = footprint(shape, args.batch, args.dtype).total
+    budget = int(estimate / args.budget_ratio) if args.budget_ratio else None
+    variants: list[tuple[str, int | None]] = [(p, None) for p in args.policies.split(",") if p]
+    if budget:
+        variants.append((args.budget_policy, budget))
+    if args.fsdp:
+        variants.append((FSDP, None))
+    label = f"{args.model}-{shape.param_count() / 1e9:.2f}B"
+    print(
+        f"# {label}: {shape}, footprint estimate {estimate / 2**30:.1f} GiB, "
+        f"budget {budget and budget / 2**30:.1f} GiB",
+        flush=True,
+    )
+    records = read_records(args.out) if args.out.exists() else []
+    for repeat in range(args.repeats):
+        for policy, variant_budget in variants:
+            started = time.perf_counter()
+            if policy == FSDP:
+                record = run_fsdp(args, shape)
+            else:
+                record = run_managed(args, shape, policy, variant_budget)
+            _release()
+            record["repeat"] = repeat
+            record["command"] = "benchmarks/gpu/run.sh"
+            records.append(record)
+            write_records(args.out, records)
+            tag = record["policy"]["name"] + ("@budget" if variant_budget else "")
+            if record["status"] == "ok":
+                print(
+                    f"{label:18} {tag:18} rep {repeat}  median {record['step_ms']['median']:9.2f} "
+                    f"ms  first {record['first_step_ms']:9.1f} ms  escaped "
+                    f"{record.get('escaped_bytes')}  ({time.perf_counter() - started:.0f} s)",
+                    flush=True,
+                )
+            else:
+                print(
+                    f"{label:18} {tag:18} rep {repeat}  {record['status']}: {record['reason']}",
+                    flush=True,
+                )
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
