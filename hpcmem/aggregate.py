@@ -185,14 +185,13 @@ def point_key(benchmark: str, coords: dict[str, Any]) -> str:
     def show(value: Any) -> str:
         return "?" if value is None else str(value)
 
+    c = coords
     if benchmark == "collectives":
-        c = coords
         return (
             f"collectives/{show(c['op'])}/{show(c['buffer'])}/{show(c['dtype'])}"
             f"/ranks={show(c['ranks'])}"
             f"/binding={show(c['binding'])}/size={show(c['size_bytes'])}"
         )
-    c = coords
     budget = "none" if c["gpu_budget"] is None else str(c["gpu_budget"])
     return (
         f"train/{show(c['model'])}/params={show(c['params'])}/batch={show(c['batch'])}"
@@ -226,7 +225,6 @@ def load_records(files: Iterable[Path]) -> Loaded:
             if error is not None:
                 loaded.rejected.append({**where, "error": error})
                 continue
-            record = {**record, "_file": str(path), "_line": number}
             loaded.valid.append(record)
             reason = _left_out_reason(record)
             if reason is None:
@@ -396,6 +394,9 @@ def _write_bytes_atomically(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` under a temporary name, then rename it into place."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # as open() would; mkstemp makes files private
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import statistics
 from pathlib import Path
 
@@ -85,6 +87,9 @@ def test_invalid_failed_and_skipped_are_listed_and_never_averaged(
 def test_outputs_complete_and_no_temporary_files(everything: tuple[Path, pd.DataFrame]) -> None:
     out, summary = everything
     assert {p.name for p in out.iterdir()} == OUTPUTS
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert {stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()} == {0o666 & ~umask}
     back = pd.read_parquet(out / "summary.parquet")
     assert len(back) == len(summary)
     meta = json.loads((out / "metadata.json").read_text())
