@@ -9,7 +9,10 @@ Rank 0 prints OSU-style tables (`osu_<op> -f` columns) and writes JSONL records
 (--output, written atomically). A buffer kind this node cannot provide (hbw
 without an HBW node: set MEMKIND_HBW_NODES to emulate one) becomes `skipped`.
 
-Sizes are bytes per rank as in OSU (8, 4K, 1M; doubling from --min-size).
+Sizes (8, 4K, 1M; doubling from --min-size) are bytes per rank as in OSU: the
+whole vector for bcast, reduce, allreduce and reduce_scatter (split among the
+ranks), one rank's block for gather, allgather and scatter, the block for each
+peer in alltoall.
 """
 
 from __future__ import annotations
@@ -45,43 +48,59 @@ _RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``hpcmem collectives``."""
-    parser.add_argument(
-        "--op", default=DEFAULT_OPS, help=f"comma list of: {', '.join(OPS)} (default {DEFAULT_OPS})"
+    add = parser.add_argument
+    add(
+        "--op",
+        metavar="LIST",
+        default=DEFAULT_OPS,
+        help=f"comma list of: {', '.join(OPS)} (default {DEFAULT_OPS})",
     )
-    parser.add_argument(
+    add(
         "--buffer",
+        metavar="LIST",
         default="numpy",
         help=f"comma list of: {', '.join(BUFFER_KINDS)} (default numpy)",
     )
-    parser.add_argument(
-        "--min-size", help="smallest message, e.g. 8, 4K (default: one element of --dtype)"
+    add(
+        "--min-size",
+        metavar="SIZE",
+        help="smallest message, e.g. 8, 4K (default: one element of --dtype)",
     )
-    parser.add_argument(
-        "--max-size", default=DEFAULT_MAX_SIZE, help=f"largest message (default {DEFAULT_MAX_SIZE})"
+    add(
+        "--max-size",
+        metavar="SIZE",
+        default=DEFAULT_MAX_SIZE,
+        help=f"largest message (default {DEFAULT_MAX_SIZE})",
     )
-    parser.add_argument(
+    add(
         "--iterations",
+        metavar="N",
         help=f"timed iterations per size (default as OSU: {OSU_ITERATIONS}, "
         f"{OSU_ITERATIONS_LARGE} above {LARGE_MESSAGE_SIZE} bytes)",
     )
-    parser.add_argument(
+    add(
         "--warmup",
+        metavar="N",
         help=f"untimed iterations before timing (default as OSU: {OSU_WARMUP}, "
         f"{OSU_WARMUP_LARGE} above {LARGE_MESSAGE_SIZE} bytes)",
     )
-    parser.add_argument(
-        "--dtype", default="float32", help=f"element type: {', '.join(DTYPES)} (default float32)"
+    add(
+        "--dtype",
+        metavar="NAME",
+        default="float32",
+        help=f"element type: {', '.join(DTYPES)} (default float32)",
     )
-    parser.add_argument(
+    add(
         "--numpy-hugepage",
-        help="NumPy's huge-page advice for numpy buffers: on or off (default: on when "
+        metavar="on|off",
+        help="NumPy's huge-page advice for numpy buffers (default: on when "
         "NUMPY_MADVISE_HUGEPAGE is set and not 0, else off, like OSU's malloc'd buffers)",
     )
-    parser.add_argument(
-        "--output", metavar="FILE", help="write JSONL records here (atomically; rank 0)"
-    )
-    parser.add_argument(
-        "--run-id", help="run identifier stored in every record (default: HPCMEM_RUN_ID or random)"
+    add("--output", metavar="FILE", help="write JSONL records here (atomically; rank 0)")
+    add(
+        "--run-id",
+        metavar="ID",
+        help="run identifier stored in every record (default: HPCMEM_RUN_ID or random)",
     )
 
 
