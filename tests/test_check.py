@@ -216,6 +216,10 @@ def test_bad_summary_and_options_exit_2(summary: Path, tmp_path: Path) -> None:
     assert code == 2 and "--last: 0" in err
     code, _, err = run_check(summary, refs, "--system", "nopartition")
     assert code == 2 and "--system: 'nopartition' is not NAME:PARTITION" in err
+    (tmp_path / "history").mkdir()
+    (tmp_path / "history" / "history.sqlite").write_text("not a database\n" * 100)
+    code, _, err = run_check(summary, refs, "--history", str(tmp_path / "history"))
+    assert code == 2 and "not a usable history store (file is not a database)" in err
 
 
 def test_shipped_references_parse_and_match_the_local_sweep(summary: Path) -> None:

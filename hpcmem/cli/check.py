@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sqlite3
 
 from hpcmem.cli import UsageError
 
@@ -62,8 +63,12 @@ def run(args: argparse.Namespace) -> int:
         summary = read_summary(args.summary)
     except (FileNotFoundError, ValueError) as error:
         raise UsageError(f"SUMMARY: {error}") from None
-    result = check(summary, references, system, history_folder=args.history, last=args.last,
-                   append=not args.no_append)
+    try:
+        result = check(summary, references, system, history_folder=args.history,
+                       last=args.last, append=not args.no_append)
+    except (sqlite3.Error, OSError) as error:
+        problem = f"not a usable history store ({error})"
+        raise UsageError(f"--history: {args.history}: {problem}") from None
     print(format_table(result), flush=True)
     if args.verdict_out:
         write_verdict(args.verdict_out, result, args.references)
