@@ -1,9 +1,11 @@
 """Check a summary against reference figures and the run history (ReFrame-style).
 
-Each figure (for example collectives/allreduce/hbw/ranks=2/binding=cores/size=8/latency_us.avg)
-is compared with its reference [target, lower, upper, unit] for the system:partition
-(falling back to system:* and *:*), and with the median of the last N runs in the
-history store (--history DIR; this run is appended after checking, once per run_id).
+Each figure, named <point key>/<metric> (for example
+collectives/allreduce/hbw/float32/ranks=2/binding=none/size=8/latency_us.avg),
+is compared with its reference [target, lower, upper, unit] for the
+system:partition (falling back to system:* and *:*), and with the median of the
+last N runs in the history store (--history DIR; this run is appended after
+checking, once per run_id).
 Prints a verdict table; --verdict-out writes it as JSON for `hpcmem report --verdict`.
 
 Exit status: 0 when every figure is within tolerance, 1 on a regression (a figure
