@@ -248,11 +248,15 @@ class Placement:
     node, ``untouched`` those not yet backed by memory. ``hbw_fraction`` is the
     share of touched pages on HBW nodes (None without HBW nodes or touched pages).
     ``source`` says how the HBW nodes were found (see :func:`topology.hbw_nodes`).
+    ``policies`` counts pages by the memory policy governing them, spelled as in
+    /proc/self/numa_maps (``bind:0`` for ``hbw``, ``default``, or what numactl set):
+    on an emulated node it is what tells memkind's pages from plain ones.
     """
 
     pages: int
     nodes: dict[int, int]
     untouched: int
+    policies: dict[str, int]
     hbw_nodes: tuple[int, ...]
     hbw_fraction: float | None
     emulated: bool
@@ -269,6 +273,7 @@ class Placement:
             "source": self.source,
             "pages": self.pages,
             "untouched": self.untouched,
+            "policies": dict(sorted(self.policies.items())),
             "kind": self.kind,
         }
 
@@ -287,6 +292,7 @@ def placement(array: np.ndarray) -> Placement:
         pages=pages,
         nodes=nodes,
         untouched=pages - touched,
+        policies=native.page_policies(start, length) if length else {},
         hbw_nodes=hbw.nodes,
         hbw_fraction=on_hbw / touched if hbw.nodes and touched else None,
         emulated=hbw.emulated,

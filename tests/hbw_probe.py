@@ -81,6 +81,7 @@ def placement(*kinds: str) -> dict[str, Any]:
             "verify": hbw.verify(array),
             "policy": mempolicy(array.ctypes.data),
             "kind_of": hbw.kind_of(array[1:]),
+            "plain_policies": hbw.placement(np.ones(MiB)).policies,
         }
     return out
 

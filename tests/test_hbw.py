@@ -31,15 +31,21 @@ POLICY = {"dram": "default", "hbw": "bind:0", "hbw_preferred": "prefer:0"}
 POLICY["hbw_interleave"] = "interleave:0"
 
 
-def probe(scenario: str, *args: str, hbw_nodes: str | None = None, dax_nodes: str | None = None):
-    """Run one hbw_probe scenario in a fresh interpreter and return its JSON."""
+def probe(
+    scenario: str,
+    *args: str,
+    hbw_nodes: str | None = None,
+    dax_nodes: str | None = None,
+    launcher: tuple[str, ...] = (),
+):
+    """Run one hbw_probe scenario in a fresh interpreter (under ``launcher``); return its JSON."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMKIND_")}
     if hbw_nodes is not None:
         env["MEMKIND_HBW_NODES"] = hbw_nodes
     if dax_nodes is not None:
         env["MEMKIND_DAX_KMEM_NODES"] = dax_nodes
     done = subprocess.run(
-        [sys.executable, str(PROBE), scenario, *args],
+        [*launcher, sys.executable, str(PROBE), scenario, *args],
         capture_output=True,
         text=True,
         env=env,
@@ -79,7 +85,23 @@ def test_emulated_hbw_every_page_on_node0(no_hbw_machine: None) -> None:
         assert record["kind"] == got["kind_of"] == kind
         assert got["verify"] is True  # memkind's hbw_verify_memory_region agrees
         assert got["policy"] == POLICY[kind]  # the kernel saw memkind's mbind
+        assert record["policies"] == {POLICY[kind]: record["pages"]}  # and placement says so
+        assert sum(got["plain_policies"].values()) > 0
+        assert set(got["plain_policies"]) == {"default"}
         jsonschema.validate(record, _placement_schema())
+
+
+def test_policies_follow_numactl() -> None:
+    """Under numactl --membind, plain and dram pages report the thread's bind policy."""
+    if shutil.which("numactl") is None:
+        pytest.fail("numactl not found: run `make setup`")
+    result = probe(
+        "placement", "dram", "hbw_preferred", hbw_nodes="0", launcher=("numactl", "--membind=0")
+    )
+    assert result["dram"]["policy"] == "bind:0"  # numa_maps
+    assert result["dram"]["record"]["policies"] == {"bind:0": result["dram"]["expected_pages"]}
+    assert set(result["dram"]["plain_policies"]) == {"bind:0"}
+    assert set(result["hbw_preferred"]["record"]["policies"]) == {"prefer:0"}  # memkind's own
 
 
 def test_without_hbw_nodes(no_hbw_machine: None) -> None:
@@ -105,6 +127,7 @@ def test_without_hbw_nodes(no_hbw_machine: None) -> None:
     assert preferred["served_in_scope"] == "dram"
     assert preferred["scoped_handler"] == "hpcmem_memkind_dram"
     assert preferred["policy"] == "default"
+    assert record["policies"] == {"default": record["pages"]}
 
 
 @pytest.mark.parametrize("kind", hbw.KINDS)
@@ -209,6 +232,7 @@ def test_placement_of_plain_numpy_arrays() -> None:
     node_ids = {n.id for n in topology.numa_nodes()}
     assert touched.untouched == 0 and set(touched.nodes) <= node_ids
     assert sum(touched.nodes.values()) == expected and touched.kind is None
+    assert sum(touched.policies.values()) == expected
     backwards = fresh[::-1]  # negative stride: the same pages
     assert hbw.placement(backwards).pages == expected
     assert hbw.placement(fresh[:0]).pages == 0 and hbw.placement(fresh[:0]).hbw_fraction is None

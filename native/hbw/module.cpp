@@ -58,6 +58,8 @@ PYBIND11_MODULE(_hbw, m) {
   m.def("page_nodes", &page_nodes, py::arg("address"), py::arg("nbytes"),
         py::call_guard<py::gil_scoped_release>(),
         "Pages of the range per NUMA node (negative keys: -errno of pages not placed).");
+  m.def("page_policies", &page_policies, py::arg("address"), py::arg("nbytes"),
+        "Pages of the range per memory policy, spelled as in /proc/self/numa_maps.");
   m.def("verify_hbw", &verify_hbw, py::arg("address"), py::arg("nbytes"),
         "hbw_verify_memory_region: 0 when every page is on an HBW node, -1 when not.");
 }

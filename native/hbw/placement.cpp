@@ -2,16 +2,78 @@
 #include "placement.hpp"
 
 #include <hbwmalloc.h>
+#include <numa.h>
 #include <numaif.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <fstream>
 #include <string>
 #include <system_error>
 #include <vector>
 
 namespace hpcmem::hbw {
+namespace {
+
+std::string hex(std::uintptr_t value) {
+  char text[2 * sizeof value + 3];
+  std::snprintf(text, sizeof text, "0x%zx", static_cast<std::size_t>(value));
+  return text;
+}
+
+// The nodes of a mask in numa_maps' list form: "0-2,5".
+std::string node_list(const std::vector<unsigned long>& mask) {
+  constexpr std::size_t kBits = sizeof(unsigned long) * CHAR_BIT;
+  std::string out;
+  const std::size_t n = mask.size() * kBits;
+  for (std::size_t node = 0; node < n;) {
+    if (!(mask[node / kBits] >> (node % kBits) & 1UL)) {
+      ++node;
+      continue;
+    }
+    std::size_t last = node;
+    while (last + 1 < n && (mask[(last + 1) / kBits] >> ((last + 1) % kBits) & 1UL)) ++last;
+    out += (out.empty() ? "" : ",") + std::to_string(node);
+    if (last > node) out += "-" + std::to_string(last);
+    node = last + 1;
+  }
+  return out;
+}
+
+// The policy governing `address` (nullptr: the calling thread's), in numa_maps' spelling.
+std::string policy_of(void* address) {
+  constexpr std::size_t kBits = sizeof(unsigned long) * CHAR_BIT;
+  const std::size_t possible = static_cast<std::size_t>(numa_num_possible_nodes());
+  std::vector<unsigned long> mask((possible + kBits - 1) / kBits);
+  int mode = 0;
+  const unsigned long flags = address == nullptr ? 0 : MPOL_F_ADDR;
+  if (get_mempolicy(&mode, mask.data(), mask.size() * kBits, address, flags) != 0) {
+    throw std::system_error(errno, std::generic_category(),
+                            "get_mempolicy of " + hex(reinterpret_cast<std::uintptr_t>(address)));
+  }
+  const std::string nodes = node_list(mask);
+  switch (mode & 0xff) {  // the high bits are mode flags (static/relative nodes)
+    case MPOL_DEFAULT:
+      return "default";
+    case MPOL_PREFERRED:
+      return nodes.empty() ? "local" : "prefer:" + nodes;
+    case MPOL_BIND:
+      return "bind:" + nodes;
+    case MPOL_INTERLEAVE:
+      return "interleave:" + nodes;
+    case MPOL_LOCAL:
+      return "local";
+    case MPOL_PREFERRED_MANY:
+      return "prefer (many):" + nodes;
+    default:
+      return "mode " + std::to_string(mode) + ":" + nodes;
+  }
+}
+
+}  // namespace
 
 std::size_t page_size() noexcept { return static_cast<std::size_t>(sysconf(_SC_PAGESIZE)); }
 
@@ -30,17 +92,38 @@ std::map<int, std::size_t> page_nodes(std::uintptr_t address, std::size_t bytes)
       pages[i] = reinterpret_cast<void*>(first + (done + i) * page);
     }
     if (move_pages(0, n, pages.data(), nullptr, status.data(), 0) != 0) {
-      throw std::system_error(errno, std::generic_category(),
-                              "move_pages query of " + std::to_string(bytes) + " bytes at 0x" +
-                                  [&] {
-                                    char hex[2 * sizeof address + 1];
-                                    std::snprintf(hex, sizeof hex, "%zx",
-                                                  static_cast<std::size_t>(address));
-                                    return std::string(hex);
-                                  }());
+      throw std::system_error(
+          errno, std::generic_category(),
+          "move_pages query of " + std::to_string(bytes) + " bytes at " + hex(address));
     }
     for (std::size_t i = 0; i < n; ++i) ++counts[status[i]];
   }
+  return counts;
+}
+
+std::map<std::string, std::size_t> page_policies(std::uintptr_t address, std::size_t bytes) {
+  std::map<std::string, std::size_t> counts;
+  if (bytes == 0) return counts;
+  const std::uintptr_t page = page_size();
+  const std::uintptr_t first = address & ~(page - 1);
+  const std::uintptr_t end = (address + bytes + page - 1) & ~(page - 1);
+  const std::string thread_policy = policy_of(nullptr);
+  std::ifstream maps("/proc/self/maps");
+  if (!maps) throw std::system_error(errno, std::generic_category(), "open /proc/self/maps");
+  std::size_t mapped = 0;
+  std::string line;
+  while (std::getline(maps, line)) {
+    const std::size_t dash = line.find('-');
+    const std::uintptr_t low = std::stoull(line.substr(0, dash), nullptr, 16);
+    const std::uintptr_t high = std::stoull(line.substr(dash + 1), nullptr, 16);
+    const std::uintptr_t from = std::max(low, first), to = std::min(high, end);
+    if (from >= to) continue;
+    std::string policy = policy_of(reinterpret_cast<void*>(from));
+    counts[policy == "default" ? thread_policy : policy] += (to - from) / page;
+    mapped += (to - from) / page;
+  }
+  const std::size_t total = (end - first) / page;
+  if (mapped < total) counts["unmapped"] += total - mapped;
   return counts;
 }
 

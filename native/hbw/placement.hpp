@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <string>
 
 namespace hpcmem::hbw {
 
@@ -16,6 +17,13 @@ std::size_t page_size() noexcept;
 /// byte count) when the kernel refuses the query, e.g. EPERM in a container without
 /// CAP_SYS_NICE.
 std::map<int, std::size_t> page_nodes(std::uintptr_t address, std::size_t bytes);
+
+/// Pages of [address, address + bytes) counted by the memory policy that governs them,
+/// spelled as in /proc/PID/numa_maps ("default", "bind:0", "prefer:1", "interleave:0-3",
+/// "local"); a mapping without its own policy counts under the thread's policy (as
+/// numactl set it); pages outside every mapping count as "unmapped". One get_mempolicy(2)
+/// per mapping. Throws std::system_error when the kernel refuses the query.
+std::map<std::string, std::size_t> page_policies(std::uintptr_t address, std::size_t bytes);
 
 /// hbw_verify_memory_region: 0 when every page of the range is on a high-bandwidth
 /// node, -1 when some page is not, EINVAL or EFAULT when it cannot tell.
