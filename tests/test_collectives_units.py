@@ -178,3 +178,23 @@ def test_affinity_sees_numactl_binding():
     assert '"cpus": [0]' in out
     assert '"numactl": ["--interleave=0", "--physcpubind=0"]' in out
     assert '"name": "interleave"' in out
+
+
+def test_timing_loop_counts_only_timed_calls_and_times_each():
+    import time
+
+    from mpi4py import MPI
+
+    from hpcmem.collectives.timing import across_ranks, rank_latency
+
+    calls = []
+
+    def call():
+        calls.append(time.perf_counter())
+        time.sleep(0.002)
+
+    seconds = rank_latency(MPI.COMM_SELF, call, iterations=4, warmup=3)
+    assert len(calls) == 7
+    assert 0.002 <= seconds < 0.02
+    latency = across_ranks(MPI.COMM_SELF, seconds)
+    assert latency.avg == latency.min == latency.max == pytest.approx(seconds * 1e6)
