@@ -71,7 +71,7 @@ class HBWUnavailableError(KindUnavailableError):
 
 
 class MemkindNotBuiltError(KindUnavailableError):
-    """hpcmem was built without memkind, so no kind can allocate."""
+    """hpcmem._hbw cannot be loaded (built without memkind, or memkind is gone)."""
 
 
 class HBWFallbackWarning(UserWarning):
@@ -94,11 +94,6 @@ def memkind_version() -> str:
     return _native().memkind_version()
 
 
-def _check_kind(kind: str) -> None:
-    if kind not in KINDS:
-        raise ValueError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
-
-
 def _caller_stacklevel() -> int:
     """The ``stacklevel`` that points a warning at the first frame outside hpcmem.hbw."""
     internal = (__file__, contextlib.__file__)
@@ -116,7 +111,8 @@ def resolve_kind(kind: str) -> str:
     :class:`HBWUnavailableError`, an unavailable ``dax_kmem``
     :class:`KindUnavailableError`; an unknown kind raises ValueError.
     """
-    _check_kind(kind)
+    if kind not in KINDS:
+        raise ValueError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
     code = _native().check_available(kind)
     if code == 0:
         return kind

@@ -193,6 +193,7 @@ def test_unknown_kind(call: str) -> None:
 
 
 def test_native_unknown_kind() -> None:
+    assert _hbw.KINDS == hbw.KINDS  # one list of kinds from C++ to Python
     with pytest.raises(ValueError, match=r"^kind 'x' is not one of dram, hbw, "):
         _hbw.Buffer("x", 8)
 
