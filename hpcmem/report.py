@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from hpcmem import __version__
-from hpcmem.aggregate import Summary, speedup_table, step_time_table
+from hpcmem.aggregate import Summary, latency_table, speedup_table, step_time_table
 from hpcmem.report_template import PAGE, badge, section, table
 from hpcmem.results import atomic_open, utc_now
 
@@ -148,7 +148,8 @@ def speedup_figure(points: pd.DataFrame) -> str | None:
                   linewidth=1.6, label=label)
     axes.axhline(1.0, color="#555", linewidth=1, linestyle="--")
     _log_size_axis(axes, speed["size_bytes"])
-    _log_value_axis(axes)
+    if speed["speedup"].max() / speed["speedup"].min() > 4:
+        _log_value_axis(axes)  # symmetric for gains and losses; linear when the range is small
     axes.set_ylabel("speedup over numpy buffers (\u00d7)")
     axes.set_title("latency of numpy buffers / latency of the buffer kind", fontsize=11)
     axes.legend(fontsize=9, ncols=2)
@@ -194,6 +195,17 @@ def training_figure(points: pd.DataFrame) -> str | None:
     return _embed(figure, "training step time per memory policy",
                   "Median step time (ms) per policy, with its ratio to the um policy (UM "
                   "without advice); whiskers span p10-p90 of step times (medians over repeats).")
+
+
+def _numbers(frame: pd.DataFrame, title: str) -> str:
+    """A folded table of a summary's numbers."""
+    import pandas as pd
+
+    kinds = ["num" if frame[c].dtype.kind in "fiu" else "text" for c in frame.columns]
+    rows = [[None if pd.isna(v) else v for v in row]
+            for row in frame.astype(object).itertuples(index=False)]
+    body = table(list(frame.columns), rows, kinds)
+    return f"<details><summary>{html.escape(title)}</summary>{body}</details>"
 
 
 def _verdict_section(verdict: dict[str, Any]) -> str:
@@ -267,7 +279,8 @@ def _metadata_section(summary: Summary) -> str:
         ("container", ", ".join(f"{c.get('image')} {c.get('digest')}" for c in containers)
          if containers else "none (ran natively)"),
         ("Slurm jobs", joined("slurm_job_ids")),
-        ("records", ", ".join(f"{n} {k}" for k, n in counts.items())),
+        ("records", ", ".join(f"{counts.get(k, 0)} {k}"
+                              for k in ("ok", "failed", "skipped", "rejected"))),
         ("time span", f"{meta.get('first_timestamp')} to {meta.get('last_timestamp')}"),
         ("aggregated", str(meta.get("aggregated_at"))),
     ]
@@ -290,6 +303,8 @@ def render_report(summary: Summary, verdict: dict[str, Any] | None = None) -> st
         "Collectives",
         *(coll or ['<p class="note">No collectives points in this summary.</p>']),
         *(["<h3>Speedup over NumPy buffers</h3>", speed] if speed else []),
+        *([_numbers(latency_table(points), "Latency table (µs, median over repeats)")]
+          if coll else []),
         anchor="collectives",
     ))
     train = training_figure(points)
@@ -297,6 +312,8 @@ def render_report(summary: Summary, verdict: dict[str, Any] | None = None) -> st
         "Training with Unified Memory",
         train or '<p class="note">No training points in this summary '
                  "(see the skipped points below for why).</p>",
+        *([_numbers(step_time_table(points), "Step time table (ms, median over repeats)")]
+          if train else []),
         anchor="training",
     ))
     parts.append(_problems_section(summary))
