@@ -7,7 +7,7 @@ import math
 import pytest
 
 from hpcmem.results import validate_record
-from hpcmem.train.benchmark import choose_shape, run_point
+from hpcmem.train.benchmark import run_point, shape_for_memory
 from hpcmem.train.record import TrainPoint
 from hpcmem.train.sizing import footprint
 from hpcmem.um import load_policy
@@ -85,6 +85,6 @@ def test_oversubscribe_sizes_the_model_to_the_fraction_of_free_memory() -> None:
     point = _point(params_requested=None, oversubscribe=0.3, batch=2, seq_len=1024,
                    vocab=50304)
     free, _total = torch.cuda.mem_get_info(device)
-    shape = choose_shape(point, device)
+    shape = shape_for_memory(point, device)
     total = footprint(shape, 2, "fp32").total
     assert 0.25 * free <= total <= 0.3 * free

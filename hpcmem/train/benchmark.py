@@ -12,7 +12,14 @@ if TYPE_CHECKING:
 
     from hpcmem.train.models import CNNShape, TransformerShape
 
-__all__ = ["NoGPUError", "choose_shape", "environment", "no_gpu_reason", "run_point"]
+__all__ = [
+    "NoGPUError",
+    "environment",
+    "no_gpu_reason",
+    "run_point",
+    "shape_for_memory",
+    "shape_for_params",
+]
 
 
 class NoGPUError(RuntimeError):
@@ -54,18 +61,36 @@ def environment(device: torch.device) -> dict[str, Any]:
     }
 
 
-def choose_shape(point: TrainPoint, device: torch.device) -> TransformerShape | CNNShape:
-    """The model shape: from ``params_requested``, or sized to ``oversubscribe`` x free memory."""
-    from hpcmem.train.models import cnn_shape, transformer_shape
-    from hpcmem.train.sizing import SizingError, size_for_footprint
+def shape_for_params(point: TrainPoint) -> TransformerShape | CNNShape:
+    """The shape for ``params_requested``; SizingError when none comes within 10%."""
+    from hpcmem.train.models import CNN_WIDTHS, CNNShape, cnn_shape, transformer_shape
+    from hpcmem.train.sizing import PARAMS_TOLERANCE, SizingError
 
-    if point.oversubscribe is None:
-        if point.model == "cnn":
-            return cnn_shape(point.params_requested, point.image_size or 224)
-        assert point.params_requested and point.seq_len and point.vocab
-        return transformer_shape(point.params_requested, point.seq_len, point.vocab)
+    target = point.params_requested
+    if point.model == "cnn":
+        shape: TransformerShape | CNNShape = cnn_shape(target, point.image_size or 224)
+        smallest = CNNShape(width=CNN_WIDTHS[0], image_size=shape.image_size).param_count()
+        hint = f"the smallest CNN (width {CNN_WIDTHS[0]}) has {smallest:,}"
+    else:
+        assert target and point.seq_len and point.vocab
+        shape = transformer_shape(target, point.seq_len, point.vocab)
+        hint = f"the embeddings of --vocab {point.vocab} alone need {point.vocab * 64:,}"
+    if target is not None and abs(shape.param_count() / target - 1) > PARAMS_TOLERANCE:
+        raise SizingError(
+            f"--params: {target:,} is out of reach for the {point.model}: the nearest shape has "
+            f"{shape.param_count():,} parameters ({hint}; accepted: a count the model can "
+            f"come within {PARAMS_TOLERANCE:.0%} of)"
+        )
+    return shape
+
+
+def shape_for_memory(point: TrainPoint, device: torch.device) -> TransformerShape | CNNShape:
+    """The largest shape whose footprint fits ``oversubscribe`` x free memory of ``device``."""
     import torch
 
+    from hpcmem.train.sizing import SizingError, size_for_footprint
+
+    assert point.oversubscribe is not None
     if device.type != "cuda":
         raise SizingError("--oversubscribe: sizing to free GPU memory needs a CUDA --device")
     free, _total = torch.cuda.mem_get_info(device)
@@ -104,13 +129,15 @@ def run_point(
 
     binding = affinity.current()
     device = torch.device(point.device)
+    shape = shape_for_params(point) if point.oversubscribe is None else None
     reason = no_gpu_reason(device)
     if reason is not None:
         if skip_if_no_gpu:
             return unfinished_record(point, "skipped", reason, binding)
         raise NoGPUError(f"{reason}; run on a GPU node, or pass --skip-if-no-gpu to record "
                          "a skipped point")
-    shape = choose_shape(point, device)
+    if shape is None:
+        shape = shape_for_memory(point, device)
     data = synthetic_data(
         point.model,
         batch=point.batch,

@@ -38,6 +38,8 @@ CNN_CLASSES = 1000
 CNN_BLOCKS = (3, 4, 6, 3)
 #: Base width of ResNet-50's first stage.
 CNN_BASE_WIDTH = 64
+#: Base widths ``--params`` chooses from: any below 256, multiples of 8 (tensor cores) above.
+CNN_WIDTHS = (*range(4, 256), *range(256, 4097, 8))
 
 
 @dataclass(frozen=True)
@@ -157,14 +159,16 @@ def transformer_shape(params: int, seq_len: int, vocab: int = DEFAULT_VOCAB) -> 
 
 
 def cnn_shape(params: int | None, image_size: int) -> CNNShape:
-    """The ResNet (ResNet-50 depth) whose width best matches ``params``; ResNet-50 if None."""
+    """The ResNet (ResNet-50 depth) whose base width (``CNN_WIDTHS``) best matches ``params``.
+
+    None gives ResNet-50 itself (width 64).
+    """
     if params is None:
         return CNNShape(image_size=image_size)
     if params < 1:
         raise ValueError(f"params {params} must be positive")
-    widths = range(8, 4097, 8)
     return min(
-        (CNNShape(width=w, image_size=image_size) for w in widths),
+        (CNNShape(width=w, image_size=image_size) for w in CNN_WIDTHS),
         key=lambda s: abs(s.param_count() - params),
     )
 

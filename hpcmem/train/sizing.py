@@ -13,12 +13,13 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from hpcmem.train.models import CNNShape, TransformerShape, transformer_shape
+from hpcmem.train.models import CNN_WIDTHS, CNNShape, TransformerShape, transformer_shape
 from hpcmem.um.guard import ENV_ALLOW
 
 __all__ = [
     "DTYPES",
     "OVERSUBSCRIBE_LIMIT",
+    "PARAMS_TOLERANCE",
     "Footprint",
     "OversubscriptionRefused",
     "SizingError",
@@ -27,6 +28,8 @@ __all__ = [
     "size_for_footprint",
 ]
 
+#: A --params target must be within this fraction of the shape chosen for it.
+PARAMS_TOLERANCE = 0.10
 #: Ratios of footprint to free GPU memory above this are refused unless allowed.
 OVERSUBSCRIBE_LIMIT = 0.9
 #: ``--dtype`` values -> bytes per activation element.
@@ -108,7 +111,7 @@ def size_for_footprint(
     of the batch alone exceed the target).
     """
     if model == "cnn":
-        candidates = [CNNShape(width=w, image_size=image_size) for w in range(8, 4097, 8)]
+        candidates = [CNNShape(width=w, image_size=image_size) for w in CNN_WIDTHS]
     else:
         # Bisection over the parameter target in log space: footprint grows with it.
         low, high = 1e4, 1e14
