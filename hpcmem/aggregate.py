@@ -164,6 +164,8 @@ def _coordinates(record: dict[str, Any]) -> dict[str, Any]:
         return coords
     if benchmark == "train":
         coords = {name: record.get(name) for name in TRAIN_POINT}
+        # the size asked for is the sweep coordinate; ok records also carry the exact count
+        coords["params"] = record.get("params_requested") or record.get("params")
         policy = record.get("policy")
         coords["policy"] = policy.get("name") if isinstance(policy, dict) else policy
         budget = record.get("gpu_budget")

@@ -125,6 +125,18 @@ def test_real_records_give_the_median_of_the_two_runs(tmp_path: Path) -> None:
         assert summary.loc[key, "latency_us_avg"] == pytest.approx(statistics.median(values))
 
 
+def test_train_points_are_keyed_by_the_size_asked_for(tmp_path: Path) -> None:
+    ok = json.loads((FIXTURES / "train" / "train.jsonl").read_text().splitlines()[0])
+    ok.update(params_requested=125_000_000, params=124_439_808)
+    skipped = {key: ok[key] for key in ok if key not in ("step_ms", "throughput")}
+    skipped.update(status="skipped", reason="no CUDA GPU", params=125_000_000)
+    (tmp_path / "r.jsonl").write_text(json.dumps(ok) + "\n" + json.dumps(skipped) + "\n")
+    result = aggregate([tmp_path / "r.jsonl"], tmp_path / "out")
+    point = result.summary["point"].iloc[0]
+    assert "/params=125000000/" in point
+    assert result.loaded.skipped[0]["point"] == point
+
+
 def test_binding_label() -> None:
     assert binding_label({"name": "hbw", "numactl": ["--membind=1"]}) == "hbw"
     assert binding_label({"numactl": ["--cpunodebind=0", "--membind=1"], "cpus": [0]}) == (
