@@ -102,3 +102,19 @@ def test_too_large_buffer_is_skipped_not_crashed(capsys, tmp_path):
     assert record["status"] == "skipped"
     assert record["reason"].startswith("numpy: allocation failed (Unable to allocate")
     assert "# skipped: numpy: allocation failed" in capsys.readouterr().out
+
+
+def test_missing_mpi4py_is_one_line_naming_the_install(hpcmem_exe, tmp_path):
+    import os
+    import subprocess
+
+    shadow = tmp_path / "mpi4py"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("raise ImportError('no mpi4py in this environment')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    result = subprocess.run(
+        [hpcmem_exe, "collectives", "--max-size", "8"], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1
+    assert "mpi4py is not importable" in result.stderr and "pip install" in result.stderr

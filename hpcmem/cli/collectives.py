@@ -194,7 +194,15 @@ def run(args: argparse.Namespace) -> int:
         if _launcher_rank() in (None, 0):
             raise
         return 2  # rank 0 reports the same error once
-    from mpi4py import MPI
+    try:
+        from mpi4py import MPI
+    except ImportError as error:
+        print(
+            f"hpcmem collectives: error: mpi4py is not importable ({error}); install it built "
+            "against this node's MPI: pip install --no-binary mpi4py 'hpcmem[mpi]'",
+            file=sys.stderr,
+        )
+        return 1
 
     from hpcmem.collectives.benchmark import exit_code
     from hpcmem.collectives.benchmark import run as run_benchmark
