@@ -56,6 +56,21 @@ def test_info_json(hpcmem_exe: str) -> None:
     assert info["gpus"] == [] or all(g["memory_total_bytes"] > 0 for g in info["gpus"])
 
 
+def test_parse_nvidia_smi() -> None:
+    from hpcmem.cli.info import parse_nvidia_smi
+
+    text = "0, NVIDIA H200, 143771, 570.86.15\n1, Tesla V100-SXM2-16GB, [N/A], 535.1\n"
+    assert parse_nvidia_smi(text) == [
+        {
+            "index": 0,
+            "name": "NVIDIA H200",
+            "memory_total_bytes": 143771 << 20,
+            "driver": "570.86.15",
+        },
+        {"index": 1, "name": "Tesla V100-SXM2-16GB", "memory_total_bytes": None, "driver": "535.1"},
+    ]
+
+
 def test_info_without_hbw_declared(hpcmem_exe: str) -> None:
     done, _ = _info(hpcmem_exe)
     expected = topology.hbw_nodes({})

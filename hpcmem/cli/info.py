@@ -74,6 +74,24 @@ def memkind_info() -> dict[str, Any]:
         return {"version": None, "error": str(error)}
 
 
+def parse_nvidia_smi(text: str) -> list[dict[str, Any]]:
+    """GPUs from ``nvidia-smi --query-gpu=index,name,memory.total,driver_version
+    --format=csv,noheader,nounits`` (memory in MiB; ``[N/A]`` becomes None)."""
+    gpus = []
+    for line in text.splitlines():
+        index, _, rest = line.partition(",")
+        name, memory_mib, driver = (field.strip() for field in rest.rsplit(",", 2))
+        gpus.append(
+            {
+                "index": int(index),
+                "name": name,
+                "memory_total_bytes": int(memory_mib) << 20 if memory_mib.isdigit() else None,
+                "driver": driver,
+            }
+        )
+    return gpus
+
+
 def gpu_info() -> list[dict[str, Any]]:
     """GPUs from nvidia-smi, else from torch when an NVIDIA driver is loaded."""
     if shutil.which("nvidia-smi"):
@@ -83,18 +101,7 @@ def gpu_info() -> list[dict[str, Any]]:
             "--format=csv,noheader,nounits",
         )
         if ok:
-            gpus = []
-            for line in out.splitlines():
-                index, name, memory_mib, driver = (f.strip() for f in line.split(","))
-                gpus.append(
-                    {
-                        "index": int(index),
-                        "name": name,
-                        "memory_total_bytes": int(memory_mib) << 20,
-                        "driver": driver,
-                    }
-                )
-            return gpus
+            return parse_nvidia_smi(out)
     if not Path("/proc/driver/nvidia").exists():
         return []
     try:
@@ -200,9 +207,10 @@ def render(info: dict[str, Any]) -> str:
     lines.append(f"memkind: {memkind['version'] or 'not available: ' + memkind['error']}")
     gpus = info["gpus"]
     lines.append("GPUs: " + ("none" if not gpus else f"{len(gpus)}"))
-    lines += [
-        f"  GPU {g['index']}: {g['name']}, {g['memory_total_bytes'] / GIB:.1f} GiB" for g in gpus
-    ]
+    for gpu in gpus:
+        memory = gpu["memory_total_bytes"]
+        size = f"{memory / GIB:.1f} GiB" if memory is not None else "memory unknown"
+        lines.append(f"  GPU {gpu['index']}: {gpu['name']}, {size}")
     mpi = info["mpi"]
     if mpi["library"]:
         lines.append(f"MPI: {mpi['library']} (MPI {mpi['standard']}, mpi4py {mpi['mpi4py']})")
