@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
 
 import pytest
 
-from hpcmem.cli import main
+from hpcmem.cli import build_parser, main
+from hpcmem.cli.collectives import options_from_args
 from hpcmem.collectives import OPS
 from hpcmem.results import read_records, validate_record
 
@@ -78,9 +81,6 @@ def test_wrong_result_fails_the_point_and_the_exit_code(monkeypatch, capsys, tmp
 
 
 def test_numpy_hugepage_follows_the_option_then_the_environment(monkeypatch):
-    from hpcmem.cli import build_parser
-    from hpcmem.cli.collectives import options_from_args
-
     def hugepage(*argv):
         return options_from_args(build_parser().parse_args(["collectives", *argv])).numpy_hugepage
 
@@ -105,9 +105,6 @@ def test_too_large_buffer_is_skipped_not_crashed(capsys, tmp_path):
 
 
 def test_missing_mpi4py_is_one_line_naming_the_install(hpcmem_exe, tmp_path):
-    import os
-    import subprocess
-
     shadow = tmp_path / "mpi4py"
     shadow.mkdir()
     (shadow / "__init__.py").write_text("raise ImportError('no mpi4py in this environment')\n")
