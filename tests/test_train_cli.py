@@ -153,7 +153,8 @@ def test_skip_if_no_gpu_writes_a_valid_skipped_record(capsys, tmp_path, extra) -
     assert validate_record(record) == []
     assert record["status"] == "skipped" and record["benchmark"] == "train"
     assert record["reason"].startswith("no CUDA GPU on ")
-    assert record["policy"] == {"name": "hpcmem"}
+    assert record["policy"]["name"] == "hpcmem" and record["policy"]["allocator"] == "managed"
+    assert record["policy"]["inputs"]["preferred_location"] == "cpu"  # the full per-type table
     assert record["model"] == (extra[1] if extra[:1] == ["--model"] else "transformer")
 
 

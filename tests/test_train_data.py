@@ -76,3 +76,20 @@ def test_synthetic_data_picks_the_source_for_the_model() -> None:
     images = synthetic_data("cnn", batch=2, seq_len=0, vocab=0, image_size=8, classes=5, seed=0)
     assert isinstance(tokens, SyntheticTokens) and isinstance(images, SyntheticImages)
 
+
+
+@pytest.mark.parametrize("model", ["transformer", "cnn"])
+def test_fill_writes_through_host_views_as_into_managed_memory(model: str) -> None:
+    from hpcmem.um import host_view
+
+    source = synthetic_data(model, batch=2, seq_len=8, vocab=100, image_size=8, classes=10,
+                            seed=4)
+    reference = synthetic_data(model, batch=2, seq_len=8, vocab=100, image_size=8, classes=10,
+                               seed=4)
+    target, expected = _empty(source), _empty(reference)
+    for tensor in target.values():
+        tensor.fill_(-1)
+    source.fill({name: host_view(tensor) for name, tensor in target.items()})
+    reference.fill(expected)
+    for name, tensor in target.items():
+        assert torch.equal(tensor, expected[name]), name

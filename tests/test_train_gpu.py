@@ -88,3 +88,19 @@ def test_oversubscribe_sizes_the_model_to_the_fraction_of_free_memory() -> None:
     shape = shape_for_memory(point, device)
     total = footprint(shape, 2, "fp32").total
     assert 0.25 * free <= total <= 0.3 * free
+
+
+def test_running_out_of_memory_gives_a_valid_failed_record() -> None:
+    import torch
+
+    torch.cuda.set_per_process_memory_fraction(0.001)  # a few hundred MB at most
+    try:
+        point = _point(params_requested=300_000_000, vocab=50304, seq_len=512)
+        record = run_point(point, policy=load_policy("cuda"), allow_oversubscription=False,
+                           skip_if_no_gpu=False)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
+    assert record["status"] == "failed"
+    assert record["reason"].startswith("out of memory: ")
+    assert validate_record(record) == []

@@ -133,7 +133,8 @@ def run_point(
     reason = no_gpu_reason(device)
     if reason is not None:
         if skip_if_no_gpu:
-            return unfinished_record(point, "skipped", reason, binding)
+            return unfinished_record(point, "skipped", reason, policy=policy.to_record(),
+                                     binding=binding)
         raise NoGPUError(f"{reason}; run on a GPU node, or pass --skip-if-no-gpu to record "
                          "a skipped point")
     if shape is None:
@@ -158,7 +159,8 @@ def run_point(
                        steps=point.steps, warmup=point.warmup, seed=point.seed)
     except torch.OutOfMemoryError as error:
         first_line = str(error).strip().splitlines()[0]
-        return unfinished_record(point, "failed", f"out of memory: {first_line}", binding)
+        return unfinished_record(point, "failed", f"out of memory: {first_line}",
+                                 policy=policy.to_record(), binding=binding)
     finally:
         memory.close()
     return ok_record(

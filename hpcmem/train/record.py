@@ -39,20 +39,28 @@ class TrainPoint:
     device: str
 
 
-def _point_fields(point: TrainPoint) -> dict[str, Any]:
+def _point_fields(point: TrainPoint, policy: dict[str, Any]) -> dict[str, Any]:
     fields = asdict(point)
-    fields["policy"] = {"name": point.policy}
+    fields["policy"] = policy
     fields["params"] = point.params_requested
     return fields
 
 
 def unfinished_record(
-    point: TrainPoint, status: str, reason: str, binding: dict[str, Any]
+    point: TrainPoint,
+    status: str,
+    reason: str,
+    *,
+    policy: dict[str, Any],
+    binding: dict[str, Any],
 ) -> dict[str, Any]:
-    """A ``skipped`` (cannot run here: no GPU) or ``failed`` (out of memory) record."""
+    """A ``skipped`` (cannot run here: no GPU) or ``failed`` (out of memory) record.
+
+    ``policy`` is ``policy.to_record()``, as in a finished run's record.
+    """
     return {
         **common_fields("train", binding=binding, status=status, reason=reason),
-        **_point_fields(point),
+        **_point_fields(point, policy),
     }
 
 
@@ -79,10 +87,9 @@ def ok_record(
     managed = memory.get("managed_bytes", 0)
     return {
         **common_fields("train", binding=binding),
-        **_point_fields(point),
+        **_point_fields(point, policy),
         "params": shape.param_count(),
         "shape": asdict(shape),
-        "policy": policy,
         "step_ms": asdict(result.timed),
         "first_step_ms": result.first_step_ms,
         "step_ms_all": result.step_ms,
