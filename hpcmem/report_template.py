@@ -41,7 +41,7 @@ PAGE = Template("""<!DOCTYPE html>
   th { background:#eef1f4; font-weight:600; }
   td.num { text-align:right; font-variant-numeric:tabular-nums; white-space:nowrap; }
   td.key { font-family:ui-monospace, "DejaVu Sans Mono", monospace; font-size:12px;
-           word-break:break-all; }
+           overflow-wrap:anywhere; min-width:16em; }
   .badge { display:inline-block; padding:2px 10px; border-radius:12px; color:#fff;
            font-weight:600; font-size:13px; letter-spacing:.02em; }
   .PASS { background:var(--pass); } .FAIL { background:var(--fail); }
@@ -87,7 +87,9 @@ def _cell(value: Any, kind: str) -> str:
         text = f"{value:.4g}"
     else:
         text = str(value)
-    cls = {"num": ' class="num"', "key": ' class="key"'}.get(kind, "")
+    if kind == "key":  # long figure keys and paths: break after a slash, not mid-word
+        return f'<td class="key">{html.escape(text).replace("/", "/<wbr>")}</td>'
+    cls = ' class="num"' if kind == "num" else ""
     return f"<td{cls}>{html.escape(text)}</td>"
 
 
