@@ -68,8 +68,10 @@ def _concat(count: int, ranks: int) -> np.ndarray:
 Layout = Callable[[int, int, int, int], tuple[int | None, int | None]]
 #: (count, ranks, rank, root) -> the values this rank must hold after the call, or None
 Reference = Callable[[int, int, int, int], np.ndarray | None]
+Buf = np.ndarray | None
+Call = Callable[[], Any]
 #: (comm, send, recv, count, ranks, root, MPI) -> a no-argument callable doing one operation
-Binder = Callable[..., Callable[[], Any]]
+Binder = Callable[..., Call]
 
 
 @dataclass(frozen=True)
@@ -139,37 +141,41 @@ def _reduce_scatter_ref(count: int, n: int, rank: int, root: int) -> np.ndarray:
     return _sum(count, n)[start : start + counts[rank]]
 
 
-def _bind_bcast(comm, send, recv, count, n, root, mpi):
+def _bind_bcast(comm: Any, send: Buf, recv: Buf, count: int, n: int, root: int, mpi: Any) -> Call:
     return functools.partial(comm.Bcast, send if send is not None else recv, root)
 
 
-def _bind_rooted(method: str):
-    def bind(comm, send, recv, count, n, root, mpi):
+def _bind_rooted(method: str) -> Binder:
+    def bind(comm: Any, send: Buf, recv: Buf, count: int, n: int, root: int, mpi: Any) -> Call:
         return functools.partial(getattr(comm, method), send, recv, root)
 
     return bind
 
 
-def _bind_reduce(comm, send, recv, count, n, root, mpi):
+def _bind_reduce(comm: Any, send: Buf, recv: Buf, count: int, n: int, root: int, mpi: Any) -> Call:
     return functools.partial(comm.Reduce, send, recv, mpi.SUM, root)
 
 
-def _bind_allreduce(comm, send, recv, count, n, root, mpi):
+def _bind_allreduce(
+    comm: Any, send: Buf, recv: Buf, count: int, n: int, root: int, mpi: Any
+) -> Call:
     return functools.partial(comm.Allreduce, send, recv, mpi.SUM)
 
 
-def _bind_pair(method: str):
-    def bind(comm, send, recv, count, n, root, mpi):
+def _bind_pair(method: str) -> Binder:
+    def bind(comm: Any, send: Buf, recv: Buf, count: int, n: int, root: int, mpi: Any) -> Call:
         return functools.partial(getattr(comm, method), send, recv)
 
     return bind
 
 
-def _bind_reduce_scatter(comm, send, recv, count, n, root, mpi):
+def _bind_reduce_scatter(
+    comm: Any, send: Buf, recv: Buf, count: int, n: int, root: int, mpi: Any
+) -> Call:
     return functools.partial(comm.Reduce_scatter, send, recv, split_counts(count, n), mpi.SUM)
 
 
-def _bind_barrier(comm, send, recv, count, n, root, mpi):
+def _bind_barrier(comm: Any, send: Buf, recv: Buf, count: int, n: int, root: int, mpi: Any) -> Call:
     return comm.Barrier
 
 
