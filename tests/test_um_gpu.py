@@ -30,6 +30,18 @@ def um_native():
     return pytest.importorskip("hpcmem._um")
 
 
+_OPENED: list = []
+
+
+@pytest.fixture(autouse=True)
+def _close_every_unified_memory():
+    """A failed test must not leave its UnifiedMemory open for the next one."""
+    yield
+    while _OPENED:
+        _OPENED.pop().close()
+    gc.collect()
+
+
 def _model(torch, width=256, hidden=1024, layers=3):
     blocks = []
     for _ in range(layers):
@@ -43,6 +55,7 @@ def _train(torch, policy, steps, *, seed=0, bf16=False, budget=None, batch=64, *
 
     torch.manual_seed(seed)
     um = UnifiedMemory(policy, device=0, gpu_budget=budget)
+    _OPENED.append(um)
     with um.params():
         model = _model(torch, **model_kw).cuda()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -63,10 +76,10 @@ def _train(torch, policy, steps, *, seed=0, bf16=False, budget=None, batch=64, *
     return um, model, optimizer, losses
 
 
-def _owner(um_native, ptr):
+def _owner(um, ptr):
     """The type whose live segment holds ``ptr``, or None."""
-    for index, name in enumerate(TYPES):
-        for start, size, _on_gpu in um_native.segments(index):
+    for name in TYPES:
+        for start, size, _on_gpu in um.segments(name):
             if start <= ptr < start + size:
                 return name
     return None
@@ -75,6 +88,8 @@ def _owner(um_native, ptr):
 def _free(torch, um):
     """Close ``um``; the caller has dropped its tensors, so the pools can give memory back."""
     um.close()
+    if um in _OPENED:
+        _OPENED.remove(um)
     del um
     gc.collect()
     torch.cuda.empty_cache()
@@ -102,8 +117,8 @@ def test_each_type_gets_exactly_the_advice_its_policy_asks_for(torch, um_native,
         "activations": (none, [], True, none),
         "inputs": (cpu, [dev, cpu], False, cpu),
     }
-    for index, name in enumerate(TYPES):
-        segments = um_native.segments(index)
+    for name in TYPES:
+        segments = um.segments(name)
         assert segments, f"no {name} segments"
         for start, size, _ in segments:
             attrs = um_native.range_attributes(start, size)
@@ -139,12 +154,12 @@ def test_a_training_step_allocates_nothing_outside_the_three_pools(torch, um_nat
     assert stats["escaped_bytes"] == 0, stats
     assert stats["managed_bytes"] == torch.cuda.memory_reserved(0) - um._reserved_baseline
     for param in model.parameters():
-        assert _owner(um_native, param.data_ptr()) == "params"
-        assert _owner(um_native, param.grad.data_ptr()) == "params"
+        assert _owner(um, param.data_ptr()) == "params"
+        assert _owner(um, param.grad.data_ptr()) == "params"
     for state in optimizer.state.values():
         for value in state.values():
             if value.is_cuda:
-                assert _owner(um_native, value.data_ptr()) == "params"
+                assert _owner(um, value.data_ptr()) == "params"
     assert stats["activations"]["peak_bytes"] > 0 and stats["inputs"]["peak_bytes"] > 0
     del model, optimizer
     _free(torch, um)
@@ -196,8 +211,8 @@ def test_budget_keeps_gpu_resident_bytes_under_the_budget(torch, um_native):
     assert footprint >= 2 * budget
     assert 0 < stats["gpu_resident_bytes"] <= budget
     on_device = spilled = 0
-    for index in range(len(TYPES)):
-        for start, size, on_gpu in um_native.segments(index):
+    for name in TYPES:
+        for start, size, on_gpu in um.segments(name):
             attrs = um_native.range_attributes(start, size)
             if on_gpu:
                 assert attrs["preferred_location"] == 0
@@ -217,6 +232,7 @@ def test_guard_refuses_an_oversized_request_without_allocating(torch, um_native)
 
     free, _ = torch.cuda.mem_get_info(0)
     um = UnifiedMemory("hpcmem", device=0, headroom_bytes=free - 64 * MiB)
+    _OPENED.append(um)
     assert um.limit_bytes <= 64 * MiB
     before = um_native.managed_bytes()
     with pytest.raises(OversubscriptionError) as error, um.activations():
@@ -235,6 +251,8 @@ def test_guard_refuses_an_oversized_request_without_allocating(torch, um_native)
 
 
 def test_nothing_leaks_over_200_steps(torch, um_native):
+    gc.collect()
+    before = um_native.managed_bytes()  # segments of earlier tests' tensors still alive
     um, model, optimizer, _ = _train(torch, "hpcmem", 10, width=128, hidden=256)
     warm = {t: um.stats()[t]["live_bytes"] for t in TYPES}
     generator = torch.Generator().manual_seed(2)
@@ -247,8 +265,9 @@ def test_nothing_leaks_over_200_steps(torch, um_native):
         optimizer.zero_grad(set_to_none=False)
     torch.cuda.synchronize()
     assert {t: um.stats()[t]["live_bytes"] for t in TYPES} == warm
+    _OPENED.remove(um)
     um.close()
     del x, loss, model, optimizer, um
     gc.collect()
     torch.cuda.empty_cache()
-    assert um_native.managed_bytes() == 0
+    assert um_native.managed_bytes() <= before

@@ -232,6 +232,7 @@ def main() -> int:
     args = _args()
     import torch
 
+    torch.cuda.init()  # memory statistics need an initialised CUDA context
     from hpcmem.results import read_records, write_records
     from hpcmem.train.models import DEFAULT_VOCAB, cnn_shape, transformer_shape
     from hpcmem.train.sizing import footprint
@@ -249,10 +250,9 @@ def main() -> int:
     if args.fsdp:
         variants.append((FSDP, None))
     label = f"{args.model}-{shape.param_count() / 1e9:.2f}B"
+    budget_text = f"{budget / 2**30:.1f} GiB" if budget else "none"
     print(
-        f"# {label}: {shape}, footprint estimate {estimate / 2**30:.1f} GiB, "
-        f"budget {budget and budget / 2**30:.1f} GiB",
-        flush=True,
+        f"# {label}: {shape}, footprint estimate {estimate / 2**30:.1f} GiB, budget {budget_text}"
     )
     records = read_records(args.out) if args.out.exists() else []
     for repeat in range(args.repeats):

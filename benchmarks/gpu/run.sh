@@ -21,11 +21,17 @@ PY=${PYTHON:-python3}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 unset HPCMEM_ALLOW_OVERSUBSCRIPTION
+export HPCMEM_GIT_SHA=${HPCMEM_GIT_SHA:-$(git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)}
+# Python packages the GPU image lacks (e.g. jsonschema), carried as wheels in .whl/.
+if compgen -G ".whl/*.whl" >/dev/null; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/hpcmem-site .whl/*.whl &&
+    export PYTHONPATH=$PYTHONPATH:/tmp/hpcmem-site
+fi
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "command: benchmarks/gpu/run.sh $MODE"
-  echo "git: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  echo "git: $HPCMEM_GIT_SHA"
   nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
   "$PY" -c 'import torch, sys; print("python", sys.version.split()[0]); print("torch", torch.__version__, "cuda", torch.version.cuda)'
   nvcc --version | tail -1

@@ -129,6 +129,9 @@ class UnifiedMemory:
             )
             um.set_gpu_quota(TYPE_IDS[type_name], um.UNLIMITED)
         um.reset_counters()
+        self._epoch = um.begin_epoch()
+        # Segments an earlier job left alive (its tensors still referenced) are not ours.
+        self._baseline = {t: um.counters(TYPE_IDS[t]) for t in TYPES}
 
     @property
     def managed(self) -> bool:
@@ -218,7 +221,9 @@ class UnifiedMemory:
             self._hooks.append(optimizer.register_step_pre_hook(self._step_pre_hook))
             self._hooks.append(optimizer.register_step_post_hook(self._step_post_hook))
         if self.policy.params.prefetch == "before_use":
-            self._prefetch = PrefetchHooks(model, self.device, self._native, TYPE_IDS["params"])
+            self._prefetch = PrefetchHooks(
+                model, self.device, lambda: self.segments("params"), self._prefetch_to_gpu
+            )
 
     def _step_pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._enter("params")
@@ -237,13 +242,13 @@ class UnifiedMemory:
         if self.gpu_budget is None:
             raise RuntimeError("rebalance: this UnifiedMemory has no gpu_budget")
         um = self._native
-        demand = {t: um.counters(TYPE_IDS[t])["peak_bytes"] for t in TYPES}
+        demand = {t: self._counters(t)["peak_bytes"] for t in TYPES}
         wants = {t: self.policy.type_policy(t).wants_gpu() for t in TYPES}
         quotas = plan_budget(self.gpu_budget, self.policy.priority, demand, wants)
         stream = self._torch.cuda.current_stream(self.device).cuda_stream
         for type_name in reversed(self.policy.priority):
             um.set_gpu_quota(TYPE_IDS[type_name], quotas[type_name])
-            um.replace(TYPE_IDS[type_name], self.device.index, stream)
+            um.replace(TYPE_IDS[type_name], self._epoch, self.device.index, stream)
         self._rebalanced = True
         if self._prefetch is not None:
             self._prefetch.refresh()
@@ -267,6 +272,19 @@ class UnifiedMemory:
         if self.policy.inputs.prefetch == "before_use":
             self.prefetch(out)
         return out
+
+    def _prefetch_to_gpu(self, ptr: int, nbytes: int, stream: int) -> None:
+        self._native.prefetch(ptr, nbytes, self.device.index, stream, TYPE_IDS["params"])
+
+    def segments(self, type_name: str) -> list[tuple[int, int, bool]]:
+        """This job's live segments of a type: ``(address, bytes, placed on the GPU)``."""
+        if not self.managed:
+            return []
+        return [
+            (ptr, size, on_gpu)
+            for ptr, size, on_gpu, epoch in self._native.segments(TYPE_IDS[type_name])
+            if epoch == self._epoch
+        ]
 
     def prefetch(self, tensor: Any, to: str = "gpu") -> None:
         """Prefetch a managed tensor's pages to ``gpu`` or ``cpu`` on the current stream."""
@@ -313,7 +331,7 @@ class UnifiedMemory:
                 **{t: None for t in TYPES},
             }
         um = self._native
-        types = {t: um.counters(TYPE_IDS[t]) for t in TYPES}
+        types = {t: self._counters(t) for t in TYPES}
         managed = um.managed_bytes()
         reserved = self._torch.cuda.memory_reserved(self.device)
         return {
@@ -327,6 +345,14 @@ class UnifiedMemory:
             "device_total_bytes": self.device_total_bytes,
             "escaped_bytes": max(0, reserved - managed - self._reserved_baseline),
         }
+
+    def _counters(self, type_name: str) -> dict[str, int]:
+        # Live, peak, segment and GPU bytes net of what earlier jobs left alive.
+        counters = self._native.counters(TYPE_IDS[type_name])
+        base = self._baseline[type_name]
+        for key in ("live_bytes", "peak_bytes", "segments", "gpu_bytes"):
+            counters[key] = max(0, counters[key] - base[key])
+        return counters
 
     def reset_stats(self) -> None:
         """Peaks to current; advice, prefetch and refusal counts to zero (e.g. after warm-up)."""

@@ -22,15 +22,17 @@ class PrefetchHooks:
         self,
         model: Any,
         device: Any,
-        native: Any,
-        type_id: int,
+        segments: Callable[[], list[tuple[int, int, bool]]],
+        prefetch: Callable[[int, int, int], None],
         lookahead: int = 1,
     ) -> None:
+        """``segments()`` lists the params segments ``(address, bytes, on_gpu)``;
+        ``prefetch(address, nbytes, stream_handle)`` moves a range to the GPU."""
         import torch
 
         self._torch = torch
-        self._native = native
-        self._type_id = type_id
+        self._segments = segments
+        self._prefetch = prefetch
         self._device = device
         self._lookahead = lookahead
         self._stream = torch.cuda.Stream(device=device)
@@ -55,9 +57,7 @@ class PrefetchHooks:
     def _on_gpu(self, ptr: int) -> bool:
         if self._gpu_segments is None:
             self._gpu_segments = sorted(
-                (start, start + size)
-                for start, size, on_gpu in self._native.segments(self._type_id)
-                if on_gpu
+                (start, start + size) for start, size, on_gpu in self._segments() if on_gpu
             )
         i = bisect.bisect_right(self._gpu_segments, (ptr, float("inf"))) - 1
         return i >= 0 and self._gpu_segments[i][0] <= ptr < self._gpu_segments[i][1]
@@ -73,9 +73,7 @@ class PrefetchHooks:
                 if tensor is None or not self._on_gpu(tensor.data_ptr()):
                     continue
                 nbytes = tensor.numel() * tensor.element_size()
-                self._native.prefetch(
-                    tensor.data_ptr(), nbytes, self._device.index, stream_handle, self._type_id
-                )
+                self._prefetch(tensor.data_ptr(), nbytes, stream_handle)
         event = self._torch.cuda.Event()
         event.record(self._stream)
         self._events[index] = event

@@ -53,7 +53,8 @@ typedef struct {
 typedef struct {
   uintptr_t ptr;
   size_t size;
-  int on_gpu;  // placed GPU-preferred (counts towards the budget)
+  int on_gpu;      // placed GPU-preferred (counts towards the budget)
+  uint64_t epoch;  // the epoch it was allocated in (see hpcmem_um_begin_epoch)
 } hpcmem_um_segment;
 
 // Allocator entry points (the CUDAPluggableAllocator signatures).
@@ -73,15 +74,20 @@ void hpcmem_um_set_limit(uint64_t bytes);                // guard; UINT64_MAX: n
 uint64_t hpcmem_um_limit(void);
 uint64_t hpcmem_um_managed_bytes(void);
 
+// Starts a new epoch (one per UnifiedMemory) and returns it: segments remember the epoch they
+// were made in, so one job's segments are told apart from those an earlier job left alive.
+uint64_t hpcmem_um_begin_epoch(void);
+
 // Counters.
 int hpcmem_um_counters_get(int type, hpcmem_um_counters* out);
 void hpcmem_um_counters_reset(void);  // peak := live; advice, prefetch, refusal counts := 0
 
 // Segments of a type in allocation order; returns how many exist (writes at most `cap`).
 size_t hpcmem_um_segments(int type, hpcmem_um_segment* out, size_t cap);
-// Re-applies placement (policy + quotas + budget) to every live segment of `type`, moving
-// the ones whose placement changed with a prefetch on `stream`. Returns segments moved, -1 on error.
-long hpcmem_um_replace(int type, int device, void* stream);
+// Re-applies placement (policy + quotas + budget) to the live segments of `type` made in
+// `epoch`, moving the ones whose placement changed with a prefetch on `stream`. Returns the
+// number of segments moved, -1 on error.
+long hpcmem_um_replace(int type, uint64_t epoch, int device, void* stream);
 
 // Range operations on managed memory (errors: -1, message in hpcmem_um_last_error).
 int hpcmem_um_advise(uintptr_t ptr, size_t size, int device, hpcmem_um_policy policy);

@@ -19,6 +19,7 @@ constexpr uintptr_t kPage = 4096;
 struct Segment {
   size_t size;
   uint64_t seq;
+  uint64_t epoch;
   bool on_gpu;
 };
 
@@ -37,6 +38,7 @@ struct State {
   uint64_t managed = 0;
   uint64_t gpu_total = 0;
   uint64_t next_seq = 0;
+  uint64_t epoch = 0;
 };
 
 State& state() {
@@ -192,7 +194,7 @@ void* um_malloc(int type, size_t size, int device, void* stream) {
       set_error("hpcmem-um: placing a new " + bytes_text(size) + " segment for " + name +
                 " failed: " + cudaGetErrorString(err));
     } else {
-      t.segments.emplace(reinterpret_cast<uintptr_t>(p), Segment{size, s.next_seq++, on_gpu});
+      t.segments.emplace(reinterpret_cast<uintptr_t>(p), Segment{size, s.next_seq++, s.epoch, on_gpu});
       return p;
     }
   } catch (...) {
@@ -335,20 +337,32 @@ size_t hpcmem_um_segments(int type, hpcmem_um_segment* out, size_t cap) {
   std::lock_guard<std::mutex> lock(s.mutex);
   auto v = ordered(s.types[type]);
   for (size_t i = 0; i < v.size() && i < cap; ++i) {
-    out[i] = hpcmem_um_segment{v[i].first, v[i].second.size, v[i].second.on_gpu ? 1 : 0};
+    out[i] = hpcmem_um_segment{v[i].first, v[i].second.size, v[i].second.on_gpu ? 1 : 0,
+                               v[i].second.epoch};
   }
   return v.size();
 }
 
-long hpcmem_um_replace(int type, int device, void* stream) {
+uint64_t hpcmem_um_begin_epoch(void) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return ++s.epoch;
+}
+
+long hpcmem_um_replace(int type, uint64_t epoch, int device, void* stream) {
   if (!valid_type(type)) return -1;
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   TypeState& t = s.types[type];
+  // Segments of other epochs keep their place and their share of the budget.
   uint64_t type_gpu = 0;
-  uint64_t total_gpu = s.gpu_total - t.counters.gpu_bytes;
+  for (const auto& entry : t.segments) {
+    if (entry.second.epoch != epoch && entry.second.on_gpu) type_gpu += entry.second.size;
+  }
+  uint64_t total_gpu = s.gpu_total - t.counters.gpu_bytes + type_gpu;
   long moved = 0;
   for (auto& [ptr, seg] : ordered(t)) {
+    if (seg.epoch != epoch) continue;
     bool on_gpu = false;
     hpcmem_um_policy placed = place(s, t, seg.size, type_gpu, total_gpu, &on_gpu);
     if (on_gpu) {

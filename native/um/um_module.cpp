@@ -67,7 +67,8 @@ std::vector<py::tuple> segments(int type) {
   size_t n = hpcmem_um_segments(type, buffer.data(), buffer.size());
   std::vector<py::tuple> out;
   for (size_t i = 0; i < n && i < buffer.size(); ++i) {
-    out.push_back(py::make_tuple(buffer[i].ptr, buffer[i].size, buffer[i].on_gpu != 0));
+    out.push_back(
+        py::make_tuple(buffer[i].ptr, buffer[i].size, buffer[i].on_gpu != 0, buffer[i].epoch));
   }
   return out;
 }
@@ -116,16 +117,19 @@ PYBIND11_MODULE(_um, m) {
   m.def("reset_counters", &hpcmem_um_counters_reset,
         "Peak := live; advice calls, prefetched bytes and refusals := 0.");
   m.def("segments", &segments, py::arg("type"),
-        "Live segments of a type in allocation order: (ptr, size, on_gpu).");
+        "Live segments of a type in allocation order: (ptr, size, on_gpu, epoch).");
+  m.def("begin_epoch", &hpcmem_um_begin_epoch,
+        "Start a new epoch (one per UnifiedMemory); returns its number.");
   m.def(
       "replace",
-      [](int type, int device, std::uintptr_t stream) {
-        long moved = hpcmem_um_replace(type, device, as_stream(stream));
+      [](int type, uint64_t epoch, int device, std::uintptr_t stream) {
+        long moved = hpcmem_um_replace(type, epoch, device, as_stream(stream));
         if (moved < 0) throw std::runtime_error(hpcmem_um_last_error());
         return moved;
       },
-      py::arg("type"), py::arg("device"), py::arg("stream"),
-      "Re-apply placement (policy, quotas, budget) to a type's live segments; returns moves.");
+      py::arg("type"), py::arg("epoch"), py::arg("device"), py::arg("stream"),
+      "Re-apply placement (policy, quotas, budget) to a type's live segments of one epoch; "
+      "returns how many moved.");
   m.def(
       "advise",
       [](std::uintptr_t ptr, size_t size, int device, int preferred, int accessed_by,
