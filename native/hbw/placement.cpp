@@ -1,4 +1,5 @@
-// move_pages(2) with nodes == NULL reports the node of each page without moving it.
+// Where pages are: move_pages(2) with nodes == NULL reports the node of each page without
+// moving it; get_mempolicy(2) with MPOL_F_ADDR reports the policy of each mapping.
 #include "placement.hpp"
 
 #include <hbwmalloc.h>
@@ -51,8 +52,10 @@ std::string policy_of(void* address) {
   int mode = 0;
   const unsigned long flags = address == nullptr ? 0 : MPOL_F_ADDR;
   if (get_mempolicy(&mode, mask.data(), mask.size() * kBits, address, flags) != 0) {
-    throw std::system_error(errno, std::generic_category(),
-                            "get_mempolicy of " + hex(reinterpret_cast<std::uintptr_t>(address)));
+    const std::string what = address == nullptr
+                                 ? std::string("the thread")
+                                 : hex(reinterpret_cast<std::uintptr_t>(address));
+    throw std::system_error(errno, std::generic_category(), "get_mempolicy of " + what);
   }
   const std::string nodes = node_list(mask);
   switch (mode & 0xff) {  // the high bits are mode flags (static/relative nodes)
@@ -64,10 +67,14 @@ std::string policy_of(void* address) {
       return "bind:" + nodes;
     case MPOL_INTERLEAVE:
       return "interleave:" + nodes;
+#ifdef MPOL_LOCAL
     case MPOL_LOCAL:
       return "local";
+#endif
+#ifdef MPOL_PREFERRED_MANY  // libnuma >= 2.0.15
     case MPOL_PREFERRED_MANY:
       return "prefer (many):" + nodes;
+#endif
     default:
       return "mode " + std::to_string(mode) + ":" + nodes;
   }
