@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# The `slurm_cluster` fixture: a real one-node Slurm cluster (tests/slurm_cluster.py).
+pytest_plugins = ("slurm_cluster",)
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 

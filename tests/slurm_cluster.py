@@ -1,0 +1,129 @@
+"""Pytest plugin: the ``slurm_cluster`` fixture, a real one-node Slurm cluster.
+
+The cluster (munged, MariaDB, slurmdbd, slurmctld, slurmd) is started by
+``tools/slurm/cluster.sh`` under ``.slurm/`` for the session and stopped at its
+end, also when tests fail. Concurrent pytest sessions on one machine share the
+cluster: each holds a lease, and the last one out stops it. When a test that
+uses the cluster fails, its report lists the daemon logs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CLUSTER_SH = REPO / "tools" / "slurm" / "cluster.sh"
+STATE_DIR = Path(os.environ.get("HPCMEM_SLURM_STATE", REPO / ".slurm"))
+
+__all__ = ["SlurmCluster", "slurm_cluster"]
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """A running test cluster: its configuration, environment and logs."""
+
+    state_dir: Path
+
+    @property
+    def conf(self) -> Path:
+        """The generated slurm.conf (exported as ``SLURM_CONF``)."""
+        return self.state_dir / "etc" / "slurm.conf"
+
+    @property
+    def logs(self) -> list[Path]:
+        """Every daemon log, kept after the cluster stops."""
+        return sorted((self.state_dir / "log").glob("*.log"))
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The caller's environment with ``SLURM_CONF`` pointing at this cluster."""
+        env = dict(os.environ, SLURM_CONF=str(self.conf))
+        env.update(extra)
+        return env
+
+    def run(self, *command: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
+        """Run a Slurm client command (sbatch, srun, sacct …) against this cluster."""
+        kwargs.setdefault("env", self.env())
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, cwd=REPO, **kwargs
+        )
+
+
+def cluster_command(action: str, state_dir: Path = STATE_DIR) -> subprocess.CompletedProcess:
+    """``tools/slurm/cluster.sh ACTION STATE_DIR``; raises with its stderr on failure."""
+    result = subprocess.run(
+        [str(CLUSTER_SH), action, str(state_dir)], capture_output=True, text=True, timeout=180
+    )
+    if result.returncode != 0 and action != "status":
+        raise RuntimeError(
+            f"cluster.sh {action} failed (exit {result.returncode}):\n{result.stderr.strip()}\n"
+            f"daemon logs: {state_dir / 'log'}"
+        )
+    return result
+
+
+@contextmanager
+def _leases(state_dir: Path) -> Iterator[Path]:
+    """Hold the lease lock; yields the folder of per-session lease files."""
+    leases = state_dir / "leases"
+    leases.mkdir(parents=True, exist_ok=True)
+    with open(state_dir / ".lease-lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield leases
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """Start (or join) the one-node test cluster for the session; stop it afterwards."""
+    if os.geteuid() != 0:
+        pytest.fail("the Slurm test cluster runs its daemons as root: run `make test` as root")
+    lease = None
+    with _leases(STATE_DIR) as leases:
+        lease = leases / str(os.getpid())
+        lease.touch()
+        try:
+            cluster_command("start")
+        except Exception:
+            lease.unlink()
+            raise
+    try:
+        yield SlurmCluster(STATE_DIR)
+    finally:
+        with _leases(STATE_DIR) as leases:
+            lease.unlink(missing_ok=True)
+            others = []
+            for other in leases.iterdir():
+                if other.name.isdigit() and _alive(int(other.name)):
+                    others.append(other)
+                else:
+                    other.unlink()
+            if not others:
+                cluster_command("stop")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """On a failed test that used the cluster, list the daemon logs in its report."""
+    report = yield
+    cluster = getattr(item, "funcargs", {}).get("slurm_cluster")
+    if report.failed and isinstance(cluster, SlurmCluster):
+        paths = "\n".join(str(path) for path in cluster.logs)
+        report.sections.append(("Slurm daemon logs", paths))
+    return report

@@ -1,0 +1,293 @@
+#!/usr/bin/env bash
+# A real one-node Slurm cluster for tests: munge, MariaDB + slurmdbd (so sacct
+# works as on production clusters), slurmctld and slurmd, all as root, all state
+# under one folder.
+#
+#   tools/slurm/cluster.sh start  [DIR]   start what is not running; prints `export SLURM_CONF=...`
+#   tools/slurm/cluster.sh stop   [DIR]   cancel jobs, stop every daemon (also when half-started)
+#   tools/slurm/cluster.sh status [DIR]   daemons, pids, sinfo; exit 0 only when all are up
+#
+# DIR defaults to .slurm/ in the repository. Logs stay under DIR/log after stop.
+# Usage from a shell:  eval "$(tools/slurm/cluster.sh start)"; sbatch ...
+# Ports (override through the environment): HPCMEM_SLURM_PORT (slurmctld, default
+# 16817; slurmd = +1, slurmdbd = +2) and HPCMEM_SLURM_MYSQL_PORT (default 16306).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+ACTION="${1:-}"
+STATE="${2:-$REPO/.slurm}"
+CLUSTER="${HPCMEM_SLURM_CLUSTER:-hpcmem}"
+ACCOUNT="${HPCMEM_SLURM_ACCOUNT:-hpcmem}"
+PARTITION="${HPCMEM_SLURM_PARTITION:-debug}"
+CTLD_PORT="${HPCMEM_SLURM_PORT:-16817}"
+SLURMD_PORT=$((CTLD_PORT + 1))
+DBD_PORT=$((CTLD_PORT + 2))
+MYSQL_PORT="${HPCMEM_SLURM_MYSQL_PORT:-16306}"
+HOST="$(hostname -s)"
+ADDR=127.0.0.1
+MUNGE_SOCKET=/run/munge/munge.socket.2
+TIMEOUT="${HPCMEM_SLURM_TIMEOUT:-60}"
+DAEMONS=(munged mariadbd slurmdbd slurmctld slurmd)
+
+log() { echo "cluster.sh: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+usage() {
+  echo "usage: $0 start|stop|status [STATE_DIR]" >&2
+  exit 2
+}
+
+# MariaDB drops root for the mysql user: its pid file lives in its own folder.
+pidfile() {
+  if [[ "$1" == mariadbd ]]; then echo "$STATE/mysql/mariadbd.pid"; else echo "$STATE/run/$1.pid"; fi
+}
+
+# The pid of a running daemon from its pid file, or nothing.
+daemon_pid() {
+  local file pid
+  file="$(pidfile "$1")"
+  [[ -s "$file" ]] || return 1
+  pid="$(tr -dc '0-9' <"$file")"
+  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
+  echo "$pid"
+}
+
+# Wait until "$@" succeeds, at most TIMEOUT seconds; $1 names what we wait for.
+wait_for() {
+  local what="$1" deadline=$((SECONDS + TIMEOUT))
+  shift
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || die "timed out after ${TIMEOUT}s waiting for $what (logs: $STATE/log)"
+    sleep 0.2
+  done
+}
+
+render() {
+  sed -e "s|@STATE@|$STATE|g" -e "s|@HOST@|$HOST|g" -e "s|@ADDR@|$ADDR|g" \
+    -e "s|@CLUSTER@|$CLUSTER|g" -e "s|@PARTITION@|$PARTITION|g" \
+    -e "s|@CTLD_PORT@|$CTLD_PORT|g" -e "s|@SLURMD_PORT@|$SLURMD_PORT|g" \
+    -e "s|@DBD_PORT@|$DBD_PORT|g" -e "s|@MYSQL_PORT@|$MYSQL_PORT|g" \
+    -e "s|@DB_PASSWORD@|$(cat "$STATE/etc/db.password")|g" \
+    -e "s|@NODE_LINE@|$NODE_LINE|g" -e "s|@DEF_MEM_PER_CPU@|$DEF_MEM_PER_CPU|g" \
+    "$HERE/$1.in" >"$STATE/etc/$1"
+}
+
+check_tools() {
+  local missing=() tool
+  for tool in munged mariadbd mariadb-install-db mariadb slurmdbd slurmctld slurmd sacctmgr \
+    sinfo sacct scancel squeue; do
+    command -v "$tool" >/dev/null || missing+=("$tool")
+  done
+  ((${#missing[@]} == 0)) || die "missing ${missing[*]}: run \`make setup\` (installs slurm-wlm slurmdbd munge mariadb-server)"
+  [[ $(id -u) -eq 0 ]] || die "the test cluster runs its daemons as root; run as root"
+  local pmix=/usr/lib/x86_64-linux-gnu/slurm-wlm/mpi_pmix.so
+  [[ -e "$pmix" ]] || die "$pmix missing: MpiDefault=pmix needs Debian's slurm-wlm with PMIx"
+  local socket="$STATE/mysql/mysqld.sock"
+  ((${#socket} < 100)) || die "state dir too deep for a unix socket path ($socket)"
+}
+
+# Configuration files, generated once per state dir from this machine.
+configure() {
+  mkdir -p "$STATE"/{etc,run,log,state,spool,munge,mysql}
+  chmod 700 "$STATE/munge" "$STATE/etc"
+  if [[ ! -s "$STATE/etc/db.password" ]]; then
+    (umask 077 && head -c 18 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' >"$STATE/etc/db.password")
+  fi
+  # `slurmd -C` describes this node (CPUs, sockets, cores, memory); keep a little memory spare.
+  local detected mem
+  detected="$(slurmd -C | head -n 1)"
+  mem="$(sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' <<<"$detected")"
+  [[ -n "$mem" ]] || die "could not read RealMemory from \`slurmd -C\`: $detected"
+  NODE_LINE="$(sed -e "s/NodeName=[^ ]*/NodeName=$HOST/" \
+    -e "s/RealMemory=[0-9]*/RealMemory=$((mem * 9 / 10))/" <<<"$detected")"
+  local cpus
+  cpus="$(sed -n 's/.*CPUs=\([0-9]*\).*/\1/p' <<<"$detected")"
+  DEF_MEM_PER_CPU=$((mem * 9 / 10 / ${cpus:-1}))
+  render slurm.conf
+  render slurmdbd.conf
+  render cgroup.conf
+  : >"$STATE/etc/plugstack.conf"
+  chmod 600 "$STATE/etc/slurmdbd.conf"
+  echo "export SLURM_CONF=$STATE/etc/slurm.conf" >"$STATE/env.sh"
+}
+
+# Slurm 22.05 ignores AuthInfo=socket= on its persistent connections to slurmdbd, so
+# munged serves the default socket. On one node any munged will do (credentials are
+# encoded and decoded by the same daemon): reuse a running one, else start ours.
+munge_works() { munge -n -S "$MUNGE_SOCKET" | unmunge -S "$MUNGE_SOCKET"; }
+
+start_munged() {
+  daemon_pid munged >/dev/null && return
+  if munge_works >/dev/null 2>&1; then
+    log "using the munged already serving $MUNGE_SOCKET"
+    return
+  fi
+  local key="$STATE/munge/munge.key"
+  if [[ ! -s "$key" ]]; then
+    (umask 077 && head -c 1024 /dev/urandom >"$key")
+  fi
+  mkdir -p "$(dirname "$MUNGE_SOCKET")"
+  rm -f "$MUNGE_SOCKET" "$MUNGE_SOCKET.lock"
+  munged --force --key-file="$key" --socket="$MUNGE_SOCKET" \
+    --pid-file="$(pidfile munged)" --log-file="$STATE/log/munged.log" \
+    --seed-file="$STATE/munge/munged.seed" --num-threads=4 9>&-
+  wait_for munged munge_works
+}
+
+mysql_client() {
+  mariadb --no-defaults --socket="$STATE/mysql/mysqld.sock" -u root "$@"
+}
+
+start_mariadbd() {
+  if ! daemon_pid mariadbd >/dev/null; then
+    local data="$STATE/mysql/data"
+    chown mysql:mysql "$STATE/mysql"
+    if [[ ! -d "$data/mysql" ]]; then
+      rm -rf "$data"
+      mariadb-install-db --no-defaults --user=mysql --datadir="$data" --skip-test-db \
+        --auth-root-authentication-method=socket >"$STATE/log/mariadb-install-db.log" 2>&1 ||
+        die "mariadb-install-db failed: see $STATE/log/mariadb-install-db.log"
+    fi
+    rm -f "$STATE/mysql/mysqld.sock"
+    touch "$STATE/log/mariadbd.log"
+    chown mysql:mysql "$STATE/log/mariadbd.log"
+    # Start in its own session so the daemon outlives the caller's process group.
+    setsid mariadbd --no-defaults --user=mysql --datadir="$data" \
+      --socket="$STATE/mysql/mysqld.sock" --port="$MYSQL_PORT" --bind-address=127.0.0.1 \
+      --skip-name-resolve --pid-file="$(pidfile mariadbd)" --log-error="$STATE/log/mariadbd.log" \
+      --innodb-buffer-pool-size=32M --innodb-log-file-size=16M --performance-schema=OFF \
+      </dev/null >/dev/null 2>&1 9>&- &
+    wait_for mariadbd mysql_client -e "SELECT 1"
+  fi
+  mysql_client <<SQL
+CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$(cat "$STATE/etc/db.password")';
+GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
+FLUSH PRIVILEGES;
+SQL
+}
+
+start_slurmdbd() {
+  daemon_pid slurmdbd >/dev/null && return
+  # slurmdbd reads slurmdbd.conf from the folder of $SLURM_CONF.
+  SLURM_CONF="$STATE/etc/slurm.conf" slurmdbd 9>&-
+  wait_for slurmdbd sacctmgr -n list cluster
+}
+
+register_cluster() {
+  if [[ -z "$(sacctmgr -n -P list cluster "$CLUSTER" format=cluster)" ]]; then
+    sacctmgr -i add cluster "$CLUSTER" >/dev/null
+  fi
+  if [[ -z "$(sacctmgr -n -P list account "$ACCOUNT" format=account)" ]]; then
+    sacctmgr -i add account "$ACCOUNT" Cluster="$CLUSTER" Description=hpcmem Organization=hpcmem >/dev/null
+  fi
+  if [[ -z "$(sacctmgr -n -P list user root account="$ACCOUNT" withassoc format=account)" ]]; then
+    sacctmgr -i add user root Account="$ACCOUNT" DefaultAccount="$ACCOUNT" >/dev/null
+  fi
+}
+
+node_idle() {
+  local state
+  state="$(sinfo -h -N -n "$HOST" -o %T 2>/dev/null)"
+  [[ "$state" == idle* || "$state" == mixed* || "$state" == allocated* ]]
+}
+
+start_slurmctld() {
+  daemon_pid slurmctld >/dev/null && return
+  slurmctld -f "$STATE/etc/slurm.conf" 9>&-
+  wait_for slurmctld scontrol ping
+}
+
+start_slurmd() {
+  daemon_pid slurmd >/dev/null && return
+  mkdir -p "$STATE/spool/slurmd-$HOST"
+  slurmd -f "$STATE/etc/slurm.conf" 9>&-
+  wait_for "node $HOST to become idle" node_idle
+  # A node that was down in an earlier run may come back drained; resume it.
+  if sinfo -h -N -n "$HOST" -o %T | grep -qE 'drain|down'; then
+    scontrol update NodeName="$HOST" State=RESUME
+    wait_for "node $HOST to resume" node_idle
+  fi
+}
+
+do_start() {
+  check_tools
+  configure
+  export SLURM_CONF="$STATE/etc/slurm.conf"
+  local begin=$SECONDS
+  start_munged
+  start_mariadbd
+  start_slurmdbd
+  register_cluster
+  start_slurmctld
+  start_slurmd
+  wait_for sacct sacct -n -X -S now-1hours
+  log "cluster '$CLUSTER' up in $((SECONDS - begin))s (state and logs: $STATE)"
+  cat "$STATE/env.sh"
+}
+
+# SIGTERM to every named daemon, wait for all of them, SIGKILL what is left after 15s.
+stop_daemons() {
+  local name pid entry deadline pids=()
+  for name in "$@"; do
+    if pid="$(daemon_pid "$name")"; then
+      kill -TERM "$pid" 2>/dev/null || true
+      pids+=("$name:$pid")
+    fi
+  done
+  deadline=$((SECONDS + 15))
+  for entry in "${pids[@]}"; do
+    name="${entry%%:*}" pid="${entry##*:}"
+    while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+      log "$name (pid $pid) ignored SIGTERM for 15s: killing it"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+  for name in "$@"; do rm -f "$(pidfile "$name")"; done
+}
+
+do_stop() {
+  [[ -d "$STATE" ]] || return 0
+  export SLURM_CONF="$STATE/etc/slurm.conf"
+  if daemon_pid slurmctld >/dev/null && daemon_pid slurmd >/dev/null; then
+    scancel --full --user=root 2>/dev/null || true
+    local deadline=$((SECONDS + 15))
+    while [[ -n "$(squeue -h -o %i 2>/dev/null)" ]] && ((SECONDS < deadline)); do sleep 0.3; done
+  fi
+  stop_daemons slurmd slurmctld
+  stop_daemons slurmdbd
+  stop_daemons mariadbd munged
+  log "cluster stopped (logs kept in $STATE/log)"
+}
+
+do_status() {
+  local name pid all=0
+  for name in "${DAEMONS[@]}"; do
+    if pid="$(daemon_pid "$name")"; then
+      echo "$name: running (pid $pid)"
+    else
+      echo "$name: stopped"
+      all=1
+    fi
+  done
+  if ((all == 0)); then
+    SLURM_CONF="$STATE/etc/slurm.conf" sinfo -N -o '%N %T %c %m %P'
+  fi
+  return "$all"
+}
+
+[[ -n "$ACTION" ]] || usage
+mkdir -p "$STATE"
+STATE="$(cd "$STATE" && pwd)"
+# One start/stop at a time per state dir (parallel test sessions share it). Daemons are
+# started with fd 9 closed so that they never hold the lock.
+exec 9>"$STATE/.lock"
+flock 9
+case "$ACTION" in
+  start) do_start ;;
+  stop) do_stop ;;
+  status) do_status ;;
+  *) usage ;;
+esac
