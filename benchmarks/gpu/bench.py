@@ -122,7 +122,6 @@ def run_managed(args, shape, policy: str, budget: int | None) -> dict[str, Any]:
             steps=args.steps,
             warmup=args.warmup,
             seed=args.seed,
-            managed_inputs=memory.managed,
         )
     except torch.OutOfMemoryError as error:
         reason = "out of memory: " + str(error).strip().splitlines()[0]

@@ -101,7 +101,7 @@ class UnifiedMemory:
                 path, f"hpcmem_um_malloc_{type_name}", f"hpcmem_um_free_{type_name}"
             )
             self._pools[type_name] = MemPool(allocator.allocator())
-        self._reserved_baseline = torch.cuda.memory_reserved(self.device)
+        self._reserved_baseline = torch.cuda.memory_reserved(self.device) - self._leftover_bytes
 
     # -- set-up -------------------------------------------------------------------------
     def _claim(self) -> None:
@@ -116,8 +116,17 @@ class UnifiedMemory:
 
     def _configure_native(self) -> None:
         um = self._native
-        um.set_limit(um.UNLIMITED if self._limit is None else self._limit)
-        um.set_gpu_budget(um.UNLIMITED if self.gpu_budget is None else self.gpu_budget)
+        um.reset_counters()
+        self._epoch = um.begin_epoch()
+        # Segments an earlier job left alive (its tensors still referenced) are not ours: the
+        # free memory the limit came from already excludes them, and so does the budget.
+        self._baseline = {t: um.counters(TYPE_IDS[t]) for t in TYPES}
+        self._leftover_bytes = um.managed_bytes()
+        leftover_gpu = sum(c["gpu_bytes"] for c in self._baseline.values())
+        um.set_limit(um.UNLIMITED if self._limit is None else self._limit + self._leftover_bytes)
+        um.set_gpu_budget(
+            um.UNLIMITED if self.gpu_budget is None else self.gpu_budget + leftover_gpu
+        )
         for type_name in TYPES:
             tp = self.policy.type_policy(type_name)
             um.set_policy(
@@ -128,10 +137,6 @@ class UnifiedMemory:
                 tp.prefetch == "on_alloc",
             )
             um.set_gpu_quota(TYPE_IDS[type_name], um.UNLIMITED)
-        um.reset_counters()
-        self._epoch = um.begin_epoch()
-        # Segments an earlier job left alive (its tensors still referenced) are not ours.
-        self._baseline = {t: um.counters(TYPE_IDS[t]) for t in TYPES}
 
     @property
     def managed(self) -> bool:
@@ -247,7 +252,8 @@ class UnifiedMemory:
         quotas = plan_budget(self.gpu_budget, self.policy.priority, demand, wants)
         stream = self._torch.cuda.current_stream(self.device).cuda_stream
         for type_name in reversed(self.policy.priority):
-            um.set_gpu_quota(TYPE_IDS[type_name], quotas[type_name])
+            leftover = self._baseline[type_name]["gpu_bytes"]
+            um.set_gpu_quota(TYPE_IDS[type_name], quotas[type_name] + leftover)
             um.replace(TYPE_IDS[type_name], self._epoch, self.device.index, stream)
         self._rebalanced = True
         if self._prefetch is not None:
@@ -306,7 +312,7 @@ class UnifiedMemory:
     def check_request(self, nbytes: int) -> None:
         """Raise the guard's error now if ``nbytes`` more managed memory would pass the limit."""
         if self.managed:
-            guard.check_request(nbytes, self._native.managed_bytes(), self._limit)
+            guard.check_request(nbytes, self._managed_bytes(), self._limit)
 
     def _refusals(self) -> int:
         return sum(self._native.counters(i)["refusals"] for i in TYPE_IDS.values())
@@ -314,7 +320,11 @@ class UnifiedMemory:
     def _guard_message(self, type_name: str) -> str:
         um = self._native
         refused = um.counters(TYPE_IDS[type_name])["last_refused_bytes"]
-        return guard.refusal_message(refused, um.managed_bytes(), self._limit or 0)
+        return guard.refusal_message(refused, self._managed_bytes(), self._limit or 0)
+
+    def _managed_bytes(self) -> int:
+        # This job's managed bytes (segments earlier jobs left alive excluded).
+        return max(0, self._native.managed_bytes() - self._leftover_bytes)
 
     # -- statistics ---------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -330,10 +340,9 @@ class UnifiedMemory:
                 "escaped_bytes": None,
                 **{t: None for t in TYPES},
             }
-        um = self._native
         types = {t: self._counters(t) for t in TYPES}
-        managed = um.managed_bytes()
-        reserved = self._torch.cuda.memory_reserved(self.device)
+        managed = self._managed_bytes()
+        reserved = self._torch.cuda.memory_reserved(self.device) - self._leftover_bytes
         return {
             "policy": self.policy.name,
             "managed": True,
