@@ -125,7 +125,9 @@ def run_managed(args, shape, policy: str, budget: int | None) -> dict[str, Any]:
         )
     except torch.OutOfMemoryError as error:
         reason = "out of memory: " + str(error).strip().splitlines()[0]
-        return unfinished_record(point, "failed", reason, affinity.current())
+        return unfinished_record(
+            point, "failed", reason, policy=memory.policy.to_record(), binding=affinity.current()
+        )
     finally:
         memory.close()
     return ok_record(
