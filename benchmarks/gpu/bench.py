@@ -20,6 +20,7 @@ import argparse
 import gc
 import os
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -259,10 +260,15 @@ def main() -> int:
     for repeat in range(args.repeats):
         for policy, variant_budget in variants:
             started = time.perf_counter()
-            if policy == FSDP:
-                record = run_fsdp(args, shape)
-            else:
-                record = run_managed(args, shape, policy, variant_budget)
+            try:
+                if policy == FSDP:
+                    record = run_fsdp(args, shape)
+                else:
+                    record = run_managed(args, shape, policy, variant_budget)
+            except Exception:  # one broken variant must not cost the others their runs
+                traceback.print_exc()
+                _release()
+                continue
             _release()
             record["repeat"] = repeat
             record["command"] = "benchmarks/gpu/run.sh"
