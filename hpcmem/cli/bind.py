@@ -1,0 +1,70 @@
+"""Run a command under the numactl binding of this MPI rank.
+
+    hpcmem bind [--local-rank N] BINDING -- COMMAND [ARGS...]
+    srun -n 4 hpcmem bind hbw -- hpcmem collectives --op allreduce --buffer hbw
+
+BINDING is none, cores, hbw, dram, interleave, or explicit numactl arguments as one
+word ("--cpunodebind=0 --membind=4"; put `--` before a binding of one option:
+`hpcmem bind -- --membind=4 -- COMMAND`). The local rank comes from the launcher
+(OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID, PALS_LOCAL_RANKID,
+PMIX_RANK) unless --local-rank is given. The command is exec'd as
+`numactl ARGS -- COMMAND` (directly for none) with HPCMEM_BINDING and
+HPCMEM_NUMACTL_ARGS exported, so that its records say which binding it ran under.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+
+from hpcmem.cli import UsageError
+
+HELP = "run a command under this rank's numactl binding (none, cores, hbw, dram, interleave)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``hpcmem bind``."""
+    parser.add_argument(
+        "--local-rank",
+        type=int,
+        metavar="N",
+        default=None,
+        help="this rank's index on its node (default: from the launcher's environment)",
+    )
+    parser.add_argument(
+        "binding",
+        metavar="BINDING",
+        help="none, cores, hbw, dram, interleave, or explicit numactl arguments",
+    )
+    parser.add_argument(
+        "argv",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND ...",
+        help="the command to run and its arguments",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Plan the binding, export it, and exec the command under numactl."""
+    from hpcmem.affinity import BINDING_ENV, NUMACTL_ENV
+    from hpcmem.binding import BindingError, plan_binding
+
+    command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not command:
+        raise UsageError("COMMAND: missing (hpcmem bind BINDING -- COMMAND ARGS...)")
+    try:
+        plan = plan_binding(args.binding, args.local_rank)
+    except BindingError as error:
+        raise UsageError(str(error)) from None
+    if plan.args and shutil.which("numactl") is None:
+        raise UsageError(f"binding {args.binding!r}: numactl not found (apt install numactl)")
+    os.environ[BINDING_ENV] = plan.binding
+    os.environ[NUMACTL_ENV] = shlex.join(plan.args)
+    argv = [*plan.command_prefix, *command]
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as error:
+        raise UsageError(f"COMMAND {command[0]!r}: {error.strerror}") from None
+    return 127  # not reached: execvp replaced this process

@@ -1,0 +1,171 @@
+"""numactl bindings: planning from a topology, strict validation, and `hpcmem bind` run for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hpcmem.binding import BindingError, local_rank, plan_binding
+from hpcmem.topology import HBWNodes, NumaNode
+
+GiB = 1 << 30
+#: a Xeon Max-like node: two CPU nodes with DRAM, two memory-only HBM nodes
+XEON_MAX = [
+    NumaNode(0, (0, 1, 2, 3), 64 * GiB, 60 * GiB),
+    NumaNode(1, (4, 5, 6, 7), 64 * GiB, 60 * GiB),
+    NumaNode(2, (), 16 * GiB, 16 * GiB),
+    NumaNode(3, (), 16 * GiB, 16 * GiB),
+]
+HBM = HBWNodes((2, 3), "memory-only", emulated=False)
+NO_HBW = HBWNodes((), "none", emulated=False)
+CHILD = "import json; from hpcmem import affinity; print(json.dumps(affinity.current()))"
+
+
+def plan(binding: str, rank: int = 0, hbw: HBWNodes = HBM) -> list[str]:
+    return list(plan_binding(binding, rank, nodes=XEON_MAX, hbw=hbw).args)
+
+
+@pytest.mark.parametrize(
+    ("binding", "rank", "expected"),
+    [
+        ("none", 3, []),
+        ("hbw", 0, ["--cpunodebind=0", "--membind=2-3"]),
+        ("hbw", 1, ["--cpunodebind=1", "--membind=2-3"]),
+        ("dram", 1, ["--cpunodebind=1", "--membind=1"]),
+        ("dram", 2, ["--cpunodebind=0", "--membind=0"]),
+        ("interleave", 1, ["--cpunodebind=1", "--interleave=0-3"]),
+        ("--cpunodebind=1 --membind=3", 0, ["--cpunodebind=1", "--membind=3"]),
+        ("--physcpubind=4-7 --preferred=2", 5, ["--physcpubind=4-7", "--preferred=2"]),
+        ("--interleave=all", 0, ["--interleave=all"]),
+        ("--localalloc", 0, ["--localalloc"]),
+    ],
+)
+def test_bindings_on_a_xeon_max_topology(binding: str, rank: int, expected: list[str]) -> None:
+    assert plan(binding, rank) == expected
+
+
+def test_cores_spreads_local_ranks_over_the_allowed_cpus() -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    for rank in range(2 * len(allowed)):
+        cpu = allowed[rank % len(allowed)]
+        assert plan("cores", rank) == [f"--physcpubind={cpu}", "--localalloc"]
+
+
+@pytest.mark.parametrize(
+    ("binding", "message"),
+    [
+        ("--membind=7", "binding --membind=7: node 7 does not exist (nodes here: 0-3)"),
+        ("--cpunodebind=0-4", "node 4 does not exist (nodes here: 0-3)"),
+        ("--physcpubind=8", "CPU 8 does not exist (CPUs here: 0-7)"),
+        ("--membind=0 --interleave=1", "--membind and --interleave are exclusive memory policies"),
+        ("--membind=0 --membind=1", "--membind given twice"),
+        ("--cpubind=0", "'--cpubind=0' is not one of none, cores, hbw, dram, interleave"),
+        ("--membind", "--membind needs a value"),
+        ("--membind=x", "'x' is not a node or a range"),
+        ("--preferred=2,3", "--preferred takes one node"),
+        ("--localalloc=1", "--localalloc takes no value"),
+        ("--membind=0; rm -rf /", "'0;' is not a node or a range"),
+        ("hbm", "binding 'hbm' is not one of none, cores, hbw, dram, interleave"),
+    ],
+)
+def test_bad_bindings_name_the_value_and_what_is_accepted(binding: str, message: str) -> None:
+    with pytest.raises(BindingError) as error:
+        plan(binding)
+    assert message in str(error.value)
+
+
+def test_hbw_without_hbw_nodes_is_refused() -> None:
+    with pytest.raises(BindingError, match="MEMKIND_HBW_NODES"):
+        plan("hbw", hbw=NO_HBW)
+
+
+def test_local_rank_from_launcher_environment() -> None:
+    assert local_rank({}) == 0
+    assert local_rank({"SLURM_LOCALID": "3", "PMIX_RANK": "7"}) == 3
+    assert local_rank({"OMPI_COMM_WORLD_LOCAL_RANK": "1", "SLURM_LOCALID": "3"}) == 1
+    assert local_rank({"PMIX_RANK": "5"}) == 5
+    with pytest.raises(BindingError, match="SLURM_LOCALID='x'"):
+        local_rank({"SLURM_LOCALID": "x"})
+
+
+def _bind(hpcmem_exe: str, *args: str, env: dict[str, str] | None = None):
+    full_env = dict(os.environ)
+    for name in ("OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "PMIX_RANK", "MEMKIND_HBW_NODES"):
+        full_env.pop(name, None)
+    full_env.update(env or {})
+    return subprocess.run(
+        [hpcmem_exe, "bind", *args], capture_output=True, text=True, env=full_env, timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    ("binding", "mode"),
+    [("none", "default"), ("dram", "bind"), ("hbw", "bind"), ("interleave", "interleave")],
+)
+def test_bind_applies_the_policy_seen_from_inside(hpcmem_exe: str, binding: str, mode: str) -> None:
+    result = _bind(
+        hpcmem_exe, binding, "--", sys.executable, "-c", CHILD, env={"MEMKIND_HBW_NODES": "0"}
+    )
+    assert result.returncode == 0, result.stderr
+    applied = json.loads(result.stdout)
+    assert applied["name"] == binding
+    assert applied["mempolicy"]["mode"] == mode
+    if binding == "none":
+        assert applied["numactl"] == []
+        assert applied["cpus"] == sorted(os.sched_getaffinity(0))
+    else:
+        assert applied["mempolicy"]["nodes"] == [0]
+        assert applied["numactl"][0] == "--cpunodebind=0"
+
+
+def test_bind_cores_pins_each_local_rank(hpcmem_exe: str) -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    for rank in (0, 1):
+        result = _bind(hpcmem_exe, "--local-rank", str(rank), "cores", "--",
+                       sys.executable, "-c", CHILD)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        applied = json.loads(result.stdout)
+        assert applied["cpus"] == [allowed[rank % len(allowed)]]
+        assert applied["mempolicy"]["mode"] == "local"
+
+
+def test_bind_explicit_arguments_after_separator(hpcmem_exe: str) -> None:
+    result = _bind(hpcmem_exe, "--", "--membind=0", "--", sys.executable, "-c", CHILD)
+    assert result.returncode == 0, result.stderr
+    applied = json.loads(result.stdout)
+    assert applied["name"] == "custom"
+    assert applied["numactl"] == ["--membind=0"]
+    assert applied["mempolicy"] == {"mode": "bind", "nodes": [0]}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--", "--membind=9", "--", "true"], "node 9 does not exist (nodes here: 0)"),
+        (["hbw", "--", "true"], "binding 'hbw': this node has no high-bandwidth memory node"),
+        (["fast", "--", "true"], "binding 'fast' is not one of none, cores, hbw"),
+        (["none"], "COMMAND: missing"),
+        (["none", "--", "/no/such/program"], "COMMAND '/no/such/program'"),
+    ],
+)
+def test_bind_errors_are_one_line(hpcmem_exe: str, args: list[str], message: str) -> None:
+    result = _bind(hpcmem_exe, *args)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith("hpcmem bind: error: ")
+    assert message in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.mpi
+def test_bind_under_mpirun_pins_ranks_apart(mpirun, hpcmem_exe: str) -> None:
+    result = mpirun(2, hpcmem_exe, "bind", "cores", "--", sys.executable, "-c", CHILD,
+                    env={"OMPI_MCA_hwloc_base_binding_policy": "none"})  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    cpus = sorted(json.loads(line)["cpus"][0] for line in result.stdout.splitlines())
+    allowed = sorted(os.sched_getaffinity(0))
+    assert cpus == sorted(allowed[r % len(allowed)] for r in range(2))
