@@ -171,6 +171,8 @@ def train(
         materialize_optimizer_state(optimizer)
         losses = torch.zeros(total, device=device)
     memory.attach(model, optimizer)
+    if device.type == "cuda":  # the context exists now (the model is on the device)
+        torch.cuda.reset_peak_memory_stats(device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16")
     staging: dict[str, Any] = {}
     times_ms = []
