@@ -115,6 +115,7 @@ def test_bad_allow_environment_value_is_named(
 def test_oversubscribe_above_0_9_is_refused_before_torch_is_even_imported(tmp_path) -> None:
     script = (
         "import sys\n"
+        "import hpcmem.train\n"
         "from hpcmem.cli import main\n"
         "code = main(['train', '--oversubscribe', '2', '--output', sys.argv[1]])\n"
         "print('torch imported:', 'torch' in sys.modules)\n"
