@@ -65,6 +65,9 @@ def test_help_documents_every_option_with_units_and_defaults(hpcmem_exe: str) ->
         (["--seq-len", "0"], "--seq-len: 0 is not an integer >= 1"),
         (["--vocab", "1"], "--vocab: 1 is not an integer >= 2"),
         (["--model", "cnn", "--image-size", "16"], "--image-size: 16 is not an integer >= 32"),
+        (["--model", "cnn", "--seq-len", "512"],
+         "--seq-len: applies to --model transformer only, not cnn"),
+        (["--image-size", "64"], "--image-size: applies to --model cnn only, not transformer"),
         (["--device", "tpu"], "--device: 'tpu' is not one of cuda, cuda:N, cpu"),
         (["--device", "cpu", "--policy", "um"],
          "--policy: 'um' needs a CUDA device; --device cpu (for tests) runs only with "

@@ -29,6 +29,7 @@ import sys
 from typing import Any
 
 from hpcmem.cli import UsageError
+from hpcmem.train.models import DEFAULT_VOCAB
 
 HELP = "train a transformer LM or CNN under a memory policy and time its steps"
 
@@ -36,9 +37,12 @@ MODELS = ("transformer", "cnn")
 DTYPES = ("bf16", "fp32")
 PRESETS = ("cuda", "um", "hpcmem")
 DEFAULTS = {
-    "transformer": {"params": "125M", "batch": 8, "dtype": "bf16"},
-    "cnn": {"params": None, "batch": 256, "dtype": "fp32"},
+    "transformer": {"params": "125M", "batch": 8, "dtype": "bf16", "seq_len": 2048,
+                    "vocab": DEFAULT_VOCAB},
+    "cnn": {"params": None, "batch": 256, "dtype": "fp32", "image_size": 224},
 }
+#: Options that shape only one model's data.
+MODEL_OPTIONS = {"transformer": ("seq_len", "vocab"), "cnn": ("image_size",)}
 _COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMBGT]?)\s*$", re.IGNORECASE)
 _COUNT_UNITS = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 
@@ -79,11 +83,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--batch", type=int, metavar="N",
                       help="samples per step; default: 8 sequences (transformer), "
                       "256 images (cnn)")
-    what.add_argument("--seq-len", type=int, default=2048, metavar="TOKENS",
+    what.add_argument("--seq-len", type=int, metavar="TOKENS",
                       help="tokens per sequence (transformer); default: 2048")
-    what.add_argument("--vocab", type=int, default=50304, metavar="N",
-                      help="vocabulary size (transformer); default: 50304")
-    what.add_argument("--image-size", type=int, default=224, metavar="PIXELS",
+    what.add_argument("--vocab", type=int, metavar="N",
+                      help=f"vocabulary size (transformer); default: {DEFAULT_VOCAB}")
+    what.add_argument("--image-size", type=int, metavar="PIXELS",
                       help="image height and width (cnn); default: 224")
     what.add_argument("--dtype", metavar="TYPE",
                       help="bf16 (autocast over fp32 weights) or fp32; default: bf16 "
@@ -130,9 +134,19 @@ def _point(args: argparse.Namespace) -> Any:
 
     model = _choice("--model", args.model, MODELS)
     defaults = DEFAULTS[model]
+    for other, names in MODEL_OPTIONS.items():
+        for name in names:
+            if other != model and getattr(args, name) is not None:
+                option = "--" + name.replace("_", "-")
+                raise UsageError(f"{option}: applies to --model {other} only, not {model}")
+
+    def value(name: str) -> Any:
+        given = getattr(args, name)
+        return defaults[name] if given is None else given
+
     if args.params is not None and args.oversubscribe is not None:
         raise UsageError("--params and --oversubscribe: give one of them, not both")
-    params = args.params if args.params is not None else defaults["params"]
+    params = value("params")
     if args.oversubscribe is not None:
         params = None
         if not math.isfinite(args.oversubscribe) or args.oversubscribe <= 0:
@@ -150,11 +164,11 @@ def _point(args: argparse.Namespace) -> Any:
         model=model,
         params_requested=None if params is None else parse_count("--params", params),
         oversubscribe=args.oversubscribe,
-        batch=_positive("--batch", args.batch if args.batch is not None else defaults["batch"]),
-        seq_len=_positive("--seq-len", args.seq_len) if model == "transformer" else None,
-        vocab=_positive("--vocab", args.vocab, 2) if model == "transformer" else None,
-        image_size=_positive("--image-size", args.image_size, 32) if model == "cnn" else None,
-        dtype=_choice("--dtype", args.dtype or defaults["dtype"], DTYPES),
+        batch=_positive("--batch", value("batch")),
+        seq_len=_positive("--seq-len", value("seq_len")) if model == "transformer" else None,
+        vocab=_positive("--vocab", value("vocab"), 2) if model == "transformer" else None,
+        image_size=_positive("--image-size", value("image_size"), 32) if model == "cnn" else None,
+        dtype=_choice("--dtype", value("dtype"), DTYPES),
         policy=args.policy,
         gpu_budget=budget,
         steps=_positive("--steps", args.steps),
