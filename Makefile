@@ -27,7 +27,7 @@ $(STAMPS)/python: requirements.txt $(STAMPS)/system
 	mkdir -p $(STAMPS) && touch $@
 
 $(STAMPS)/native: $(NATIVE_SOURCES) $(STAMPS)/python
-	flock $(STAMPS)/build.lock $(BIN)/pip install -q --no-build-isolation --no-deps -e .
+	mkdir -p build && flock build/build.lock $(BIN)/pip install -q --no-build-isolation --no-deps -e .
 	touch $@
 
 run: setup

@@ -1,5 +1,7 @@
 # Build the native extensions once per run into a wheel, and install it into a per-run
-# environment that every benchmark job then uses.
+# environment that every benchmark job then uses. The wheel build reuses scikit-build-core's
+# CMake folder (build/<wheel tag>, as `make native` does) under the same lock, so a rebuild is
+# incremental and never races an editable install.
 
 
 rule build_wheel:

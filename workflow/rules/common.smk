@@ -3,6 +3,7 @@
 import datetime
 import itertools
 import os
+import subprocess
 import sys
 
 from snakemake.exceptions import WorkflowError
@@ -79,6 +80,21 @@ RUN = os.path.join(config["output_dir"], config["run_id"])
 SOURCE_DIR = os.path.dirname(workflow.basedir)
 #: the interpreter running snakemake; the per-run environment is layered over it
 PYTHON = sys.executable
+
+
+def get_git_sha():
+    """The commit of SOURCE_DIR, or '' outside a git checkout (records carry it)."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", SOURCE_DIR, "rev-parse", "HEAD"], capture_output=True, text=True
+        )
+    except OSError:
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+#: the commit being built and run: the installed wheel lies outside the checkout
+GIT_SHA = get_git_sha()
 #: images built from container.cpu_definition / gpu_definition; rules name them in `container:`
 #: (used with `--sdm apptainer`; without it the rules run natively and records say container null)
 CPU_IMAGE = os.path.join(config["container"]["image_dir"], "hpcmem-cpu.sif")
@@ -121,8 +137,10 @@ def train_points():
 
 
 def get_run_env(wildcards):
-    """VAR=value words for ``env``: the run id, and MEMKIND_HBW_NODES when HBW is emulated."""
+    """VAR=value words for ``env``: run id, commit, and MEMKIND_HBW_NODES when HBW is emulated."""
     words = [f"HPCMEM_RUN_ID={config['run_id']}"]
+    if GIT_SHA:
+        words.append(f"HPCMEM_GIT_SHA={GIT_SHA}")
     if config["collectives"]["emulate_hbw"] is not None:
         words.append(f"MEMKIND_HBW_NODES={config['collectives']['emulate_hbw']}")
     return words
@@ -171,19 +189,20 @@ def get_all_records(wildcards):
 
 
 def report_verdict():
-    """Print where the report and the verdict are; a regression fails the workflow."""
-    status_file = rules.check_regressions.output.status
-    if not os.path.exists(status_file):
+    """When this invocation asked for the verdict: print where the report and the verdict
+    are, and fail the workflow on a regression (check.fail_on_regression)."""
+    if not any(job.rule.name == "check_regressions" for job in workflow.dag.jobs):
         return
-    if os.path.exists(rules.render_report.output.report):
-        print(f"\nhpcmem: report  {os.path.abspath(rules.render_report.output.report)}")
-    print(f"hpcmem: verdict {os.path.abspath(rules.check_regressions.output.verdict)}\n")
-    with open(rules.check_regressions.output.verdict) as verdict:
-        print(verdict.read())
-    with open(status_file) as status:
+    report_html = rules.render_report.output.report
+    verdict_table = rules.check_regressions.output.verdict
+    if os.path.exists(report_html):
+        print(f"\nhpcmem: report  {os.path.abspath(report_html)}")
+    print(f"hpcmem: verdict {os.path.abspath(verdict_table)}\n")
+    with open(verdict_table) as table:
+        print(table.read())
+    with open(rules.check_regressions.output.status) as status:
         regression = status.read().strip() != "0"
     if regression and config["check"]["fail_on_regression"]:
         raise WorkflowError(
-            f"hpcmem check found a regression in run {config['run_id']}: "
-            f"see {rules.check_regressions.output.verdict}"
+            f"hpcmem check found a regression in run {config['run_id']}: see {verdict_table}"
         )
