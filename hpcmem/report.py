@@ -81,16 +81,18 @@ def _plain(value: float, _pos: Any = None) -> str:
 
 
 def _log_value_axis(axes: Any) -> None:
-    """A log y axis with plain numbers; minor 2 and 5 labelled when it spans few decades."""
+    """A log y axis with plain numbers, labelling minor ticks when it spans few decades."""
     from matplotlib.ticker import FuncFormatter
 
     axes.set_yscale("log")
     axes.yaxis.set_major_formatter(FuncFormatter(_plain))
     low, high = axes.get_ylim()
-    if high / low < 300:
+    decades = math.log10(high / low)
+    labelled = (2, 3, 4, 5, 6, 7, 8, 9) if decades < 1 else (2, 5) if decades < 2.5 else ()
+    if labelled:
         def minor(value: float, _pos: Any = None) -> str:
             digit = round(value / 10 ** math.floor(math.log10(value)))
-            return f"{value:g}" if digit in (2, 5) else ""
+            return f"{value:g}" if digit in labelled else ""
 
         axes.yaxis.set_minor_formatter(FuncFormatter(minor))
         axes.grid(True, which="minor", axis="y", alpha=0.15)
