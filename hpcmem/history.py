@@ -86,16 +86,6 @@ class History:
         connection.executescript(_SCHEMA)
         return connection
 
-    def has_run(self, run_id: str, system: str) -> bool:
-        """Whether ``run_id`` on ``system`` is already recorded."""
-        if not self.file.exists():
-            return False
-        with closing(self._connect()) as db:
-            row = db.execute(
-                "SELECT 1 FROM runs WHERE run_id = ? AND system = ?", (run_id, system)
-            ).fetchone()
-        return row is not None
-
     def medians(self, system: str, last: int, exclude_run: str) -> dict[str, HistoryMedian]:
         """Per figure, its median over the newest ``last`` runs on ``system``, except one.
 
