@@ -107,7 +107,7 @@ wildcard_constraints:
     ranks="[0-9]+",
     binding="[a-z][a-z0-9_]*",
     model="[a-z][a-z0-9_]*",
-    params="[0-9.]+[KMB]?",
+    params="default|[0-9.]+[KMB]?",
     policy="[a-z][a-z0-9_]*",
     budget="none|[0-9]+[KMGT]?",
 
@@ -168,9 +168,11 @@ def get_policy(wildcards):
 
 
 def get_train_options(wildcards):
-    """Options of ``hpcmem train`` for one point besides model, size and policy."""
+    """Options of ``hpcmem train`` for one point besides model and policy."""
     sweep = config["train"]
     options = ["--steps", str(sweep["steps"]), "--warmup", str(sweep["warmup"])]
+    if wildcards.params != "default":
+        options += ["--params", wildcards.params]
     if wildcards.budget != "none":
         options += ["--gpu-budget", wildcards.budget]
     return options

@@ -21,5 +21,5 @@ rule run_train:
         gpu=1,
     shell:
         "env {params.env:q} {params.hpcmem:q} train --model {wildcards.model:q}"
-        " --params {wildcards.params:q} --policy {params.policy:q} {params.options:q}"
+        " --policy {params.policy:q} {params.options:q}"
         " --skip-if-no-gpu --output {output.records:q} > {log:q} 2>&1"
