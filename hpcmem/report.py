@@ -32,6 +32,8 @@ _DPI = 100
 _COLORS = {"numpy": "#4c72b0", "hbw": "#dd8452", "hbw_preferred": "#55a868",
            "hbw_interleave": "#c44e52", "mpi_alloc": "#8172b3", "dram": "#937860",
            "dax_kmem": "#da8bc3"}
+#: line style and marker per binding, so buffer kinds keep their colour across bindings
+_BINDING_STYLES = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
 _POLICY_COLORS = {"cuda": "#4c72b0", "um": "#c44e52", "hpcmem": "#55a868"}
 
 
@@ -88,7 +90,7 @@ def _log_value_axis(axes: Any) -> None:
     axes.yaxis.set_major_formatter(FuncFormatter(_plain))
     low, high = axes.get_ylim()
     decades = math.log10(high / low)
-    labelled = (2, 3, 4, 5, 6, 7, 8, 9) if decades < 1 else (2, 5) if decades < 2.5 else ()
+    labelled = (2, 3, 4, 5, 6, 7, 8, 9) if decades < 1 else (2, 5) if decades < 3.5 else ()
     if labelled:
         def minor(value: float, _pos: Any = None) -> str:
             digit = round(value / 10 ** math.floor(math.log10(value)))
@@ -109,11 +111,14 @@ def collectives_figures(points: pd.DataFrame) -> Iterator[str]:
     for (op, dtype, ranks), group in coll.groupby(["op", "dtype", "ranks"], sort=True,
                                                     dropna=False):
         figure, (lat, bw) = _new_figure(11, 3.9, columns=2)
-        bindings = group["binding"].nunique()
+        bindings = sorted(group["binding"].unique())
         for (buffer, binding), line in group.groupby(["buffer", "binding"], sort=True):
             line = line.sort_values("size_bytes")
-            style = {"color": _COLORS.get(buffer), "marker": "o", "markersize": 3.5,
-                     "linewidth": 1.6, "label": _series_label(buffer, binding, bindings)}
+            index = bindings.index(binding) % len(_BINDING_STYLES)
+            linestyle, marker = _BINDING_STYLES[index]
+            style = {"color": _COLORS.get(buffer), "marker": marker, "markersize": 3.5,
+                     "linestyle": linestyle, "linewidth": 1.6,
+                     "label": _series_label(buffer, binding, len(bindings))}
             lat.plot(line["size_bytes"], line["latency_us_avg"], **style)
             bw.plot(line["size_bytes"], line["busbw_GBps"], **style)
         for axes in (lat, bw):
@@ -123,7 +128,8 @@ def collectives_figures(points: pd.DataFrame) -> Iterator[str]:
         lat.set_title(f"{op} ({dtype}): latency, {ranks} ranks", fontsize=11)
         bw.set_ylabel("bus bandwidth (GB/s)")
         bw.set_title(f"{op} ({dtype}): bus bandwidth, {ranks} ranks", fontsize=11)
-        lat.legend(title="buffer", fontsize=9, title_fontsize=9)
+        title = "buffer" if len(bindings) == 1 else "buffer · binding"
+        lat.legend(title=title, fontsize=9, title_fontsize=9)
         yield _embed(
             figure,
             f"{op} latency and bus bandwidth against message size, {ranks} ranks",
