@@ -250,11 +250,14 @@ def _problems_section(summary: Summary) -> str:
                        '<p class="note">None: every record was valid and ran.</p>')
     parts = []
     if skipped:
+        files = [str(s["file"]) for s in skipped]
+        root = os.path.commonpath(files) if len(set(files)) > 1 else os.path.dirname(files[0])
         parts.append("<h3>Failed and skipped points (not averaged in)</h3>")
+        parts.append(f'<p class="note">Records under <code>{html.escape(root)}</code>.</p>')
         parts.append(table(
             ["status", "point", "reason", "run", "host", "record"],
             [[s["status"], s["point"], s["reason"], s["run_id"], s["host"],
-              f"{os.path.basename(str(s['file']))}:{s['line']}"] for s in skipped],
+              f"{os.path.relpath(str(s['file']), root)}:{s['line']}"] for s in skipped],
             ["text", "key", "text", "text", "text", "key"],
         ))
     if rejected:
