@@ -23,7 +23,7 @@ rule run_collectives:
         tasks=lambda wildcards: int(wildcards.ranks),
     shell:
         "env {params.env:q} {resources.mpi} -n {resources.tasks}"
-        " {params.hpcmem:q} bind {params.binding:q} --"
+        " {params.hpcmem:q} bind -- {params.binding:q} --"
         " {params.hpcmem:q} collectives --op {wildcards.op:q} --buffer {wildcards.buffer:q}"
         " {params.options:q} --output {output.records:q}"
         " > {output.osu:q}.tmp 2> {log:q} && mv {output.osu:q}.tmp {output.osu:q}"

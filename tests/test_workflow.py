@@ -1,0 +1,182 @@
+"""The workflow end to end on the local profile: real snakemake, Open MPI, memkind, pandas.
+
+A copy of ``.test/config`` (2 ranks bound to the emulated HBW node, allreduce and bcast on
+numpy and HBW buffers, one training point that is skipped without a GPU) runs through build,
+collectives, aggregate, check and report; then a regression and killed jobs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+
+from hpcmem.results import read_records, validate_record
+
+pytestmark = pytest.mark.mpi
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+RUN = Path("results", "e2e")
+#: a collectives point slow enough to be killed mid-run
+SLOW = "collectives:\n  iterations: 1000000\n  warmup: 0\n  max_size: 1M\n"
+
+
+def command(workdir: Path, *args: str) -> list[str]:
+    """The snakemake command line of the local profile in ``workdir``."""
+    return [str(BIN / "snakemake"), "--profile", str(REPO / "profiles" / "local"),
+            "--snakefile", str(REPO / "workflow" / "Snakefile"), "--directory", str(workdir),
+            *args]
+
+
+def environment() -> dict[str, str]:
+    """The environment `make run` gives the workflow: the project's venv first on PATH."""
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+
+
+def snakemake(workdir: Path, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
+    """Run the workflow to completion; stdout holds all of snakemake's output."""
+    return subprocess.run(command(workdir, *args), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout,
+                          env=environment(), cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A working directory holding a copy of the tiny test config (shared by this module)."""
+    work = tmp_path_factory.mktemp("workflow")
+    shutil.copytree(REPO / ".test" / "config", work / "config")
+    return work
+
+
+def test_end_to_end_on_the_local_profile(workdir: Path):
+    result = snakemake(workdir)
+    assert result.returncode == 0, result.stdout
+    run = workdir / RUN
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+    manifest = json.loads((run / "build" / "manifest.json").read_text())
+    assert "hpcmem._hbw" in manifest["native_modules"]
+    assert (run / "build" / "wheelhouse" / manifest["wheel"]).is_file()
+
+    for op, buffer in itertools.product(("allreduce", "bcast"), ("numpy", "hbw")):
+        point = run / "collectives" / op / buffer / "ranks2"
+        records = read_records(point / "hbw.jsonl")
+        assert [validate_record(r) for r in records] == [[]] * len(records)
+        assert {r["status"] for r in records} == {"ok"}
+        assert sorted(r["size_bytes"] for r in records) == [2**k for k in range(3, 11)]
+        assert all(r["validated"] and r["ranks"] == 2 and r["run_id"] == "e2e" for r in records)
+        assert all(r["op"] == op and r["buffer"] == buffer for r in records)
+        assert {r["git_sha"] for r in records} == {head}
+        if buffer == "hbw":
+            assert all(r["placement"]["emulated"] for r in records)
+            assert all(r["placement"]["hbw_fraction"] == 1.0 for r in records)
+        for rank in (rank for r in records for rank in r["binding"]["per_rank"]):
+            assert rank["name"] == "hbw"
+            assert rank["mempolicy"] == {"mode": "bind", "nodes": [0]}  # measured in the rank
+        osu = (point / "hbw.osu.txt").read_text()
+        assert f"# OSU MPI {'Allreduce' if op == 'allreduce' else 'Broadcast'}" in osu
+
+    (train,) = read_records(run / "train" / "transformer" / "125M" / "hpcmem" / "budget_none.jsonl")
+    assert validate_record(train) == []
+    assert train["status"] == "skipped" and "GPU" in train["reason"]
+
+    summary = pd.read_parquet(run / "summary" / "summary.parquet")
+    assert len(summary) == 2 * 2 * 8  # op x buffer x size, each from the tools' own records
+    skipped = pd.read_csv(run / "summary" / "skipped.csv")
+    assert "GPU" in " ".join(skipped.astype(str).to_numpy().ravel())
+
+    assert (run / "check" / "exit_status").read_text().strip() == "0"
+    assert (run / "check" / "verdict.txt").read_text().strip()
+    html = (run / "report" / "report.html").read_text()
+    assert html.count("data:image/png;base64,") >= 2
+    assert "skipped" in html
+    assert f"hpcmem: report  {workdir / RUN / 'report' / 'report.html'}" in result.stdout
+    assert f"hpcmem: verdict {workdir / RUN / 'check' / 'verdict.txt'}" in result.stdout
+
+
+def test_regression_fails_the_run_after_writing_report_and_verdict(workdir: Path):
+    (workdir / "config" / "strict.yaml").write_text(
+        'references:\n  "*:*":\n    "collectives/*/latency_us.avg": [0.001, null, 0.0, us]\n'
+    )
+    result = snakemake(workdir, "--config", "check={references: config/strict.yaml}")
+    assert result.returncode == 1, result.stdout
+    assert "hpcmem check found a regression in run e2e" in result.stdout
+    run = workdir / RUN
+    assert (run / "check" / "exit_status").read_text().strip() == "1"
+    assert "FAIL" in (run / "check" / "verdict.txt").read_text()
+    assert (run / "report" / "report.html").is_file()
+    assert "rule run_collectives" not in result.stdout  # finished points are not redone
+
+
+def rank_processes(
+    workflow: subprocess.Popen, workdir: Path, target: Path, timeout: float = 300
+) -> list[psutil.Process]:
+    """The two MPI ranks of ``workflow`` writing ``target`` (in ``workdir``), once they print."""
+    osu = workdir / target.with_name(target.stem + ".osu.txt.tmp")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if workflow.poll() is not None:
+            raise AssertionError(f"the workflow ended early:\n{workflow.communicate()[0]}")
+        ranks = []
+        for process in psutil.process_iter(["cmdline"]):
+            cmdline = process.info["cmdline"] or []
+            if str(target) in cmdline and "collectives" in cmdline and "bind" not in cmdline:
+                ranks.append(process)
+        if len(ranks) == 2 and osu.exists() and osu.stat().st_size > 0:
+            return ranks
+        time.sleep(0.2)
+    raise AssertionError(f"the ranks writing {target} did not start in {timeout} s")
+
+
+def start(workdir: Path, *args: str) -> subprocess.Popen:
+    """Start the workflow in the background."""
+    return subprocess.Popen(command(workdir, *args), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=environment(), cwd=REPO)
+
+
+def test_killed_points_leave_nothing_and_are_redone(workdir: Path):
+    target = RUN / "collectives" / "gather" / "numpy" / "ranks2" / "none.jsonl"
+    records = workdir / target
+    osu = records.with_name("none.osu.txt")
+    (workdir / "config" / "slow.yaml").write_text(SLOW)
+    configs = (workdir / "config" / "config.yaml", workdir / "config" / "slow.yaml")
+    slow = ("--configfile", *map(str, configs))
+
+    # A rank killed mid-run (as the OOM killer would): the job fails, nothing is kept.
+    workflow = start(workdir, *slow, "--", str(target))
+    rank_processes(workflow, workdir, target)[0].send_signal(signal.SIGKILL)
+    output, _ = workflow.communicate(timeout=120)
+    assert workflow.returncode == 1, output
+    assert "Error in rule run_collectives" in output
+    assert not records.exists() and not osu.exists()
+
+    # The whole run killed (a lost node): snakemake, mpirun and the ranks at once.
+    workflow = start(workdir, *slow, "--", str(target))
+    ranks = rank_processes(workflow, workdir, target)
+    tree = [psutil.Process(workflow.pid), *psutil.Process(workflow.pid).children(recursive=True)]
+    assert set(ranks) <= set(tree)
+    for process in tree:
+        process.send_signal(signal.SIGKILL)
+    psutil.wait_procs(tree, timeout=30)
+    workflow.communicate(timeout=30)
+    assert not records.exists() and not osu.exists()
+
+    # The next run (after --unlock, as snakemake asks) redoes the point, and only it.
+    assert snakemake(workdir, "--unlock").returncode == 0
+    result = snakemake(workdir, "--", str(target))
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.count("rule run_collectives:") == 1
+    assert {r["status"] for r in read_records(records)} == {"ok"}
+    assert osu.read_text().startswith("# OSU MPI Gather")
