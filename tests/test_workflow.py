@@ -60,11 +60,11 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_end_to_end_on_the_local_profile(workdir: Path):
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
     result = snakemake(workdir)
     assert result.returncode == 0, result.stdout
     run = workdir / RUN
-    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
-                          text=True, check=True).stdout.strip()
 
     manifest = json.loads((run / "build" / "manifest.json").read_text())
     assert "hpcmem._hbw" in manifest["native_modules"]
