@@ -49,7 +49,7 @@ def _args() -> argparse.Namespace:
     parser.add_argument(
         "--budget-policy",
         default=str(Path(__file__).with_name("budget-policy.yaml")),
-        help="policy of the budget run (preset name or YAML file)",
+        help="policies of the budget runs, comma-separated (preset names or YAML files)",
     )
     parser.add_argument("--fsdp", action="store_true", help="also run FSDP2 CPU offload")
     parser.add_argument("--seed", type=int, default=0)
@@ -248,7 +248,7 @@ def main() -> int:
     budget = int(estimate / args.budget_ratio) if args.budget_ratio else None
     variants: list[tuple[str, int | None]] = [(p, None) for p in args.policies.split(",") if p]
     if budget:
-        variants.append((args.budget_policy, budget))
+        variants += [(policy, budget) for policy in args.budget_policy.split(",") if policy]
     if args.fsdp:
         variants.append((FSDP, None))
     label = f"{args.model}-{shape.param_count() / 1e9:.2f}B"

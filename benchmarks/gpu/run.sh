@@ -6,8 +6,9 @@
 # smoke: build + `pytest -m gpu` + a tiny run of every benchmark variant (a few minutes).
 # bench: build + the benchmarks: ResNet-50 (input-heavy, fp32, batch 256) and transformers of
 #        about 0.35B, 1.3B and 6B parameters (bf16 autocast, AdamW), policies cuda/um/hpcmem,
-#        3 repeats interleaved; a GPU-budget run (footprint 2.5x the budget) and FSDP2 CPU
-#        offload on the 0.35B model, 2 repeats interleaved. HPCMEM_BENCH_SECONDS (540) caps it.
+#        3 repeats interleaved; GPU-budget runs (footprint 2.5x the budget; activations-first
+#        and params-first) and FSDP2 CPU offload on the 0.35B model, 2 repeats interleaved.
+#        HPCMEM_BENCH_SECONDS (500) caps the benchmark part.
 # Output goes to $OUT (default benchmarks/results/gpu-<UTC date>): build.log, pytest.log,
 # bench.log, train.jsonl (DESIGN.md records), summary.md, env.txt. The oversubscription guard
 # stays on: nothing here asks for more managed memory than the GPU has free.
@@ -56,7 +57,7 @@ if [[ $MODE != bench ]]; then
   tail -15 "$OUT/pytest.log"
 fi
 
-DEADLINE=$((SECONDS + ${HPCMEM_BENCH_SECONDS:-540}))  # whole benchmark part, then the summary
+DEADLINE=$((SECONDS + ${HPCMEM_BENCH_SECONDS:-500}))  # whole benchmark part, then the summary
 bench() {  # bench SECONDS ARGS...: one model, all its variants, capped so the summary still runs
   local cap=$1; shift
   (( cap > DEADLINE - SECONDS - 10 )) && cap=$((DEADLINE - SECONDS - 10))
@@ -72,12 +73,13 @@ if [[ $MODE == smoke ]]; then
     --repeats 1 --budget-ratio 2.5 --fsdp
 else
   echo "== benchmarks"
-  bench 90 --model cnn --batch 256 --dtype fp32 --steps 10 --warmup 3 --repeats 3
-  bench 90 --model transformer --params 350000000 --batch 16 --seq-len 1024 --steps 8 --warmup 3 --repeats 3
-  bench 120 --model transformer --params 350000000 --batch 16 --seq-len 1024 --steps 5 --warmup 2 \
-    --repeats 2 --policies "" --budget-ratio 2.5 --fsdp
-  bench 100 --model transformer --params 1300000000 --batch 8 --seq-len 1024 --steps 8 --warmup 3 --repeats 3
-  bench 140 --model transformer --params 6000000000 --batch 2 --seq-len 1024 --steps 5 --warmup 2 --repeats 3
+  bench 80 --model cnn --batch 256 --dtype fp32 --steps 8 --warmup 2 --repeats 3
+  bench 80 --model transformer --params 350000000 --batch 16 --seq-len 1024 --steps 8 --warmup 2 --repeats 3
+  bench 130 --model transformer --params 350000000 --batch 16 --seq-len 1024 --steps 4 --warmup 2 \
+    --repeats 2 --policies "" --budget-ratio 2.5 --fsdp \
+    --budget-policy benchmarks/gpu/budget-policy.yaml,hpcmem
+  bench 90 --model transformer --params 1300000000 --batch 8 --seq-len 1024 --steps 6 --warmup 2 --repeats 3
+  bench 120 --model transformer --params 6000000000 --batch 2 --seq-len 1024 --steps 4 --warmup 2 --repeats 3
 fi
 
 if [[ -s $OUT/train.jsonl ]]; then

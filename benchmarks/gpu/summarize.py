@@ -52,7 +52,7 @@ def table(records: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
         lines.append(
             f"| {model} | {name} | {len(group)} | {m:.2f} | {min(spread):.2f}-{max(spread):.2f} "
             f"| {statistics.median(r['first_step_ms'] for r in group):.0f} "
-            f"| {_pct(m, um)} | {_pct(m, cuda)} | {budget / 2**30 if budget else '—'} "
+            f"| {_pct(m, um)} | {_pct(m, cuda)} | {f'{budget / 2**30:.1f}' if budget else '—'} "
             f"| {', '.join(map(str, sorted(escaped, key=str)))} |"
         )
     for model in sorted({m for m, _ in runs}):
@@ -71,17 +71,17 @@ def table(records: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
                 f"- {model}: hpcmem {over:+.1f}% vs cuda (target within 10%, aim 3%): "
                 f"{'met' if over <= 10 else 'MISSED'}"
             )
-        budgeted, fsdp = (
-            medians.get((model, "hpcmem+budget")),
-            medians.get((model, "fsdp2_cpu_offload")),
-        )
-        if budgeted and cuda:
-            verdicts.append(f"- {model}: GPU-budget run {budgeted / cuda:.2f}x cuda's step time")
-        if budgeted and fsdp:
-            verdicts.append(
-                f"- {model}: GPU-budget run {budgeted / fsdp:.2f}x FSDP2 CPU "
-                f"offload's step time ({fsdp:.1f} ms)"
-            )
+        fsdp = medians.get((model, "fsdp2_cpu_offload"))
+        for (mod, name), budgeted in sorted(medians.items()):
+            if mod != model or not name.endswith("@budget"):
+                continue
+            if cuda:
+                verdicts.append(f"- {model}: {name} {budgeted / cuda:.2f}x cuda's step time")
+            if fsdp:
+                verdicts.append(
+                    f"- {model}: {name} {budgeted / fsdp:.2f}x FSDP2 CPU offload's step time "
+                    f"({fsdp:.1f} ms)"
+                )
     return lines, verdicts + failed
 
 

@@ -148,7 +148,11 @@ class UnifiedMemory:
         self._torch._C._cuda_beginAllocateToPool(self.device.index, self._pools[type_name].id)
 
     def _end(self, type_name: str) -> None:
-        self._torch._C._cuda_endAllocateToPool(self.device.index, self._pools[type_name].id)
+        # Each begin increments the pool's use count (as a graph capture does); release it,
+        # or the pool never becomes freeable and its segments outlive the job.
+        pool_id = self._pools[type_name].id
+        self._torch._C._cuda_endAllocateToPool(self.device.index, pool_id)
+        self._torch._C._cuda_releasePool(self.device.index, pool_id)
 
     def _enter(self, type_name: str) -> None:
         if self._closed:
