@@ -2,7 +2,8 @@
 
 Each figure (``<point key>/<metric>``, see :mod:`hpcmem.references`) gets a
 verdict: ``FAIL`` when it lies outside its reference bounds or outside the
-tolerance band around the median of the last N runs in the history; ``PASS``
+tolerance band around the median of the last N runs in the history (once the
+history holds at least ``min_runs`` runs with that figure); ``PASS``
 when it was compared and lies inside; ``NEW`` when there was nothing to compare
 with. Failed points and invalid records of the summary are ``FAIL`` rows too:
 a benchmark that stopped producing correct results is a regression. An exact
@@ -125,7 +126,7 @@ def _describe(side: str, metric: str, against: str) -> str:
 
 
 def _judge(name: str, value: float, unit: str, references: References, system: str,
-           history: HistoryMedian | None) -> Row:
+           history: HistoryMedian | None, min_runs: int) -> Row:
     metric = name.rsplit("/", 1)[1]
     row = Row(name, value, unit, None, None, None, None, 0, "NEW", "")
     notes, compared, failed = [], False, False
@@ -139,6 +140,10 @@ def _judge(name: str, value: float, unit: str, references: References, system: s
             notes.append(_describe(side, metric, "the reference"))
     if history is not None:
         row.history_median, row.history_runs = history.value, history.runs
+    if history is not None and history.runs < min_runs:
+        notes.append(f"history of {history.runs} runs, fewer than min_runs {min_runs}: "
+                     "not judged")
+    elif history is not None:
         compared = True
         low = None if references.history_lower is None else history.value * (
             1 + references.history_lower)
@@ -164,10 +169,16 @@ def _problem_rows(summary: Summary) -> Iterable[Row]:
 
 
 def evaluate(summary: Summary, references: References, system: str,
-             history: dict[str, HistoryMedian]) -> list[Row]:
-    """Every verdict row: figures, failed points, invalid records, missing references."""
+             history: dict[str, HistoryMedian], min_runs: int | None = None) -> list[Row]:
+    """Every verdict row: figures, failed points, invalid records, missing references.
+
+    A figure is judged against its history median only when that median is taken
+    over at least ``min_runs`` runs (default: the references' ``history.min_runs``).
+    """
+    min_runs = min_runs or references.history_min_runs
     figures = summary_figures(summary, references, system)
-    rows = [_judge(n, v, u, references, system, history.get(n)) for n, v, u in figures]
+    rows = [_judge(n, v, u, references, system, history.get(n), min_runs)
+            for n, v, u in figures]
     rows.extend(_problem_rows(summary))
     seen = {name for name, _, _ in figures}
     for key in references.exact_keys(system):
@@ -203,7 +214,9 @@ def check(summary: Summary, references: References, system: str, *,
     last = last or references.history_last
     store = History(history_folder) if history_folder is not None else None
     medians = store.medians(system, last, exclude_run=run_id) if store else {}
-    rows = evaluate(summary, references, system, medians)
+    # asking for fewer runs than min_runs (--last 1) means: judge on what was asked for
+    rows = evaluate(summary, references, system, medians,
+                    min_runs=min(references.history_min_runs, last))
     result = CheckResult(rows, system, run_id, str(history_folder) if store else None, last,
                          appended=False)
     if store is not None and append:

@@ -4,6 +4,7 @@ The YAML file (``config/references.yaml`` documents the format in its header)::
 
     history:                 # optional: comparison with the median of past runs
       last: 5                # how many past runs (``--last`` overrides)
+      min_runs: 3            # judge against the history only once it holds this many
       lower: -0.5            # relative tolerance below the history median (<= 0, or null)
       upper: 0.5             # relative tolerance above it (>= 0, or null)
     references:
@@ -88,6 +89,7 @@ class References:
 
     scopes: dict[str, list[Reference]] = field(default_factory=dict)
     history_last: int = 5
+    history_min_runs: int = 3
     history_lower: float | None = -0.5
     history_upper: float | None = 0.5
 
@@ -179,17 +181,22 @@ def parse_references(data: Any, source: str = "references") -> References:
     refs = References()
     history = data.get("history") or {}
     if not isinstance(history, dict):
-        raise ReferencesError(f"{source}: history: must be a mapping of last, lower, upper")
-    unknown = set(history) - {"last", "lower", "upper"}
+        raise ReferencesError(
+            f"{source}: history: must be a mapping of last, min_runs, lower, upper"
+        )
+    unknown = set(history) - {"last", "min_runs", "lower", "upper"}
     if unknown:
         raise ReferencesError(
             f"{source}: history: unknown key {sorted(map(str, unknown))[0]!r} "
-            "(accepted: last, lower, upper)"
+            "(accepted: last, min_runs, lower, upper)"
         )
-    last = history.get("last", refs.history_last)
-    if isinstance(last, bool) or not isinstance(last, int) or last < 1:
-        raise ReferencesError(f"{source}: history.last: {last!r} is not a whole number >= 1")
-    refs.history_last = last
+    for key in ("last", "min_runs"):
+        value = history.get(key, getattr(refs, f"history_{key}"))
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ReferencesError(
+                f"{source}: history.{key}: {value!r} is not a whole number >= 1"
+            )
+        setattr(refs, f"history_{key}", value)
     refs.history_lower, refs.history_upper = _tolerances(
         history.get("lower", refs.history_lower),
         history.get("upper", refs.history_upper),

@@ -153,6 +153,10 @@ def test_history_median_comparison_and_idempotent_append(tmp_path: Path) -> None
         code, out, _ = run_check(_run_with_scale(tmp_path, f"run{day}", scale, day), refs,
                                  "--history", str(history))
         assert code == 0, out
+        if day == 3:  # two runs in the history, min_runs is 3 (the default): shown, not judged
+            row = row_of(out, figure)
+            assert "1.05 (n=2)" in row and " NEW " in row
+            assert "history of 2 runs, fewer than min_runs 3: not judged" in row
     # last 3 runs before run5: scales 1.1, 0.9, 1.05 -> median 1.05 us
     slow = _run_with_scale(tmp_path, "run5", 1.5, 5)
     code, out, _ = run_check(slow, refs, "--history", str(history))
@@ -195,6 +199,8 @@ def test_history_median_comparison_and_idempotent_append(tmp_path: Path) -> None
         ("references:\n  cluster:\n    'collectives/*/latency_us.avg': [1, -0.1, 0.1, us]\n",
          "key 'cluster' is not 'system:partition'"),
         ("history: {last: 0}\n", "history.last: 0 is not a whole number >= 1"),
+        ("history: {min_runs: 2.5}\n", "history.min_runs: 2.5 is not a whole number >= 1"),
+        ("history: {median: 3}\n", "history: unknown key 'median'"),
         ("references: [unclosed\n", "not valid YAML"),
     ],
 )
