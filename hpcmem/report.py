@@ -45,11 +45,13 @@ def _size_label(size: float, _pos: Any = None) -> str:
     return f"{size:g} B"
 
 
-def _new_figure(width: float, height: float, columns: int = 1) -> tuple[Figure, Any]:
+def _new_figure(width: float, height: float, columns: int = 1, rows: int = 1
+                ) -> tuple[Figure, Any]:
+    """A constrained-layout figure and its axes, flattened row by row."""
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(width, height), dpi=_DPI, layout="constrained")
-    return figure, figure.subplots(1, columns, squeeze=False)[0]
+    return figure, figure.subplots(rows, columns, squeeze=False).ravel()
 
 
 def _embed(figure: Figure, alt: str, caption: str) -> str:
@@ -175,8 +177,12 @@ def training_figure(points: pd.DataFrame) -> str | None:
         return None
     keys = ["model", "params", "batch", "seq_len", "dtype", "gpu_budget"]
     groups = list(steps.groupby(keys, sort=True, dropna=False))
-    figure, axes_row = _new_figure(min(4.2 * len(groups), 12), 3.9, columns=len(groups))
-    for axes, (key, group) in zip(axes_row, groups, strict=True):
+    columns = min(len(groups), 3)
+    rows = math.ceil(len(groups) / columns)
+    figure, panels = _new_figure(4.2 * columns, 3.9 * rows, columns=columns, rows=rows)
+    for axes in panels[len(groups):]:
+        axes.set_visible(False)
+    for axes, (key, group) in zip(panels, groups, strict=False):
         model, params, batch, _seq_len, dtype, budget = key
         policies = list(group["policy"])
         median = group["step_ms_median"].to_numpy(dtype=float)
@@ -193,7 +199,8 @@ def training_figure(points: pd.DataFrame) -> str | None:
             axes.annotate(text, (x, top), textcoords="offset points", xytext=(0, 4),
                           ha="center", va="bottom", fontsize=8)
         axes.margins(y=0.2)
-        title = f"{model}, {int(params) / 1e6:.0f}M params, batch {batch}, {dtype}"
+        count = f"{params / 1e9:.3g}B" if params >= 1e9 else f"{params / 1e6:.3g}M"
+        title = f"{model}, {count} params, batch {batch}, {dtype}"
         if not pd.isna(budget):
             title += f", budget {_size_label(float(budget))}"
         axes.set_title(title, fontsize=10)
