@@ -140,19 +140,18 @@ def _judge(name: str, value: float, unit: str, references: References, system: s
             notes.append(_describe(side, metric, "the reference"))
     if history is not None:
         row.history_median, row.history_runs = history.value, history.runs
-    if history is not None and history.runs < min_runs:
-        notes.append(f"history of {history.runs} runs, fewer than min_runs {min_runs}: "
-                     "not judged")
-    elif history is not None:
-        compared = True
-        low = None if references.history_lower is None else history.value * (
-            1 + references.history_lower)
-        high = None if references.history_upper is None else history.value * (
-            1 + references.history_upper)
-        if side := _outside(value, low, high):
-            failed = True
-            change = (value / history.value - 1) * 100 if history.value else math.inf
-            notes.append(f"{_describe(side, metric, 'the history')}: {change:+.0f}% vs median")
+        if history.runs < min_runs:
+            notes.append(f"history of {history.runs} runs, fewer than min_runs {min_runs}: "
+                         "not judged")
+        else:
+            compared = True
+            tolerances = (references.history_lower, references.history_upper)
+            low, high = (None if t is None else history.value * (1 + t) for t in tolerances)
+            if side := _outside(value, low, high):
+                failed = True
+                change = (value / history.value - 1) * 100 if history.value else math.inf
+                notes.append(f"{_describe(side, metric, 'the history')}: "
+                             f"{change:+.0f}% vs median")
     row.verdict = "FAIL" if failed else ("PASS" if compared else "NEW")
     row.note = "; ".join(notes)
     return row
