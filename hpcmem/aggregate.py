@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpcmem.results import utc_now, validate_record
+from hpcmem.results import atomic_open, utc_now, validate_record
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -392,23 +391,6 @@ def run_metadata(loaded: Loaded) -> dict[str, Any]:
     }
 
 
-def _write_bytes_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` under a temporary name, then rename it into place."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        umask = os.umask(0o022)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # as open() would; mkstemp makes files private
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_outputs(out_dir: Path, summary: pd.DataFrame, loaded: Loaded,
                   metadata: dict[str, Any]) -> None:
     """Write every output file into ``out_dir``.
@@ -435,7 +417,8 @@ def write_outputs(out_dir: Path, summary: pd.DataFrame, loaded: Loaded,
     contents["summary.parquet"] = parquet.getvalue()
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, data in contents.items():
-        _write_bytes_atomically(out_dir / name, data)
+        with atomic_open(out_dir / name, "wb") as handle:
+            handle.write(data)
 
 
 def aggregate(inputs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str]

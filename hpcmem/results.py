@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any
 
 from hpcmem import __version__
 
@@ -108,13 +108,19 @@ def common_fields(
 
 
 @contextmanager
-def atomic_open(path: str | os.PathLike[str]) -> Iterator[TextIO]:
-    """Open ``path`` for writing; it appears, complete, only when the block succeeds."""
+def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[Any]]:
+    """Open ``path`` for writing (``"w"`` or ``"wb"``); it appears, complete, only when the
+    block succeeds. The file gets the permissions ``open()`` would give it (umask applied)."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"mode {mode!r} is not one of 'w', 'wb'")
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(fd, "w") as handle:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes files private
+        with os.fdopen(fd, mode) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
