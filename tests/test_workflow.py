@@ -67,7 +67,7 @@ def test_end_to_end_on_the_local_profile(workdir: Path):
     run = workdir / RUN
 
     manifest = json.loads((run / "build" / "manifest.json").read_text())
-    assert "hpcmem._hbw" in manifest["native_modules"]
+    assert "hpcmem._hbw" in manifest["native_modules"] and manifest["git_sha"] == head
     assert (run / "build" / "wheelhouse" / manifest["wheel"]).is_file()
 
     for op, buffer in itertools.product(("allreduce", "bcast"), ("numpy", "hbw")):

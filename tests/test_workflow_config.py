@@ -256,3 +256,14 @@ def test_dry_run_of_the_default_config_lists_every_point(workdir):
         assert f"--op {op} --buffer {buffer}" in result.stdout
     assert "MEMKIND_HBW_NODES=0 mpirun --oversubscribe" in result.stdout
     assert result.stdout.count("--skip-if-no-gpu") == trains
+
+
+def test_make_run_script_starts_a_fresh_timestamped_run():
+    result = subprocess.run(
+        [str(REPO / "tools" / "run-workflow.sh"), "-n"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120, cwd="/",
+    )
+    assert result.returncode == 0, result.stdout
+    run_id = re.search(r"^hpcmem: workflow run (\d{8}T\d{6}Z) ", result.stdout, re.MULTILINE)[1]
+    assert f"results/{run_id}/build/wheelhouse" in result.stdout
+    assert job_counts(result.stdout)["run_collectives"] == 12

@@ -33,5 +33,7 @@ rule install_wheel:
         CPU_IMAGE
     log:
         f"{RUN}/logs/install_wheel.log",
+    params:
+        git_sha=GIT_SHA,
     script:
         "../scripts/install_wheel.py"

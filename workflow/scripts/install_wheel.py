@@ -41,7 +41,7 @@ def run(command: list[str], log: TextIO) -> str:
     return subprocess.run(command, check=True, stdout=subprocess.PIPE, stderr=log, text=True).stdout
 
 
-def install(wheelhouse: Path, venv: Path, manifest: Path, log: TextIO) -> dict:
+def install(wheelhouse: Path, venv: Path, manifest: Path, git_sha: str, log: TextIO) -> dict:
     """Create ``venv``, install the wheel into it, verify the import and write ``manifest``."""
     wheel = only_wheel(wheelhouse)
     run([sys.executable, "-m", "venv", "--without-pip", str(venv)], log)
@@ -58,6 +58,7 @@ def install(wheelhouse: Path, venv: Path, manifest: Path, log: TextIO) -> dict:
         "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
         "size_bytes": wheel.stat().st_size,
         "hpcmem_version": probe["version"],
+        "git_sha": git_sha or None,
         "native_modules": probe["native"],
         "python": platform.python_version(),
         "machine": platform.machine(),
@@ -72,5 +73,9 @@ if __name__ == "__main__":
     smk = snakemake  # noqa: F821 (injected by Snakemake's script directive)
     with open(smk.log[0], "w") as log_file:
         install(
-            Path(smk.input.wheelhouse), Path(smk.output.venv), Path(smk.output.manifest), log_file
+            Path(smk.input.wheelhouse),
+            Path(smk.output.venv),
+            Path(smk.output.manifest),
+            smk.params.git_sha,
+            log_file,
         )
