@@ -204,6 +204,8 @@ def test_injection_through_snakemake_stops_before_anything_runs(workdir, path, p
          "config collectives.max_size: '3K' is not a power of two"),
         ({"collectives": {"min_size": "1M", "max_size": "4K"}},
          "config collectives.min_size: larger than collectives.max_size"),
+        ({"collectives": {"enabled": False}, "train": {"enabled": False}},
+         "config collectives.enabled, train.enabled: both false, nothing to run"),
     ],
 )
 def test_workflow_checks_name_the_key(workdir, change, message):

@@ -18,7 +18,7 @@ SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 
 
 def parse_size(value, key):
-    """Bytes of a message size (8, '4K', '1M'); a WorkflowError names the key unless a power of two."""
+    """Bytes of a message size (8, '4K', '1M'); not a power of two stops naming ``key``."""
     text = str(value)
     unit = text[-1] if text[-1] in SIZE_UNITS else ""
     size = int(text[: len(text) - len(unit)]) * SIZE_UNITS[unit]
@@ -53,6 +53,8 @@ def check_names(key, names, builtin, defined, defined_key):
 
 
 check_printable(config)
+if not (config["collectives"]["enabled"] or config["train"]["enabled"]):
+    raise WorkflowError("config collectives.enabled, train.enabled: both false, nothing to run")
 if config["run_id"] is None:
     config["run_id"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d")
 if parse_size(config["collectives"]["min_size"], "collectives.min_size") > parse_size(
