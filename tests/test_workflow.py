@@ -130,9 +130,10 @@ def rank_processes(
         if workflow.poll() is not None:
             raise AssertionError(f"the workflow ended early:\n{workflow.communicate()[0]}")
         ranks = []
-        for process in psutil.process_iter(["cmdline"]):
+        for process in psutil.process_iter(["cmdline", "cwd"]):
             cmdline = process.info["cmdline"] or []
-            if str(target) in cmdline and "collectives" in cmdline and "bind" not in cmdline:
+            if (process.info["cwd"] == str(workdir) and str(target) in cmdline
+                    and "collectives" in cmdline and "bind" not in cmdline):
                 ranks.append(process)
         if len(ranks) == 2 and osu.exists() and osu.stat().st_size > 0:
             return ranks
