@@ -169,6 +169,18 @@ def test_shell_metacharacters_are_rejected_in_every_command_field(path, valid, t
 
 
 @pytest.mark.parametrize(
+    ("section", "mapping", "value"),
+    [("collectives", "custom_bindings", "--membind=0"), ("train", "policy_files", "p.yaml")],
+)
+def test_shell_metacharacters_are_rejected_in_names(section, mapping, value, tmp_path):
+    check({section: {mapping: {"fine_name": value}}})
+    for payload in INJECTIONS:
+        name = payload.format(canary=tmp_path / "pwned")
+        with pytest.raises(WorkflowError, match="does not match"):
+            check({section: {mapping: {name: value}}})
+
+
+@pytest.mark.parametrize(
     ("path", "payload", "message"),
     [
         (("run_id",), "r1$(touch {canary})", "does not match"),
