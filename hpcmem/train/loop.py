@@ -2,19 +2,23 @@
 
 Memory goes through a ``hpcmem.um.UnifiedMemory``: model, gradients, optimizer
 state and the loss log are made in its params scope, each batch in its inputs
-scope (allocated there and written by the CPU, as a data loader would), forward
-and backward in its activations scope. A step is timed from the start of the
-batch's production to the end of ``optimizer.step()`` with the device
-synchronised, so the CPU's write of the inputs and every migration it causes are
-inside the figure. The first step (first touch of every page) is reported on its
-own; the statistics cover the steps after the warm-up.
+scope (allocated there and written by the CPU), forward and backward in its
+activations scope. Like a data loader that prefetches one batch, the CPU writes
+batch i+1 while the device runs step i (two batches live at a time; writing
+managed memory while kernels run needs ``concurrentManagedAccess``, which Linux
+GPUs since Pascal have). A step is
+wall-clock time from the end of the previous one until both its kernels and the
+next batch are done (the device synchronised), so a CPU write that makes the GPU
+wait, or faults pages back and forth, shows in the figure. The first step
+(producing its own batch, and first touch of every page) is reported on its own;
+the statistics cover the steps after the warm-up.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hpcmem.train.models import CNNShape, TransformerShape, build
@@ -106,18 +110,28 @@ def materialize_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
         state["step"].zero_()
 
 
+@dataclass
+class _Staging:
+    """Pinned host buffers of the unmanaged path, and the event of their last copy."""
+
+    buffers: dict[str, Any] = field(default_factory=dict)
+    copied: Any = None  # torch.cuda.Event, recorded after each copy to the device
+
+
 def _new_batch(
     data: SyntheticTokens | SyntheticImages,
     memory: Any,
     device: torch.device,
-    staging: dict[str, Any],
+    staging: _Staging,
 ) -> dict[str, torch.Tensor]:
-    """Allocate the step's batch on ``device`` in the inputs scope and have the CPU write it.
+    """Allocate a batch on ``device`` in the inputs scope and have the CPU write it.
 
     Managed (and CPU) memory is written in place by the CPU, then prefetched if
     the inputs policy says ``before_use``; device memory is written into
-    ``staging`` (pinned host buffers, made once) and copied over, as PyTorch's
-    data loader does with ``pin_memory``.
+    ``staging`` (pinned host buffers, made once) and copied over on the stream,
+    as PyTorch's data loader does with ``pin_memory``. Safe while the device
+    runs the current step: the new batch's memory is not the current batch's,
+    and the staging buffers are refilled only after their last copy is done.
     """
     import torch
 
@@ -136,12 +150,15 @@ def _new_batch(
             for tensor in batch.values():
                 memory.prefetch(tensor)
     else:
-        if not staging:
-            staging.update({name: torch.empty_like(t, device="cpu", pin_memory=True)
-                            for name, t in batch.items()})
-        data.fill(staging)
+        if not staging.buffers:
+            staging.buffers.update({name: torch.empty_like(t, device="cpu", pin_memory=True)
+                                    for name, t in batch.items()})
+            staging.copied = torch.cuda.Event()
+        staging.copied.synchronize()  # the previous batch has left the buffers
+        data.fill(staging.buffers)
         for name, tensor in batch.items():
-            tensor.copy_(staging[name], non_blocking=True)
+            tensor.copy_(staging.buffers[name], non_blocking=True)
+        staging.copied.record()
     return batch
 
 
@@ -174,12 +191,14 @@ def train(
     if device.type == "cuda":  # the context exists now (the model is on the device)
         torch.cuda.reset_peak_memory_stats(device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16")
-    staging: dict[str, Any] = {}
+    staging = _Staging()
     times_ms = []
+    batch = None
+    _synchronize(device)
     for step in range(total):
-        _synchronize(device)
         start = time.perf_counter()
-        batch = _new_batch(data, memory, device, staging)
+        if batch is None:  # the first step has no earlier step to hide its batch behind
+            batch = _new_batch(data, memory, device, staging)
         with memory.activations():
             with autocast:
                 loss = model(batch)
@@ -187,7 +206,11 @@ def train(
         optimizer.step()
         optimizer.zero_grad(set_to_none=False)
         losses[step] = loss.detach()
-        del batch, loss
+        # A prefetching data loader: the CPU makes the next batch while the device still
+        # works through this step's kernels; the step ends when both are done.
+        upcoming = _new_batch(data, memory, device, staging) if step + 1 < total else None
+        del loss
+        batch = upcoming  # this step's batch goes back to the inputs pool
         _synchronize(device)
         times_ms.append((time.perf_counter() - start) * 1e3)
     return TrainResult(
