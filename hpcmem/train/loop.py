@@ -177,6 +177,8 @@ def train(
     import torch
 
     total = warmup + steps
+    if device.type == "cuda":  # streams, events and autocast then default to this device
+        torch.cuda.set_device(device)
     torch.manual_seed(seed)
     with memory.params():
         with torch.device(device):  # made in place: a 6B model never passes through the host
