@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,7 +41,8 @@ from hpcmem.um.prefetch import PrefetchHooks
 __all__ = ["UnifiedMemory"]
 
 _open_lock = threading.Lock()
-_open_instance: UnifiedMemory | None = None
+#: the open instance, weakly: a closed one must be free to die and give its pools back
+_open_instance: weakref.ref[UnifiedMemory] | None = None
 
 
 class UnifiedMemory:
@@ -107,12 +109,13 @@ class UnifiedMemory:
     def _claim(self) -> None:
         global _open_instance
         with _open_lock:
-            if _open_instance is not None and not _open_instance._closed:
+            current = _open_instance() if _open_instance is not None else None
+            if current is not None and not current._closed:
                 raise RuntimeError(
                     "another UnifiedMemory is open in this process: close() it first "
                     "(the native allocator's policies and counters are process-wide)"
                 )
-            _open_instance = self
+            _open_instance = weakref.ref(self)
 
     def _configure_native(self) -> None:
         um = self._native
