@@ -21,7 +21,7 @@ def test_hpcmem_preset_reads_inputs_in_place_and_keeps_the_rest_on_the_gpu():
     assert hp.params == on_gpu
     assert hp.activations == on_gpu
     assert hp.inputs == TypePolicy("cpu", ("gpu",), False, "on_alloc")
-    assert hp.priority == ("params", "activations", "inputs")
+    assert hp.priority == ("activations", "params", "inputs")
 
 
 @pytest.mark.parametrize("name", ["cuda", "um", "hpcmem"])

@@ -5,7 +5,7 @@ drift in clocks or temperature hits every variant alike):
 
 * ``cuda``, ``um``, ``hpcmem`` through ``hpcmem.train.loop.train`` (the code ``hpcmem train``
   runs), the batch written by the CPU into managed memory for the managed policies;
-* with ``--budget-ratio R``: ``--budget-policy`` (default ``budget-policy.yaml`` here) with
+* with ``--budget-ratio R``: ``--budget-policy`` (default ``hpcmem``) with
   ``gpu_budget`` = estimated footprint / R;
 * with ``--fsdp``: PyTorch FSDP2 ``fully_shard`` + ``CPUOffloadPolicy`` on this one GPU
   (a one-rank NCCL process group), the same model, data and timing.
@@ -48,7 +48,7 @@ def _args() -> argparse.Namespace:
     )
     parser.add_argument(
         "--budget-policy",
-        default=str(Path(__file__).with_name("budget-policy.yaml")),
+        default="hpcmem",
         help="policies of the budget runs, comma-separated (preset names or YAML files)",
     )
     parser.add_argument("--fsdp", action="store_true", help="also run FSDP2 CPU offload")

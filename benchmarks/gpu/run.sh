@@ -6,8 +6,8 @@
 # smoke: build + `pytest -m gpu` + a tiny run of every benchmark variant (a few minutes).
 # bench: build + the benchmarks: ResNet-50 (input-heavy, fp32, batch 256) and transformers of
 #        about 0.35B, 1.3B and 5.3B parameters (bf16 autocast, AdamW), policies cuda/um/hpcmem,
-#        3 repeats interleaved; GPU-budget runs (footprint 2.5x the budget; activations-first
-#        and params-first) and FSDP2 CPU offload on the 0.35B model, 2 repeats interleaved.
+#        3 repeats interleaved; a GPU-budget run (footprint 2.5x the budget) and FSDP2 CPU
+#        offload on the 0.35B model, 2 repeats interleaved.
 #        HPCMEM_BENCH_SECONDS (500) caps the benchmark part; HPCMEM_BENCH_MODELS picks groups
 #        ("cnn 0.35B budget 1.3B 6B", the default: all).
 # Output goes to $OUT (default benchmarks/results/gpu-<UTC date>): build.log, pytest.log,
@@ -80,8 +80,7 @@ else
   want 0.35B && bench 80 --model transformer --params 350000000 --batch 16 --seq-len 1024 \
     --steps 8 --warmup 2 --repeats 3
   want budget && bench 130 --model transformer --params 350000000 --batch 16 --seq-len 1024 \
-    --steps 4 --warmup 2 --repeats 2 --policies "" --budget-ratio 2.5 --fsdp \
-    --budget-policy benchmarks/gpu/budget-policy.yaml,hpcmem
+    --steps 4 --warmup 2 --repeats 2 --policies "" --budget-ratio 2.5 --fsdp
   want 1.3B && bench 90 --model transformer --params 1300000000 --batch 8 --seq-len 1024 \
     --steps 6 --warmup 2 --repeats 3
   # The largest: per-type pools keep params + AdamW's foreach temporaries (params pool) and the
