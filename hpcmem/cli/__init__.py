@@ -40,12 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"hpcmem {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module_name in COMMANDS.items():
-        try:
-            module = importlib.import_module(f"hpcmem.cli.{module_name}")
-        except ModuleNotFoundError as error:
-            if error.name != f"hpcmem.cli.{module_name}":
-                raise
-            continue
+        module = importlib.import_module(f"hpcmem.cli.{module_name}")
         sub = subparsers.add_parser(
             name,
             help=module.HELP,
