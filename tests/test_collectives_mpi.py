@@ -78,8 +78,15 @@ def test_every_op_and_buffer_is_validated_and_formatted(mpirun, tmp_path):
             assert record["placement"]["emulated"] is True
             expected_bus = record["algbw_GBps"] * op.bus_factor(2)
             assert record["busbw_GBps"] == pytest.approx(expected_bus)
+            pages = record["placement"]["pages"]
             if record["buffer"].startswith("hbw"):
                 assert record["placement"]["memkind_kinds"] == [record["buffer"]]
+                policy = {"hbw": "bind:0", "hbw_preferred": "prefer:0"}.get(
+                    record["buffer"], "interleave:0"
+                )
+                assert record["placement"]["policies"] == {policy: pages}
+            elif record["buffer"] == "numpy":
+                assert record["placement"]["policies"] == {"default": pages}
     assert len({r["run_id"] for r in records}) == 1
 
     found = tables(result.stdout)

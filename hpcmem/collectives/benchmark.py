@@ -85,15 +85,19 @@ def _placement(array: np.ndarray | None) -> dict[str, Any] | None:
 def merge_placements(placements: list[dict[str, Any] | None]) -> dict[str, Any]:
     """One placement for all buffers of all ranks.
 
-    Pages per node are summed and the HBW fraction is weighted by touched pages;
+    Pages per node and per memory policy (``bind:0``, ``default``…) are summed, the HBW
+    fraction is weighted by touched pages;
     ``emulated`` holds when any rank's HBW nodes were declared, not detected.
     """
     measured = [p for p in placements if p is not None]
     nodes: dict[str, int] = {}
+    policies: dict[str, int] = {}
     hbw_pages = 0.0
     for placement in measured:
         for node, count in placement["nodes"].items():
             nodes[node] = nodes.get(node, 0) + count
+        for policy, count in placement.get("policies", {}).items():
+            policies[policy] = policies.get(policy, 0) + count
         if placement["hbw_fraction"] is not None:
             hbw_pages += placement["hbw_fraction"] * sum(placement["nodes"].values())
     touched = sum(nodes.values())
@@ -105,6 +109,7 @@ def merge_placements(placements: list[dict[str, Any] | None]) -> dict[str, Any]:
         "hbw_nodes": sorted({node for p in measured for node in p.get("hbw_nodes", [])}),
         "pages": sum(p.get("pages", 0) for p in measured),
         "untouched": sum(p.get("untouched", 0) for p in measured),
+        "policies": dict(sorted(policies.items())),
         "memkind_kinds": sorted({p["kind"] for p in measured if p.get("kind")}),
         "buffers": len(measured),
     }
