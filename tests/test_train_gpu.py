@@ -66,16 +66,21 @@ def test_managed_record_accounts_every_type_and_nothing_escapes() -> None:
     assert record["gpu"] != "none" and record["cuda"]
 
 
-def test_cnn_inputs_are_written_by_the_cpu_into_managed_memory() -> None:
-    point = _point(model="cnn", params_requested=None, seq_len=None, vocab=None, image_size=64,
-                   batch=16, policy="hpcmem")
-    record = _run(point)
+def test_cnn_inputs_are_written_by_the_cpu_into_managed_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch
+
+    # cuDNN may pick split-K backward kernels (atomics) for small images; with deterministic
+    # kernels the only difference left between the runs is where the memory lives.
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    cnn = dict(model="cnn", params_requested=None, seq_len=None, vocab=None, image_size=64,
+               batch=16)
+    record = _run(_point(**cnn, policy="hpcmem"))
     assert record["bytes_by_type"]["inputs"] >= 16 * 3 * 64 * 64 * 4
     assert record["throughput_unit"] == "images/s"
-    cuda = _run(_point(model="cnn", params_requested=None, seq_len=None, vocab=None,
-                       image_size=64, batch=16))
-    assert _losses(record)[0] == _losses(cuda)[0]
-    assert _losses(record) == pytest.approx(_losses(cuda), rel=1e-4)
+    cuda = _run(_point(**cnn))
+    assert _losses(record) == _losses(cuda)
 
 
 def test_oversubscribe_sizes_the_model_to_the_fraction_of_free_memory() -> None:
