@@ -31,10 +31,11 @@ def test_result_separates_first_step_and_warmup_from_the_statistics() -> None:
                                   "last": [5.0, 4.0, 3.0, 2.0, 1.0]}
 
 
-def test_adamw_state_is_created_up_front_without_moving_the_weights() -> None:
+@pytest.mark.parametrize("fused", [False, True], ids=["foreach", "fused"])
+def test_adamw_state_is_created_up_front_without_moving_the_weights(fused: bool) -> None:
     model = torch.nn.Linear(8, 4)
     before = [p.detach().clone() for p in model.parameters()]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, fused=fused)
     for parameter in model.parameters():
         parameter.grad = torch.zeros_like(parameter)
     materialize_optimizer_state(optimizer)
@@ -48,7 +49,7 @@ def test_adamw_state_is_created_up_front_without_moving_the_weights() -> None:
     # The first real step behaves exactly like a fresh optimizer's first step.
     fresh = torch.nn.Linear(8, 4)
     fresh.load_state_dict(model.state_dict())
-    reference = torch.optim.AdamW(fresh.parameters(), lr=0.1)
+    reference = torch.optim.AdamW(fresh.parameters(), lr=0.1, fused=fused)
     for net, opt in ((model, optimizer), (fresh, reference)):
         net(torch.ones(2, 8)).sum().backward()
         opt.step()

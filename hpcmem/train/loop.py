@@ -1,4 +1,4 @@
-"""The timed training loop: AdamW, bf16 autocast or fp32, warm-up, per-step wall-clock times.
+"""The timed training loop: fused AdamW, bf16 autocast or fp32, warm-up, per-step wall-clock times.
 
 Memory goes through a ``hpcmem.um.UnifiedMemory``: model, gradients, optimizer
 state and the loss log are made in its params scope, each batch in its inputs
@@ -183,8 +183,8 @@ def train(
     with memory.params():
         with torch.device(device):  # made in place: a 6B model never passes through the host
             model = build(shape)
-        # Outside the device context: AdamW keeps its step counters on the host.
-        optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
+        # The fused kernel updates every tensor in place: no parameter-sized temporaries.
+        optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, fused=True)
         for parameter in model.parameters():
             parameter.grad = torch.zeros_like(parameter)
         materialize_optimizer_state(optimizer)
