@@ -201,8 +201,10 @@ start_slurmctld() {
 
 start_slurmd() {
   daemon_pid slurmd >/dev/null && return
-  mkdir -p "$STATE/spool/slurmd-$HOST"
-  slurmd -f "$STATE/etc/slurm.conf" 9>&-
+  mkdir -p "$STATE/spool/slurmd"
+  # Configless (--conf-server): slurmd caches slurm.conf under /run/slurm/conf, where client
+  # commands find it without SLURM_CONF (snakemake's jobstep executor drops SLURM_* variables).
+  slurmd --conf-server "$HOST:$CTLD_PORT" 9>&-
   wait_for "node $HOST to become idle" node_idle
   # A node that was down in an earlier run may come back drained; resume it.
   if sinfo -h -N -n "$HOST" -o %T | grep -qE 'drain|down'; then
@@ -259,6 +261,8 @@ do_stop() {
   stop_daemons slurmd slurmctld
   stop_daemons slurmdbd
   stop_daemons mariadbd munged
+  # slurmd's configless cache link, when it points into this state dir.
+  if [[ "$(readlink /run/slurm/conf 2>/dev/null)" == "$STATE/"* ]]; then rm -f /run/slurm/conf; fi
   log "cluster stopped (logs kept in $STATE/log)"
 }
 
