@@ -215,6 +215,7 @@ def test_records_carry_slurm_job_ids_and_the_applied_binding(flow, cancelled) ->
         assert records and [validate_record(r) for r in records] == [[]] * len(records)
         assert {r["status"] for r in records} == {"ok"}
         assert all(r["validated"] and r["ranks"] == 2 for r in records)
+        assert all(r["container"] is None for r in records)  # auto, and no runtime here
         (job_id,) = {r["slurm_job_id"] for r in records}
         job_ids.add(job_id)
         steps = flow.cluster.run("sacct", "-n", "-P", "-j", job_id, "-o", "JobID,NTasks,State")
