@@ -265,3 +265,54 @@ def test_a_failing_job_names_its_slurm_log_and_nothing_is_aggregated(flow, cance
     assert not point.with_suffix(".osu.txt").exists()
     assert "rule aggregate_results:" not in result.stdout
     assert fingerprint([summary]) == before
+
+
+def nightly(flow: Workflow, *configs: str) -> subprocess.CompletedProcess:
+    """tools/nightly.sh of the snapshot, on the test profile, for run e2e."""
+    venv = flow.source / ".venv"
+    if not venv.exists():
+        venv.symlink_to(REPO / ".venv")
+    env = flow.env()
+    env.update(HPCMEM_PROFILE=str(flow.profile), HPCMEM_WORKDIR=str(flow.workdir),
+               HPCMEM_RUN_ID="e2e")  # fmt: skip
+    names = ("config.yaml", "slurm.yaml", *configs)
+    files = [str(flow.workdir / "config" / name) for name in names]
+    return subprocess.run(
+        [str(flow.source / "tools" / "nightly.sh"), "--configfile", *files],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=300,
+    )  # fmt: skip
+
+
+def test_nightly_sweep_exits_1_on_a_regression(flow, cancelled) -> None:
+    calm = nightly(flow)
+    assert calm.returncode == 0, calm.stdout
+    assert "nightly: run e2e within tolerance" in calm.stdout
+    history = flow.workdir / "results" / "history"
+    assert any(history.iterdir())
+
+    (flow.workdir / "config" / "strict-references.yaml").write_text(
+        'references:\n  "*:*":\n    "collectives/*/latency_us.avg": [0.001, null, 0.0, us]\n'
+    )
+    (flow.workdir / "config" / "strict.yaml").write_text(
+        yaml.safe_dump({"check": {"references": "config/strict-references.yaml"}})
+    )
+    regression = nightly(flow, "strict.yaml")
+    assert regression.returncode == 1, regression.stdout
+    assert "nightly: REGRESSION in run e2e" in regression.stdout
+    assert "FAIL" in (flow.workdir / RUN / "check" / "verdict.txt").read_text()
+
+
+def test_scrontab_and_cron_entries_agree_and_slurm_accepts_the_options(
+    slurm_cluster: SlurmCluster,
+) -> None:
+    # Debian 12's Slurm ships no scrontab binary: sbatch --test-only checks the #SCRON options
+    scron = (REPO / "profiles" / "slurm" / "nightly.scrontab").read_text().splitlines()
+    options = [line.removeprefix("#SCRON").strip() for line in scron if line.startswith("#SCRON")]
+    (schedule,) = [line for line in scron if line and not line.startswith("#")]
+    cron = (REPO / "profiles" / "slurm" / "nightly.cron").read_text().splitlines()
+    (cron_line,) = [line for line in cron if re.match(r"[\d*]", line)]
+    assert schedule.split()[:5] == cron_line.split()[:5]  # same time
+    assert schedule.split()[5] == cron_line.split()[5] == "$HOME/hpcmem/tools/nightly.sh"
+    test = slurm_cluster.run("sbatch", "--test-only", *options, "--wrap", "true")
+    assert test.returncode == 0, test.stderr
+    assert "to start at" in test.stderr
