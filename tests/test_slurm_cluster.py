@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
-from slurm_cluster import SlurmCluster, cluster_command
+from slurm_cluster import CLUSTER_SH, SlurmCluster, _alive, cluster_command
 
 pytestmark = pytest.mark.slurm
 
@@ -53,3 +57,30 @@ def test_start_is_idempotent(slurm_cluster: SlurmCluster) -> None:
     assert time.monotonic() - began < 10
     assert cluster_command("status").stdout == before
     assert "idle" in before or "mixed" in before
+
+
+def test_stop_after_a_half_started_start_leaves_nothing(slurm_cluster: SlurmCluster) -> None:
+    # A second cluster on its own ports and state dir (MariaDB's user must reach it: not
+    # under pytest's private tmp folder), interrupted as soon as MariaDB is up.
+    state = slurm_cluster.state_dir / "half-started-test"
+    shutil.rmtree(state, ignore_errors=True)
+    env = dict(os.environ, HPCMEM_SLURM_PORT="26817", HPCMEM_SLURM_MYSQL_PORT="26306")
+    start = subprocess.Popen([str(CLUSTER_SH), "start", str(state)], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    pid_file = state / "mysql" / "mariadbd.pid"
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text().strip()):
+        assert time.monotonic() < deadline and start.poll() is None, "MariaDB did not start"
+        time.sleep(0.05)
+    start.kill()
+    start.wait()
+    pids = [int(p.read_text()) for p in state.glob("**/*.pid") if p.read_text().strip()]
+    assert pids and all(_alive(pid) for pid in pids)
+
+    cluster_command("stop", state)
+    assert not [pid for pid in pids if _alive(pid)]
+    assert not list(state.glob("**/*.pid"))
+    assert (state / "log" / "mariadbd.log").exists()  # logs are kept
+    assert Path("/run/slurm/conf").resolve().is_relative_to(slurm_cluster.state_dir)
+    assert slurm_cluster.run("sinfo", "-h", "-o", "%T").stdout.strip() in ("idle", "mixed")
+    shutil.rmtree(state)

@@ -143,6 +143,8 @@ start_mariadbd() {
   if ! daemon_pid mariadbd >/dev/null; then
     local data="$STATE/mysql/data"
     chown mysql:mysql "$STATE/mysql"
+    runuser -u mysql -- test -w "$STATE/mysql" ||
+      die "the mysql user cannot reach $STATE/mysql (a parent folder is not world-searchable): use a state dir under such a path"
     if [[ ! -d "$data/mysql" ]]; then
       rm -rf "$data"
       mariadb-install-db --no-defaults --user=mysql --datadir="$data" --skip-test-db \
@@ -271,6 +273,8 @@ do_status() {
   for name in "${DAEMONS[@]}"; do
     if pid="$(daemon_pid "$name")"; then
       echo "$name: running (pid $pid)"
+    elif [[ $name == munged ]] && munge_works >/dev/null 2>&1; then
+      echo "munged: running (started elsewhere, serving $MUNGE_SOCKET)"
     else
       echo "$name: stopped"
       all=1
