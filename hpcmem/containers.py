@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "ENABLED_VALUES",
     "RUNTIMES",
     "ContainerError",
     "ContainerPlan",
@@ -41,8 +40,6 @@ __all__ = [
 
 #: container runtimes, in order of preference (Apptainer also installs `singularity`)
 RUNTIMES = ("apptainer", "singularity")
-#: accepted values of container.enabled
-ENABLED_VALUES = ("auto", True, False)
 _INSTALL_HINT = "install Apptainer (https://apptainer.org/docs/admin/main/installation.html)"
 _DIGEST_CHUNK = 1 << 20
 

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 CLUSTER_SH = REPO / "tools" / "slurm" / "cluster.sh"
 STATE_DIR = Path(os.environ.get("HPCMEM_SLURM_STATE", REPO / ".slurm"))
 
-__all__ = ["SlurmCluster", "slurm_cluster"]
+__all__ = ["SlurmCluster", "cluster_command", "pid_alive", "slurm_cluster"]
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,8 @@ def _leases(state_dir: Path) -> Iterator[Path]:
         yield leases
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -110,7 +111,7 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
             lease.unlink(missing_ok=True)
             others = []
             for other in leases.iterdir():
-                if other.name.isdigit() and _alive(int(other.name)):
+                if other.name.isdigit() and pid_alive(int(other.name)):
                     others.append(other)
                 else:
                     other.unlink()

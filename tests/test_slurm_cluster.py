@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_cluster import CLUSTER_SH, SlurmCluster, _alive, cluster_command
+from slurm_cluster import CLUSTER_SH, SlurmCluster, cluster_command, pid_alive
 
 pytestmark = pytest.mark.slurm
 
@@ -75,10 +75,10 @@ def test_stop_after_a_half_started_start_leaves_nothing(slurm_cluster: SlurmClus
     start.kill()
     start.wait()
     pids = [int(p.read_text()) for p in state.glob("**/*.pid") if p.read_text().strip()]
-    assert pids and all(_alive(pid) for pid in pids)
+    assert pids and all(pid_alive(pid) for pid in pids)
 
     cluster_command("stop", state)
-    assert not [pid for pid in pids if _alive(pid)]
+    assert not [pid for pid in pids if pid_alive(pid)]
     assert not list(state.glob("**/*.pid"))
     assert (state / "log" / "mariadbd.log").exists()  # logs are kept
     assert Path("/run/slurm/conf").resolve().is_relative_to(slurm_cluster.state_dir)
