@@ -47,6 +47,8 @@ SWEEP = {
         "warmup": 10,
     }
 }
+#: the message sizes of SWEEP: 8 to 64 bytes
+SIZES = (8, 16, 32, 64)
 #: a point whose numactl binding names a node that does not exist: its job fails
 FAILING = {
     "collectives": {
@@ -135,7 +137,7 @@ def cancel_a_running_point(flow: Workflow, snakemake: subprocess.Popen) -> tuple
             raise AssertionError(f"the workflow ended early:\n{snakemake.communicate()[0]}")
         logs = flow.workdir.glob(".snakemake/log/*.snakemake.log")
         seen_done = any("(Rule: run_collectives)" in log.read_text() for log in logs)
-        running = [p for p in POINTS if _nonempty(flow.point(*p).with_suffix(".osu.txt.tmp"))]
+        running = [p for p in POINTS if _measuring(flow.point(*p).with_suffix(".osu.txt.tmp"))]
         jobs = flow.cluster.run("squeue", "-h", "-t", "RUNNING", "-o", "%i|%k").stdout.splitlines()
         collectives = [j.split("|")[0] for j in jobs if "run_collectives" in j]
         if seen_done and len(running) == 1 and len(collectives) == 1:
@@ -145,8 +147,14 @@ def cancel_a_running_point(flow: Workflow, snakemake: subprocess.Popen) -> tuple
     raise AssertionError("no collectives point was running after another had finished")
 
 
-def _nonempty(path: Path) -> bool:
-    return path.exists() and path.stat().st_size > 0
+def _measuring(osu: Path) -> bool:
+    """The ranks have printed the OSU header and are still measuring (sizes left to do)."""
+    try:
+        lines = osu.read_text().splitlines()
+    except FileNotFoundError:
+        return False
+    rows = [line for line in lines if line and not line.startswith("#")]
+    return bool(lines) and len(rows) < len(SIZES)
 
 
 @pytest.fixture(scope="module")
@@ -216,6 +224,7 @@ def test_records_carry_slurm_job_ids_and_the_applied_binding(flow, cancelled) ->
         assert {r["status"] for r in records} == {"ok"}
         assert all(r["validated"] and r["ranks"] == 2 for r in records)
         assert all(r["container"] is None for r in records)  # auto, and no runtime here
+        assert sorted(r["size_bytes"] for r in records) == list(SIZES)
         (job_id,) = {r["slurm_job_id"] for r in records}
         job_ids.add(job_id)
         steps = flow.cluster.run("sacct", "-n", "-P", "-j", job_id, "-o", "JobID,NTasks,State")

@@ -21,9 +21,13 @@ CLUSTER="${HPCMEM_SLURM_CLUSTER:-hpcmem}"
 ACCOUNT="${HPCMEM_SLURM_ACCOUNT:-hpcmem}"
 PARTITION="${HPCMEM_SLURM_PARTITION:-debug}"
 CTLD_PORT="${HPCMEM_SLURM_PORT:-16817}"
+MYSQL_PORT="${HPCMEM_SLURM_MYSQL_PORT:-16306}"
+for port in "$CTLD_PORT" "$MYSQL_PORT"; do
+  [[ "$port" =~ ^[0-9]+$ ]] && ((port > 0 && port < 65534)) ||
+    { echo "cluster.sh: error: port '$port' is not a number in 1-65533" >&2; exit 2; }
+done
 SLURMD_PORT=$((CTLD_PORT + 1))
 DBD_PORT=$((CTLD_PORT + 2))
-MYSQL_PORT="${HPCMEM_SLURM_MYSQL_PORT:-16306}"
 HOST="$(hostname -s)"
 ADDR=127.0.0.1
 MUNGE_SOCKET=/run/munge/munge.socket.2
@@ -70,7 +74,8 @@ render() {
     -e "s|@DBD_PORT@|$DBD_PORT|g" -e "s|@MYSQL_PORT@|$MYSQL_PORT|g" \
     -e "s|@DB_PASSWORD@|$(cat "$STATE/etc/db.password")|g" \
     -e "s|@NODE_LINE@|$NODE_LINE|g" -e "s|@DEF_MEM_PER_CPU@|$DEF_MEM_PER_CPU|g" \
-    "$HERE/$1.in" >"$STATE/etc/$1"
+    "$HERE/$1.in" >"$STATE/etc/$1.tmp"
+  mv "$STATE/etc/$1.tmp" "$STATE/etc/$1"
 }
 
 check_tools() {
@@ -286,7 +291,7 @@ do_status() {
   return "$all"
 }
 
-[[ -n "$ACTION" ]] || usage
+[[ "$ACTION" =~ ^(start|stop|status)$ ]] || usage
 mkdir -p "$STATE"
 STATE="$(cd "$STATE" && pwd)"
 # One start/stop at a time per state dir (parallel test sessions share it). Daemons are
@@ -297,5 +302,4 @@ case "$ACTION" in
   start) do_start ;;
   stop) do_stop ;;
   status) do_status ;;
-  *) usage ;;
 esac
