@@ -7,7 +7,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMPS := $(VENV)/.hpcmem
-NATIVE_SOURCES := $(shell find native -type f) pyproject.toml
+# the editable install maps the package files that exist when it is made: re-make it when any
+# source file (native or Python) changes; the CMake build dir is cached, so this takes seconds
+PACKAGE_SOURCES := $(shell find native hpcmem -type f -not -path "*/__pycache__/*" -not -name "*.so") pyproject.toml
 
 .PHONY: setup native run test lint bench clean
 
@@ -26,7 +28,7 @@ $(STAMPS)/python: requirements.txt $(STAMPS)/system
 	$(BIN)/pip install -q --no-binary mpi4py mpi4py==4.1.2
 	mkdir -p $(STAMPS) && touch $@
 
-$(STAMPS)/native: $(NATIVE_SOURCES) $(STAMPS)/python
+$(STAMPS)/native: $(PACKAGE_SOURCES) $(STAMPS)/python
 	mkdir -p build && flock build/build.lock $(BIN)/pip install -q --no-build-isolation --no-deps -e .
 	touch $@
 
