@@ -41,12 +41,17 @@ SWEEP = {
     "collectives": {
         "ops": ["allreduce"],
         "buffers": ["numpy", "hbw"],
+        "ranks": [2],
         "bindings": ["cores", "hbw"],
+        "emulate_hbw": "0",
+        "min_size": 8,
         "max_size": 64,
         "iterations": 200000,
         "warmup": 10,
-    }
-}
+    },
+    "train": {"models": ["transformer"], "params": ["125M"], "policies": ["hpcmem"],
+              "gpu_budgets": ["none"], "steps": 2, "warmup": 1},
+}  # fmt: skip
 #: the message sizes of SWEEP: 8 to 64 bytes
 SIZES = (8, 16, 32, 64)
 #: a point whose numactl binding names a node that does not exist: its job fails
