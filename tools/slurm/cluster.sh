@@ -16,7 +16,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 ACTION="${1:-}"
-STATE="${2:-$REPO/.slurm}"
+STATE="$(realpath -m "${2:-$REPO/.slurm}")"
 CLUSTER="${HPCMEM_SLURM_CLUSTER:-hpcmem}"
 ACCOUNT="${HPCMEM_SLURM_ACCOUNT:-hpcmem}"
 PARTITION="${HPCMEM_SLURM_PARTITION:-debug}"
@@ -42,9 +42,25 @@ usage() {
   exit 2
 }
 
-# MariaDB drops root for the mysql user: its pid file lives in its own folder.
+# MariaDB drops root for the mysql user, which must reach its folder: STATE/mysql when every
+# parent of STATE is searchable by that user (a checkout under /root is not), else a folder of
+# its own under /var/tmp named after STATE. Its pid file and socket live there too.
+mysql_home() {
+  if id mysql >/dev/null 2>&1 && ! runuser -u mysql -- test -x "$(dirname "$STATE")" 2>/dev/null; then
+    echo "/var/tmp/hpcmem-slurm-$(printf %s "$STATE" | sha1sum | cut -c1-12)"
+  else
+    echo "$STATE/mysql"
+  fi
+}
+MYSQL_DIR="$(mysql_home)"
+if [[ "$MYSQL_DIR" == "$STATE/mysql" ]]; then
+  MARIADB_LOG="$STATE/log/mariadbd.log"
+else
+  MARIADB_LOG="$MYSQL_DIR/mariadbd.log"
+fi
+
 pidfile() {
-  if [[ "$1" == mariadbd ]]; then echo "$STATE/mysql/mariadbd.pid"; else echo "$STATE/run/$1.pid"; fi
+  if [[ "$1" == mariadbd ]]; then echo "$MYSQL_DIR/mariadbd.pid"; else echo "$STATE/run/$1.pid"; fi
 }
 
 # The pid of a running daemon from its pid file, or nothing.
@@ -88,7 +104,7 @@ check_tools() {
   [[ $(id -u) -eq 0 ]] || die "the test cluster runs its daemons as root; run as root"
   local pmix=/usr/lib/x86_64-linux-gnu/slurm-wlm/mpi_pmix.so
   [[ -e "$pmix" ]] || die "$pmix missing: MpiDefault=pmix needs Debian's slurm-wlm with PMIx"
-  local socket="$STATE/mysql/mysqld.sock"
+  local socket="$MYSQL_DIR/mysqld.sock"
   ((${#socket} < 100)) || die "state dir too deep for a unix socket path ($socket)"
 }
 
@@ -141,28 +157,29 @@ start_munged() {
 }
 
 mysql_client() {
-  mariadb --no-defaults --socket="$STATE/mysql/mysqld.sock" -u root "$@"
+  mariadb --no-defaults --socket="$MYSQL_DIR/mysqld.sock" -u root "$@"
 }
 
 start_mariadbd() {
   if ! daemon_pid mariadbd >/dev/null; then
-    local data="$STATE/mysql/data"
-    chown mysql:mysql "$STATE/mysql"
-    runuser -u mysql -- test -w "$STATE/mysql" ||
-      die "the mysql user cannot reach $STATE/mysql (a parent folder is not world-searchable): use a state dir under such a path"
+    local data="$MYSQL_DIR/data"
+    mkdir -p "$MYSQL_DIR"
+    chown mysql:mysql "$MYSQL_DIR"
+    runuser -u mysql -- test -w "$MYSQL_DIR" || die "the mysql user cannot write to $MYSQL_DIR"
     if [[ ! -d "$data/mysql" ]]; then
       rm -rf "$data"
       mariadb-install-db --no-defaults --user=mysql --datadir="$data" --skip-test-db \
         --auth-root-authentication-method=socket >"$STATE/log/mariadb-install-db.log" 2>&1 ||
         die "mariadb-install-db failed: see $STATE/log/mariadb-install-db.log"
     fi
-    rm -f "$STATE/mysql/mysqld.sock"
-    touch "$STATE/log/mariadbd.log"
-    chown mysql:mysql "$STATE/log/mariadbd.log"
+    rm -f "$MYSQL_DIR/mysqld.sock"
+    touch "$MARIADB_LOG"
+    chown mysql:mysql "$MARIADB_LOG"
+    [[ "$MARIADB_LOG" == "$STATE/log/mariadbd.log" ]] || ln -sfn "$MARIADB_LOG" "$STATE/log/mariadbd.log"
     # Start in its own session so the daemon outlives the caller's process group.
     setsid mariadbd --no-defaults --user=mysql --datadir="$data" \
-      --socket="$STATE/mysql/mysqld.sock" --port="$MYSQL_PORT" --bind-address=127.0.0.1 \
-      --skip-name-resolve --pid-file="$(pidfile mariadbd)" --log-error="$STATE/log/mariadbd.log" \
+      --socket="$MYSQL_DIR/mysqld.sock" --port="$MYSQL_PORT" --bind-address=127.0.0.1 \
+      --skip-name-resolve --pid-file="$(pidfile mariadbd)" --log-error="$MARIADB_LOG" \
       --innodb-buffer-pool-size=32M --innodb-log-file-size=16M --performance-schema=OFF \
       </dev/null >/dev/null 2>&1 9>&- &
     wait_for mariadbd mysql_client -e "SELECT 1"
