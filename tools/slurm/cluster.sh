@@ -44,7 +44,7 @@ usage() {
 
 # MariaDB drops root for the mysql user, which must reach its folder: STATE/mysql when every
 # parent of STATE is searchable by that user (a checkout under /root is not), else a folder of
-# its own under /var/tmp named after STATE. Its pid file and socket live there too.
+# its own under /var/tmp named after STATE, linked from STATE/mysql.
 mysql_home() {
   if id mysql >/dev/null 2>&1 && ! runuser -u mysql -- test -x "$(dirname "$STATE")" 2>/dev/null; then
     echo "/var/tmp/hpcmem-slurm-$(printf %s "$STATE" | sha1sum | cut -c1-12)"
@@ -110,7 +110,9 @@ check_tools() {
 
 # Configuration files, generated once per state dir from this machine.
 configure() {
-  mkdir -p "$STATE"/{etc,run,log,state,spool,munge,mysql}
+  mkdir -p "$STATE"/{etc,run,log,state,spool,munge} "$MYSQL_DIR"
+  # STATE/mysql is always where MariaDB's files are seen from: the folder, or a link to it
+  [[ "$MYSQL_DIR" == "$STATE/mysql" ]] || ln -sfn "$MYSQL_DIR" "$STATE/mysql"
   chmod 700 "$STATE/munge" "$STATE/etc"
   if [[ ! -s "$STATE/etc/db.password" ]]; then
     (umask 077 && head -c 18 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' >"$STATE/etc/db.password")
@@ -163,7 +165,6 @@ mysql_client() {
 start_mariadbd() {
   if ! daemon_pid mariadbd >/dev/null; then
     local data="$MYSQL_DIR/data"
-    mkdir -p "$MYSQL_DIR"
     chown mysql:mysql "$MYSQL_DIR"
     runuser -u mysql -- test -w "$MYSQL_DIR" || die "the mysql user cannot write to $MYSQL_DIR"
     if [[ ! -d "$data/mysql" ]]; then
