@@ -42,7 +42,9 @@ from hpcmem.topology import (
 __all__ = [
     "BINDINGS",
     "LOCAL_RANK_VARIABLES",
+    "SKIP_ENV",
     "BindingError",
+    "BindingUnavailableError",
     "NumactlPlan",
     "local_rank",
     "plan_binding",
@@ -58,6 +60,9 @@ LOCAL_RANK_VARIABLES = (
     "PALS_LOCAL_RANKID",
     "PMIX_RANK",
 )
+#: set by ``hpcmem bind --skip-unavailable`` when the binding cannot be applied on this node;
+#: ``hpcmem collectives`` then records every point as skipped with this reason
+SKIP_ENV = "HPCMEM_SKIP_REASON"
 _NODE_OPTIONS = ("--cpunodebind", "--membind", "--interleave", "--preferred")
 _MEMORY_OPTIONS = ("--membind", "--interleave", "--preferred", "--localalloc")
 _OPTIONS = (*_NODE_OPTIONS, "--physcpubind", "--localalloc")
@@ -65,6 +70,10 @@ _OPTIONS = (*_NODE_OPTIONS, "--physcpubind", "--localalloc")
 
 class BindingError(ValueError):
     """A binding that cannot be applied here; the message names the value and what is accepted."""
+
+
+class BindingUnavailableError(BindingError):
+    """A well-formed binding this node cannot provide (no HBW node, a node or CPU it lacks)."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +106,7 @@ def local_rank(environ: Mapping[str, str] | None = None) -> int:
 def _cpu_nodes(nodes: Sequence[NumaNode]) -> list[NumaNode]:
     with_cpus = [n for n in nodes if n.cpus]
     if not with_cpus:
-        raise BindingError("no NUMA node with CPUs found in /sys/devices/system/node")
+        raise BindingUnavailableError("no NUMA node with CPUs found in /sys/devices/system/node")
     return with_cpus
 
 
@@ -115,7 +124,7 @@ def _builtin(name: str, rank: int, nodes: Sequence[NumaNode], hbw: HBWNodes) -> 
     if name == "interleave":
         return [bind_cpus, f"--interleave={format_node_list(n.id for n in nodes)}"]
     if not hbw.nodes:
-        raise BindingError(
+        raise BindingUnavailableError(
             "binding 'hbw': this node has no high-bandwidth memory node "
             "(declare one for emulation with MEMKIND_HBW_NODES=<nodes>, or use binding dram)"
         )
@@ -125,7 +134,7 @@ def _builtin(name: str, rank: int, nodes: Sequence[NumaNode], hbw: HBWNodes) -> 
 def _check_ids(option: str, value: str, wanted: Sequence[int], existing: Sequence[int], what: str):
     for item in wanted:
         if item not in existing:
-            raise BindingError(
+            raise BindingUnavailableError(
                 f"binding {option}={value}: {what} {item} does not exist "
                 f"({what}s here: {format_node_list(existing)})"
             )
@@ -186,7 +195,8 @@ def plan_binding(
     ``binding`` is a built-in name (:data:`BINDINGS`) or explicit numactl arguments
     starting with ``--``. ``nodes`` and ``hbw`` default to this machine's topology
     (:func:`hpcmem.topology.numa_nodes`, :func:`hpcmem.topology.hbw_nodes`).
-    Raises :class:`BindingError` naming the value and what is accepted.
+    Raises :class:`BindingError` naming the value and what is accepted, and its subclass
+    :class:`BindingUnavailableError` when a well-formed binding needs what this node lacks.
     """
     rank = local_rank() if rank is None else rank
     if rank < 0:

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from hpcmem.binding import BindingError, local_rank, plan_binding
+from hpcmem.binding import BindingError, BindingUnavailableError, local_rank, plan_binding
+from hpcmem.results import read_records, validate_record
 from hpcmem.topology import HBWNodes, NumaNode
 
 GiB = 1 << 30
@@ -81,6 +82,19 @@ def test_bad_bindings_name_the_value_and_what_is_accepted(binding: str, message:
 def test_hbw_without_hbw_nodes_is_refused() -> None:
     with pytest.raises(BindingError, match="MEMKIND_HBW_NODES"):
         plan("hbw", hbw=NO_HBW)
+
+
+@pytest.mark.parametrize("binding", ["hbw", "--membind=7", "--cpunodebind=0 --physcpubind=64"])
+def test_what_the_node_lacks_is_unavailable_not_malformed(binding: str) -> None:
+    with pytest.raises(BindingUnavailableError):
+        plan_binding(binding, 0, nodes=XEON_MAX, hbw=NO_HBW)
+
+
+@pytest.mark.parametrize("binding", ["hbm", "--membind=0 --interleave=1", "--membind", "--x=1"])
+def test_malformed_bindings_are_not_unavailable(binding: str) -> None:
+    with pytest.raises(BindingError) as error:
+        plan_binding(binding, 0, nodes=XEON_MAX, hbw=HBM)
+    assert not isinstance(error.value, BindingUnavailableError)
 
 
 def test_local_rank_from_launcher_environment() -> None:
@@ -169,3 +183,55 @@ def test_bind_under_mpirun_pins_ranks_apart(mpirun, hpcmem_exe: str) -> None:
     cpus = sorted(json.loads(line)["cpus"][0] for line in result.stdout.splitlines())
     allowed = sorted(os.sched_getaffinity(0))
     assert cpus == sorted(allowed[r % len(allowed)] for r in range(2))
+
+
+SKIP_CHILD = "import os; print(os.environ.get('HPCMEM_SKIP_REASON'))"
+
+
+def test_skip_unavailable_runs_the_command_unbound_with_the_reason(hpcmem_exe: str) -> None:
+    result = _bind(hpcmem_exe, "--skip-unavailable", "hbw", "--", sys.executable, "-c",
+                   f"{CHILD}; {SKIP_CHILD}")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    applied, reason = result.stdout.splitlines()
+    assert json.loads(applied)["numactl"] == [] and json.loads(applied)["name"] == "hbw"
+    assert json.loads(applied)["mempolicy"]["mode"] == "default"  # no numactl ran
+    assert reason.startswith("binding 'hbw': this node has no high-bandwidth memory node")
+    bound = _bind(hpcmem_exe, "--skip-unavailable", "dram", "--", sys.executable, "-c", SKIP_CHILD)
+    assert bound.returncode == 0 and bound.stdout == "None\n"  # applicable: applied as usual
+
+
+@pytest.mark.parametrize("binding", ["fast", "--membind=0 --interleave=0"])
+def test_skip_unavailable_still_refuses_malformed_bindings(hpcmem_exe: str, binding: str) -> None:
+    result = _bind(hpcmem_exe, "--skip-unavailable", "--", binding, "--", "true")
+    assert result.returncode == 2 and result.stderr.startswith("hpcmem bind: error: binding")
+
+
+@pytest.mark.mpi
+def test_unavailable_binding_under_mpirun_becomes_skipped_records(
+    mpirun, hpcmem_exe: str, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.delenv("MEMKIND_HBW_NODES", raising=False)
+    output = tmp_path / "r.jsonl"
+    collectives = [hpcmem_exe, "collectives", "--op", "allreduce,barrier", "--buffer",
+                   "numpy,hbw", "--max-size", "16", "--output", str(output)]  # fmt: skip
+    refused = mpirun(2, hpcmem_exe, "bind", "hbw", "--", *collectives)
+    assert refused.returncode == 2 and not output.exists()
+    assert "binding 'hbw': this node has no high-bandwidth memory node" in refused.stderr
+
+    result = mpirun(2, hpcmem_exe, "bind", "--skip-unavailable", "hbw", "--", *collectives)
+    assert result.returncode == 0, result.stderr
+    records = read_records(output)
+    assert [validate_record(r) for r in records] == [[]] * 8  # allreduce: 3 sizes x 2, barrier 2
+    assert {(r["op"], r["buffer"]) for r in records} == {
+        (op, buffer) for op in ("allreduce", "barrier") for buffer in ("numpy", "hbw")
+    }
+    assert {r["status"] for r in records} == {"skipped"} and {r["ranks"] for r in records} == {2}
+    assert {r["reason"] for r in records} == {
+        "binding 'hbw': this node has no high-bandwidth memory node (declare one for emulation "
+        "with MEMKIND_HBW_NODES=<nodes>, or use binding dram)"
+    }
+    assert all(rank["numactl"] == [] for r in records for rank in r["binding"]["per_rank"])
+    assert result.stdout.count("# skipped: binding 'hbw'") == 4
+    assert "Avg Latency(us)" in result.stdout and not any(
+        line[:1].isdigit() for line in result.stdout.splitlines()
+    )  # headers only: no row was measured

@@ -1,6 +1,6 @@
 """Run a command under the numactl binding of this MPI rank.
 
-    hpcmem bind [--local-rank N] BINDING -- COMMAND [ARGS...]
+    hpcmem bind [--local-rank N] [--skip-unavailable] BINDING -- COMMAND [ARGS...]
     srun -n 4 hpcmem bind hbw -- hpcmem collectives --op allreduce --buffer hbw
 
 BINDING is none, cores, hbw, dram, interleave, or explicit numactl arguments as one
@@ -10,6 +10,11 @@ word ("--cpunodebind=0 --membind=4"; put `--` before a binding of one option:
 PMIX_RANK) unless --local-rank is given. The command is exec'd as
 `numactl ARGS -- COMMAND` (directly for none) with HPCMEM_BINDING and
 HPCMEM_NUMACTL_ARGS exported, so that its records say which binding it ran under.
+
+With --skip-unavailable, a well-formed binding this node cannot provide (hbw on a node
+without HBW nodes, a node or CPU it lacks) does not fail: the command is exec'd without
+numactl and with HPCMEM_SKIP_REASON set to why, and `hpcmem collectives` then records
+every point as skipped with that reason. A malformed binding still exits 2.
 """
 
 from __future__ import annotations
@@ -34,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="this rank's index on its node (default: from the launcher's environment)",
     )
     parser.add_argument(
+        "--skip-unavailable",
+        action="store_true",
+        help="when this node cannot provide the binding, run COMMAND unbound with "
+        "HPCMEM_SKIP_REASON set (hpcmem collectives then writes skipped records)",
+    )
+    parser.add_argument(
         "binding",
         metavar="BINDING",
         help="none, cores, hbw, dram, interleave, or explicit numactl arguments",
@@ -49,13 +60,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Plan the binding, export it, and exec the command under numactl."""
     from hpcmem.affinity import BINDING_ENV, NUMACTL_ENV
-    from hpcmem.binding import BindingError, plan_binding
+    from hpcmem.binding import (
+        BINDINGS,
+        SKIP_ENV,
+        BindingError,
+        BindingUnavailableError,
+        NumactlPlan,
+        plan_binding,
+    )
 
     command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not command:
         raise UsageError("COMMAND: missing (hpcmem bind BINDING -- COMMAND ARGS...)")
     try:
         plan = plan_binding(args.binding, args.local_rank)
+    except BindingUnavailableError as error:
+        if not args.skip_unavailable:
+            raise UsageError(str(error)) from None
+        os.environ[SKIP_ENV] = str(error)
+        name = args.binding if args.binding in BINDINGS else "custom"
+        plan = NumactlPlan(name, args.local_rank or 0, ())  # not applied: no numactl
     except BindingError as error:
         raise UsageError(str(error)) from None
     if plan.args and shutil.which("numactl") is None:

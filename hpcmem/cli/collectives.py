@@ -8,6 +8,9 @@ iterations outside the timed region, avg/min/max of the ranks' mean latencies.
 Rank 0 prints OSU-style tables (`osu_<op> -f` columns) and writes JSONL records
 (--output, written atomically). A buffer kind this node cannot provide (hbw
 without an HBW node: set MEMKIND_HBW_NODES to emulate one) becomes `skipped`.
+When HPCMEM_SKIP_REASON is set (by `hpcmem bind --skip-unavailable`, whose binding
+this node cannot provide) nothing runs: every point is recorded `skipped` with that
+reason and the exit code is 0.
 
 Sizes (8, 4K, 1M; doubling from --min-size) are bytes per rank as in OSU: the
 whole vector for bcast, reduce, allreduce and reduce_scatter (split among the
@@ -137,6 +140,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
     """The validated :class:`hpcmem.collectives.Options`; UsageError names a bad option."""
     import numpy as np
 
+    from hpcmem.binding import SKIP_ENV
     from hpcmem.collectives.benchmark import Options
 
     ops = _names("--op", args.op, list(OPS))
@@ -171,6 +175,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         warmup=_count("--warmup", args.warmup, 0),
         numpy_hugepage=hugepage == "on",
         run_id=args.run_id,
+        skip_reason=os.environ.get(SKIP_ENV, "").strip() or None,
     )
 
 

@@ -5,7 +5,9 @@ for each op and buffer kind it allocates the largest buffers once (as OSU
 does), writes them (inputs with rank-dependent values, receive buffers with a
 sentinel), and for each size checks one call against the NumPy reference
 before timing anything. Rank 0 emits OSU-style text through ``emit`` and
-returns the records; the other ranks return an empty list.
+returns the records; the other ranks return an empty list. With ``Options.skip_reason``
+set on any rank (the binding could not be applied there) nothing runs: every point
+becomes a ``skipped`` record with that reason.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Options:
     warmup: int | None = None
     numpy_hugepage: bool = False
     run_id: str | None = None
+    skip_reason: str | None = None  # set: run nothing, record every point as skipped
 
 
 @dataclass
@@ -288,9 +291,14 @@ def run(comm: Any, options: Options, emit: Callable[[str], None]) -> list[dict[s
         ctx = _Context(
             comm, options, emit, run_id, binding, _mpi_library(), buffers.memory_settings()
         )
+        reasons = comm.allgather(options.skip_reason)  # one rank unable: none runs
+        skip = "; ".join(sorted({reason for reason in reasons if reason}))
         for name in options.ops:
             for kind in options.buffers:
-                _run_op_buffer(ctx, OPS[name], kind)
+                if skip:
+                    _skip_all(ctx, OPS[name], kind, skip)
+                else:
+                    _run_op_buffer(ctx, OPS[name], kind)
         return ctx.records
     finally:
         buffers.set_numpy_hugepage(previous)
