@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from html import escape
 from pathlib import Path
 
 import pandas as pd
@@ -40,8 +41,11 @@ def command(workdir: Path, *args: str) -> list[str]:
 
 
 def environment() -> dict[str, str]:
-    """The environment `make run` gives the workflow: the project's venv first on PATH."""
-    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    """The environment `make run` gives the workflow: the project's venv first on PATH
+    (HBW nodes come from the config's emulate_hbw only)."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("MEMKIND_HBW_NODES", None)
+    return env
 
 
 def snakemake(workdir: Path, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
@@ -79,6 +83,7 @@ def test_end_to_end_on_the_local_profile(workdir: Path):
         assert all(r["validated"] and r["ranks"] == 2 and r["run_id"] == "e2e" for r in records)
         assert all(r["op"] == op and r["buffer"] == buffer for r in records)
         assert {r["git_sha"] for r in records} == {head}
+        assert {r["container"] for r in records} == {None}  # no runtime here: native
         if buffer == "hbw":
             assert all(r["placement"]["emulated"] for r in records)
             assert all(r["placement"]["hbw_fraction"] == 1.0 for r in records)
@@ -91,6 +96,7 @@ def test_end_to_end_on_the_local_profile(workdir: Path):
     (train,) = read_records(run / "train" / "transformer" / "125M" / "hpcmem" / "budget_none.jsonl")
     assert validate_record(train) == []
     assert train["status"] == "skipped" and "GPU" in train["reason"]
+    assert train["container"] is None
 
     summary = pd.read_parquet(run / "summary" / "summary.parquet")
     assert len(summary) == 2 * 2 * 8  # op x buffer x size, each from the tools' own records
@@ -181,3 +187,24 @@ def test_killed_points_leave_nothing_and_are_redone(workdir: Path):
     assert result.stdout.count("rule run_collectives:") == 1
     assert {r["status"] for r in read_records(records)} == {"ok"}
     assert osu.read_text().startswith("# OSU MPI Gather")
+
+
+def test_binding_the_node_cannot_provide_is_a_skipped_record(workdir: Path):
+    # hbw bound memory without HBW nodes and no emulation asked for: the point still runs
+    # (`hpcmem bind --skip-unavailable`) and says why it measured nothing.
+    (workdir / "config" / "nohbw.yaml").write_text(
+        "collectives:\n  ops: [reduce]\n  buffers: [numpy]\n  emulate_hbw: null\n"
+        "train:\n  enabled: false\n"
+    )
+    configs = (workdir / "config" / "config.yaml", workdir / "config" / "nohbw.yaml")
+    result = snakemake(workdir, "--configfile", *map(str, configs))
+    assert result.returncode == 0, result.stdout
+    run = workdir / RUN
+    records = read_records(run / "collectives" / "reduce" / "numpy" / "ranks2" / "hbw.jsonl")
+    assert [validate_record(r) for r in records] == [[]] * 8  # 8 B .. 1 KiB
+    assert {r["status"] for r in records} == {"skipped"}
+    reason = "binding 'hbw': this node has no high-bandwidth memory node"
+    assert all(r["reason"].startswith(reason) for r in records)
+    skipped = pd.read_csv(run / "summary" / "skipped.csv")
+    assert len(skipped) == 8 and skipped["reason"].str.startswith(reason).all()
+    assert escape(reason) in (run / "report" / "report.html").read_text()

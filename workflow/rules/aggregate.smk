@@ -8,7 +8,7 @@ rule aggregate_results:
     output:
         summary=directory(f"{RUN}/summary"),
     container:
-        CPU_IMAGE
+        str(CONTAINERS.cpu_image)
     log:
         f"{RUN}/logs/aggregate_results.log",
     params:
@@ -27,7 +27,7 @@ rule check_regressions:
         verdict_json=f"{RUN}/check/verdict.json",
         status=f"{RUN}/check/exit_status",
     container:
-        CPU_IMAGE
+        str(CONTAINERS.cpu_image)
     log:
         f"{RUN}/logs/check_regressions.log",
     params:
@@ -52,7 +52,7 @@ rule render_report:
     output:
         report=f"{RUN}/report/report.html",
     container:
-        CPU_IMAGE
+        str(CONTAINERS.cpu_image)
     log:
         f"{RUN}/logs/render_report.log",
     params:

@@ -8,7 +8,7 @@ rule build_wheel:
     output:
         wheelhouse=directory(f"{RUN}/build/wheelhouse"),
     container:
-        CPU_IMAGE
+        str(CONTAINERS.cpu_image)
     log:
         f"{RUN}/logs/build_wheel.log",
     params:
@@ -30,7 +30,7 @@ rule install_wheel:
         venv=directory(f"{RUN}/build/venv"),
         manifest=f"{RUN}/build/manifest.json",
     container:
-        CPU_IMAGE
+        str(CONTAINERS.cpu_image)
     log:
         f"{RUN}/logs/install_wheel.log",
     params:

@@ -1,29 +1,28 @@
 # One MPI job per collectives point: op x buffer kind x rank count x numactl binding.
-# Every rank runs under `hpcmem bind BINDING --`, which applies the binding and records it.
-# The launcher comes from the profile: resources.mpi ("mpirun ..." locally, "srun" on Slurm).
+# Every rank runs under `hpcmem bind --skip-unavailable BINDING --`, which applies the binding
+# and records it; a binding the node cannot provide (hbw without HBW nodes and no emulation)
+# makes every point of the job a skipped record with the reason, never a missing one.
+# The launcher comes from the profile: resources.mpi ("mpirun ..." locally, "srun" on Slurm);
+# in images it starts one container per rank (`srun -n N apptainer exec ... IMAGE hpcmem ...`).
 
 
 rule run_collectives:
     input:
+        unpack(container_inputs(gpu=False)),
         venv=rules.install_wheel.output.venv,
     output:
         records=f"{RUN}/collectives/{{op}}/{{buffer}}/ranks{{ranks}}/{{binding}}.jsonl",
         osu=f"{RUN}/collectives/{{op}}/{{buffer}}/ranks{{ranks}}/{{binding}}.osu.txt",
     container:
-        CPU_IMAGE
+        str(CONTAINERS.cpu_image)
     log:
         f"{RUN}/logs/collectives/{{op}}_{{buffer}}_ranks{{ranks}}_{{binding}}.log",
     params:
         env=get_run_env,
-        hpcmem=get_hpcmem,
-        binding=get_binding,
-        options=get_collectives_options,
+        command=get_collectives_command,
     threads: lambda wildcards: int(wildcards.ranks)
     resources:
         tasks=lambda wildcards: int(wildcards.ranks),
     shell:
-        "env {params.env:q} {resources.mpi} -n {resources.tasks}"
-        " {params.hpcmem:q} bind -- {params.binding:q} --"
-        " {params.hpcmem:q} collectives --op {wildcards.op:q} --buffer {wildcards.buffer:q}"
-        " {params.options:q} --output {output.records:q}"
+        "env {params.env:q} {resources.mpi} -n {resources.tasks} {params.command:q}"
         " > {output.osu:q}.tmp 2> {log:q} && mv {output.osu:q}.tmp {output.osu:q}"

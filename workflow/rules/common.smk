@@ -2,12 +2,16 @@
 
 import datetime
 import itertools
+import json
 import os
 import subprocess
 import sys
 
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
 from snakemake.utils import validate
+
+from hpcmem.containers import ContainerError, resolve_container
 
 
 validate(config, schema="../schemas/config.schema.yaml")
@@ -97,10 +101,16 @@ def get_git_sha():
 
 #: the commit being built and run: the installed wheel lies outside the checkout
 GIT_SHA = get_git_sha()
-#: images built from container.cpu_definition / gpu_definition; rules name them in `container:`
-#: (used with `--sdm apptainer`; without it the rules run natively and records say container null)
-CPU_IMAGE = os.path.join(config["container"]["image_dir"], "hpcmem-cpu.sif")
-GPU_IMAGE = os.path.join(config["container"]["image_dir"], "hpcmem.sif")
+#: where the benchmark jobs run: in images through Apptainer/Singularity (run_collectives and
+#: run_train call `apptainer exec` themselves, one container per rank) or natively; resolved
+#: here so that container.enabled: true without a runtime stops before any job is submitted.
+#: The rules' `container:` directives only name the image each step belongs to: do not add
+#: `--sdm apptainer` (it would wrap the benchmark jobs' own `apptainer exec` in a container).
+try:
+    CONTAINERS = resolve_container(config, binds=[os.getcwd()])
+except ContainerError as error:
+    raise WorkflowError(f"config {error}")
+logger.info(f"hpcmem: {CONTAINERS.reason}")
 
 
 wildcard_constraints:
@@ -112,6 +122,7 @@ wildcard_constraints:
     params="default|[0-9.]+[KMB]?",
     policy="[a-z][a-z0-9_]*",
     budget="none|[0-9]+[KMGT]?",
+    image="hpcmem|hpcmem-cpu",
 
 
 def collectives_points():
@@ -183,6 +194,64 @@ def get_train_options(wildcards):
 def get_hpcmem(wildcards, input):
     """The ``hpcmem`` executable of this run's environment (installed from the built wheel)."""
     return os.path.join(input.venv, "bin", "hpcmem")
+
+
+def get_container_definition(wildcards):
+    """The definition file of image ``wildcards.image`` (relative to the repository)."""
+    gpu = wildcards.image == CONTAINERS.gpu_image.stem
+    definition = CONTAINERS.gpu_definition if gpu else CONTAINERS.cpu_definition
+    return os.path.join(SOURCE_DIR, definition)
+
+
+def container_inputs(gpu):
+    """An input function: the image a benchmark job runs in and its digest file; {} natively."""
+    name = (CONTAINERS.gpu_image if gpu else CONTAINERS.cpu_image).stem
+
+    def inputs(wildcards):
+        if not CONTAINERS.enabled:
+            return {}
+        return {
+            "image": rules.build_container.output.image.format(image=name),
+            "digest": rules.build_container.output.digest.format(image=name),
+        }
+
+    return inputs
+
+
+def in_container(command, input, gpu=False):
+    """``command`` as a job runs it: through ``apptainer exec`` (exporting the image and its
+    digest into the records) when the plan is enabled, unchanged natively."""
+    if not CONTAINERS.enabled:
+        return command
+    with open(input.digest) as digest:
+        return CONTAINERS.exec_command(command, gpu=gpu, digest=json.load(digest)["digest"])
+
+
+def get_benchmark_hpcmem(wildcards, input):
+    """``hpcmem`` of a benchmark job: the image's own (on its PATH) or this run's environment."""
+    return "hpcmem" if CONTAINERS.enabled else get_hpcmem(wildcards, input)
+
+
+def get_collectives_command(wildcards, input, output):
+    """Words run on every rank: ``[apptainer exec ... IMAGE] hpcmem bind --skip-unavailable
+    BINDING -- hpcmem collectives ...`` (a binding this node lacks gives skipped records)."""
+    hpcmem = get_benchmark_hpcmem(wildcards, input)
+    command = [
+        hpcmem, "bind", "--skip-unavailable", "--", get_binding(wildcards), "--",
+        hpcmem, "collectives", "--op", wildcards.op, "--buffer", wildcards.buffer,
+        *get_collectives_options(wildcards), "--output", output.records,
+    ]
+    return in_container(command, input)
+
+
+def get_train_command(wildcards, input, output):
+    """Words of one training job: ``[apptainer exec --nv ... IMAGE] hpcmem train ...``."""
+    command = [
+        get_benchmark_hpcmem(wildcards, input), "train", "--model", wildcards.model,
+        "--policy", get_policy(wildcards), *get_train_options(wildcards),
+        "--skip-if-no-gpu", "--output", output.records,
+    ]
+    return in_container(command, input, gpu=True)
 
 
 def get_all_records(wildcards):

@@ -1,25 +1,23 @@
 # One GPU job per training point: model x size x Unified Memory policy x GPU budget.
 # On a node without a GPU `hpcmem train --skip-if-no-gpu` writes a skipped record with its reason.
+# In images the job runs `apptainer exec --nv ... IMAGE hpcmem train ...`.
 
 
 rule run_train:
     input:
+        unpack(container_inputs(gpu=True)),
         venv=rules.install_wheel.output.venv,
     output:
         records=f"{RUN}/train/{{model}}/{{params}}/{{policy}}/budget_{{budget}}.jsonl",
     container:
-        GPU_IMAGE
+        str(CONTAINERS.gpu_image)
     log:
         f"{RUN}/logs/train/{{model}}_{{params}}_{{policy}}_budget_{{budget}}.log",
     params:
         env=get_run_env,
-        hpcmem=get_hpcmem,
-        policy=get_policy,
-        options=get_train_options,
+        command=get_train_command,
     threads: 4
     resources:
         gpu=1,
     shell:
-        "env {params.env:q} {params.hpcmem:q} train --model {wildcards.model:q}"
-        " --policy {params.policy:q} {params.options:q}"
-        " --skip-if-no-gpu --output {output.records:q} > {log:q} 2>&1"
+        "env {params.env:q} {params.command:q} > {log:q} 2>&1"
