@@ -187,7 +187,8 @@ start_mariadbd() {
   fi
   mysql_client <<SQL
 CREATE DATABASE IF NOT EXISTS slurm_acct_db;
-CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$(cat "$STATE/etc/db.password")';
+CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1';
+ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$(cat "$STATE/etc/db.password")';
 GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
 FLUSH PRIVILEGES;
 SQL
