@@ -99,9 +99,10 @@ def test_with_a_runtime_the_images_are_built_first(workdir: Path, tmp_path: Path
     (cpu_build,) = [j for j in jobs if j.startswith("build_container") and "image=hpcmem-cpu" in j]
     assert f"input: {REPO / 'containers' / 'hpcmem-cpu.def'}" in cpu_build
     for job in (j for j in jobs if j.startswith("run_collectives")):
-        assert f"input: {IMAGES / 'hpcmem-cpu.sif'}, {IMAGES / 'hpcmem-cpu.digest.json'}" in job
+        assert f"input: {IMAGES / 'hpcmem-cpu.sif'}, {IMAGES / 'hpcmem-cpu.digest.json'}\n" in job
     (train,) = [j for j in jobs if j.startswith("run_train")]
-    assert f"input: {IMAGES / 'hpcmem.sif'}, {IMAGES / 'hpcmem.digest.json'}" in train
+    assert f"input: {IMAGES / 'hpcmem.sif'}, {IMAGES / 'hpcmem.digest.json'}\n" in train
+    assert job_counts(result.stdout)["build_wheel"] == 1  # aggregation runs on the host
 
     set_config(workdir, train={"enabled": False})  # no training: no GPU image
     result = snakemake(workdir, "-n", path=path)

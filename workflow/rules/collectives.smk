@@ -8,8 +8,7 @@
 
 rule run_collectives:
     input:
-        unpack(container_inputs(gpu=False)),
-        venv=rules.install_wheel.output.venv,
+        unpack(benchmark_inputs(gpu=False)),
     output:
         records=f"{RUN}/collectives/{{op}}/{{buffer}}/ranks{{ranks}}/{{binding}}.jsonl",
         osu=f"{RUN}/collectives/{{op}}/{{buffer}}/ranks{{ranks}}/{{binding}}.osu.txt",

@@ -203,13 +203,14 @@ def get_container_definition(wildcards):
     return os.path.join(SOURCE_DIR, definition)
 
 
-def container_inputs(gpu):
-    """An input function: the image a benchmark job runs in and its digest file; {} natively."""
+def benchmark_inputs(gpu):
+    """An input function of a benchmark rule: the image it runs in and the image's digest file,
+    or natively this run's environment (the installed wheel)."""
     name = (CONTAINERS.gpu_image if gpu else CONTAINERS.cpu_image).stem
 
     def inputs(wildcards):
         if not CONTAINERS.enabled:
-            return {}
+            return {"venv": rules.install_wheel.output.venv}
         return {
             "image": rules.build_container.output.image.format(image=name),
             "digest": rules.build_container.output.digest.format(image=name),

@@ -1,6 +1,6 @@
 # Apptainer/Singularity images (the `container_build` rule of issue 5): built only when
 # container.enabled resolves to a runtime, since only then do the benchmark rules ask for them
-# (container_inputs). The CPU image serves run_collectives, the GPU image run_train. Images
+# (benchmark_inputs). The CPU image serves run_collectives, the GPU image run_train. Images
 # live in container.image_dir between runs, each with its digest in <image>.digest.json.
 
 

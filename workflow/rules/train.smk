@@ -5,8 +5,7 @@
 
 rule run_train:
     input:
-        unpack(container_inputs(gpu=True)),
-        venv=rules.install_wheel.output.venv,
+        unpack(benchmark_inputs(gpu=True)),
     output:
         records=f"{RUN}/train/{{model}}/{{params}}/{{policy}}/budget_{{budget}}.jsonl",
     container:
