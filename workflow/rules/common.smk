@@ -122,7 +122,7 @@ wildcard_constraints:
     params="default|[0-9.]+[KMB]?",
     policy="[a-z][a-z0-9_]*",
     budget="none|[0-9]+[KMGT]?",
-    image="hpcmem|hpcmem-cpu",
+    image=f"{CONTAINERS.cpu_image.stem}|{CONTAINERS.gpu_image.stem}",
 
 
 def collectives_points():
