@@ -132,9 +132,11 @@ def _builtin(name: str, rank: int, nodes: Sequence[NumaNode], hbw: HBWNodes) -> 
 
 
 def _check_ids(option: str, value: str, wanted: Sequence[int], existing: Sequence[int], what: str):
+    # an explicit binding naming what this node lacks is refused, not skipped: it is a
+    # request for this machine's layout, and skipping it would hide a wrong sweep config
     for item in wanted:
         if item not in existing:
-            raise BindingUnavailableError(
+            raise BindingError(
                 f"binding {option}={value}: {what} {item} does not exist "
                 f"({what}s here: {format_node_list(existing)})"
             )

@@ -84,10 +84,16 @@ def test_hbw_without_hbw_nodes_is_refused() -> None:
         plan("hbw", hbw=NO_HBW)
 
 
-@pytest.mark.parametrize("binding", ["hbw", "--membind=7", "--cpunodebind=0 --physcpubind=64"])
-def test_what_the_node_lacks_is_unavailable_not_malformed(binding: str) -> None:
+def test_hbw_on_a_node_without_hbw_is_unavailable_not_malformed() -> None:
     with pytest.raises(BindingUnavailableError):
+        plan_binding("hbw", 0, nodes=XEON_MAX, hbw=NO_HBW)
+
+
+@pytest.mark.parametrize("binding", ["--membind=7", "--cpunodebind=0 --physcpubind=64"])
+def test_explicit_nodes_and_cpus_that_do_not_exist_are_refused(binding: str) -> None:
+    with pytest.raises(BindingError, match="does not exist") as error:
         plan_binding(binding, 0, nodes=XEON_MAX, hbw=NO_HBW)
+    assert not isinstance(error.value, BindingUnavailableError)
 
 
 @pytest.mark.parametrize("binding", ["hbm", "--membind=0 --interleave=1", "--membind", "--x=1"])

@@ -11,10 +11,11 @@ PMIX_RANK) unless --local-rank is given. The command is exec'd as
 `numactl ARGS -- COMMAND` (directly for none) with HPCMEM_BINDING and
 HPCMEM_NUMACTL_ARGS exported, so that its records say which binding it ran under.
 
-With --skip-unavailable, a well-formed binding this node cannot provide (hbw on a node
-without HBW nodes, a node or CPU it lacks) does not fail: the command is exec'd without
-numactl and with HPCMEM_SKIP_REASON set to why, and `hpcmem collectives` then records
-every point as skipped with that reason. A malformed binding still exits 2.
+With --skip-unavailable, a builtin binding this node cannot provide (hbw on a node
+without HBW nodes) does not fail: the command is exec'd without numactl and with
+HPCMEM_SKIP_REASON set to why, and `hpcmem collectives` then records every point as
+skipped with that reason. A malformed binding, or an explicit one naming a node or CPU
+that does not exist, still exits 2.
 """
 
 from __future__ import annotations
