@@ -17,5 +17,11 @@ export PATH="$PWD/.venv/bin:$PATH"
 run_id=$(date -u +%Y%m%dT%H%M%SZ)
 echo "hpcmem: workflow run $run_id (profiles/local, config/config.yaml) on $(nproc) cores"
 echo "hpcmem: resume it if interrupted: tools/run-workflow.sh --config run_id=$run_id"
-exec "$snakemake" --profile profiles/local --snakefile workflow/Snakefile --directory . \
-  --config "run_id=$run_id" "$@"
+# the verdict table can be long: repeat where the report and the verdict are, last
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+"$snakemake" --profile profiles/local --snakefile workflow/Snakefile --directory . \
+  --config "run_id=$run_id" "$@" 2>&1 | tee "$log" || status=${PIPESTATUS[0]}
+grep -E '^hpcmem: (report|verdict) ' "$log" || true
+exit "$status"
