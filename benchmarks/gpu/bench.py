@@ -103,43 +103,14 @@ def run_managed(args, shape, policy: str, budget: int | None) -> dict[str, Any]:
     import torch
 
     from hpcmem import affinity
-    from hpcmem.train.benchmark import environment
-    from hpcmem.train.loop import train
-    from hpcmem.train.record import ok_record, unfinished_record
-    from hpcmem.train.sizing import footprint
+    from hpcmem.train.benchmark import train_point
     from hpcmem.um import UnifiedMemory
 
-    point = _point(args, policy, budget)
     device = torch.device("cuda", 0)
     memory = UnifiedMemory(policy, device=0, gpu_budget=budget)
-    try:
-        torch.cuda.reset_peak_memory_stats(device)
-        result = train(
-            shape,
-            _data(args),
-            memory,
-            device=device,
-            dtype=args.dtype,
-            steps=args.steps,
-            warmup=args.warmup,
-            seed=args.seed,
-        )
-    except torch.OutOfMemoryError as error:
-        reason = "out of memory: " + str(error).strip().splitlines()[0]
-        return unfinished_record(
-            point, "failed", reason, policy=memory.policy.to_record(), binding=affinity.current()
-        )
-    finally:
-        memory.close()
-    return ok_record(
-        point,
-        shape=shape,
-        result=result,
-        policy=memory.policy.to_record(),
-        footprint=footprint(shape, args.batch, args.dtype),
-        environment=environment(device),
-        binding=affinity.current(),
-    )
+    torch.cuda.reset_peak_memory_stats(device)
+    return train_point(_point(args, policy, budget), shape, _data(args), memory,
+                       device=device, binding=affinity.current())
 
 
 def run_fsdp(args, shape) -> dict[str, Any]:

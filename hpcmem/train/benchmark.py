@@ -19,6 +19,7 @@ __all__ = [
     "run_point",
     "shape_for_memory",
     "shape_for_params",
+    "train_point",
 ]
 
 
@@ -122,9 +123,7 @@ def run_point(
 
     from hpcmem import affinity
     from hpcmem.train.data import synthetic_data
-    from hpcmem.train.loop import train
     from hpcmem.train.models import CNN_CLASSES
-    from hpcmem.train.sizing import footprint
     from hpcmem.um import UnifiedMemory
 
     binding = affinity.current()
@@ -154,20 +153,35 @@ def run_point(
         gpu_budget=point.gpu_budget,
         allow_oversubscription=allow_oversubscription,
     )
+    return train_point(point, shape, data, memory, device=device, binding=binding)
+
+
+def train_point(
+    point: TrainPoint, shape: Any, data: Any, memory: Any, *, device: Any, binding: dict[str, Any]
+) -> dict[str, Any]:
+    """Train ``point`` (model ``shape``, batches from ``data``) under ``memory``, a
+    ``hpcmem.um.UnifiedMemory``, and return its record; ``memory`` is closed afterwards.
+    Running out of memory (the guard's refusal included) gives a ``failed`` record."""
+    import torch
+
+    from hpcmem.train.loop import train
+    from hpcmem.train.sizing import footprint
+
+    policy = memory.policy.to_record()
     try:
         result = train(shape, data, memory, device=device, dtype=point.dtype,
                        steps=point.steps, warmup=point.warmup, seed=point.seed)
     except torch.OutOfMemoryError as error:
         first_line = str(error).strip().splitlines()[0]
         return unfinished_record(point, "failed", f"out of memory: {first_line}",
-                                 policy=policy.to_record(), binding=binding)
+                                 policy=policy, binding=binding)
     finally:
         memory.close()
     return ok_record(
         point,
         shape=shape,
         result=result,
-        policy=policy.to_record(),
+        policy=policy,
         footprint=footprint(shape, point.batch, point.dtype),
         environment=environment(device),
         binding=binding,
