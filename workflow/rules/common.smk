@@ -11,6 +11,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 from snakemake.utils import validate
 
+from hpcmem.collectives.sizes import parse_size as size_bytes
 from hpcmem.containers import ContainerError, resolve_container
 
 
@@ -18,14 +19,12 @@ validate(config, schema="../schemas/config.schema.yaml")
 
 BUILTIN_BINDINGS = ("none", "cores", "hbw", "dram", "interleave")
 PRESET_POLICIES = ("cuda", "um", "hpcmem")
-SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 
 
 def parse_size(value, key):
-    """Bytes of a message size (8, '4K', '1M'); not a power of two stops naming ``key``."""
-    text = str(value)
-    unit = text[-1] if text[-1] in SIZE_UNITS else ""
-    size = int(text[: len(text) - len(unit)]) * SIZE_UNITS[unit]
+    """Bytes of a message size (8, '4K', '1M'), parsed as `hpcmem collectives` parses it;
+    not a power of two stops naming ``key``."""
+    size = size_bytes(str(value))
     if size & (size - 1):
         raise WorkflowError(f"config {key}: {value!r} is not a power of two (8, 4K, 1M, ...)")
     return size
