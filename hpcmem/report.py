@@ -306,8 +306,10 @@ def _metadata_section(summary: Summary) -> str:
     return section("Machine and run", f'<dl class="meta">{body}</dl>', anchor="metadata")
 
 
-def render_report(summary: Summary, verdict: dict[str, Any] | None = None) -> str:
-    """The whole report page as HTML text."""
+def render_report(summary: Summary, verdict: dict[str, Any] | None = None,
+                  native: Summary | None = None) -> str:
+    """The whole report page as HTML text; ``native``: the same points run natively, for
+    the native-against-container section."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -334,6 +336,10 @@ def render_report(summary: Summary, verdict: dict[str, Any] | None = None) -> st
           if train else []),
         anchor="training",
     ))
+    if native is not None:
+        from hpcmem.report_container import container_section
+
+        parts.append(container_section(summary, native))
     parts.append(_problems_section(summary))
     parts.append(_metadata_section(summary))
     runs = ", ".join(summary.metadata.get("run_ids") or []) or "no valid records"
@@ -347,8 +353,8 @@ def render_report(summary: Summary, verdict: dict[str, Any] | None = None) -> st
 
 
 def write_report(path: str | os.PathLike[str], summary: Summary,
-                 verdict: dict[str, Any] | None = None) -> None:
+                 verdict: dict[str, Any] | None = None, native: Summary | None = None) -> None:
     """Render and write the report atomically."""
-    page = render_report(summary, verdict)
+    page = render_report(summary, verdict, native)
     with atomic_open(path) as handle:
         handle.write(page)

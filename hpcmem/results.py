@@ -65,12 +65,18 @@ def git_sha() -> str | None:
     return out.stdout.strip() or None
 
 
-def container_info() -> dict[str, str] | None:
-    """The container image this process runs in (set by the workflow), or None."""
+def container_info() -> dict[str, str | None] | None:
+    """The container image this process runs in, its digest and the runtime with its version
+    (set by the workflow), or None."""
     image = os.environ.get("HPCMEM_CONTAINER_IMAGE")
     if not image:
         return None
-    return {"image": image, "digest": os.environ.get("HPCMEM_CONTAINER_DIGEST", "")}
+    return {
+        "image": image,
+        "digest": os.environ.get("HPCMEM_CONTAINER_DIGEST", ""),
+        "runtime": os.environ.get("HPCMEM_CONTAINER_RUNTIME"),
+        "runtime_version": os.environ.get("HPCMEM_CONTAINER_RUNTIME_VERSION"),
+    }
 
 
 def utc_now() -> str:
