@@ -123,6 +123,12 @@ def _section_lines(text: str, name: str) -> Iterator[str]:
             yield line.strip()
 
 
+def _check_header(header: dict[str, str], where: str) -> None:
+    """A stage's header has a ``Bootstrap`` line."""
+    if "bootstrap" not in header:
+        raise ContainerError(f"{where}: no 'Bootstrap: AGENT' header before it")
+
+
 def parse_definition(path: str | os.PathLike[str]) -> Definition:
     """Parse a definition file as Apptainer does, far enough to refuse what it would refuse:
     no ``Bootstrap`` header, an unknown agent, an unknown section. Errors name ``FILE:LINE``."""
@@ -133,31 +139,38 @@ def parse_definition(path: str | os.PathLike[str]) -> Definition:
         raise ContainerError(f"{source}: cannot read the definition ({error})") from None
     sections: list[str] = []
     arguments: dict[str, str] = {}
-    bootstrapped, current = False, ""
+    header: dict[str, str] | None = {}  # the header being read; None inside the sections
+    current = ""
     for number, line in enumerate(text.splitlines(), 1):
         content = line.strip()
         if not content or content.startswith("#"):
             continue
         where = f"{source}:{number}"
         if line.startswith("%"):
-            current = _section_name(line)
+            if header is not None:
+                _check_header(header, where)
+            header, current = None, _section_name(line)
             if current not in SECTIONS:
                 known = ", ".join(f"%{name}" for name in sorted(SECTIONS))
                 raise ContainerError(f"{where}: unknown section %{current} (one of {known})")
             sections.append(current)
-        elif re.match(r"bootstrap\s*:", line, re.IGNORECASE):
-            agent = content.split(":", 1)[1].strip().lower()
-            if agent not in AGENTS:
+            continue
+        if header is None and re.match(r"bootstrap\s*:", line, re.IGNORECASE):
+            header = {}  # the next stage of a multi-stage definition
+        if header is not None:
+            key, colon, value = content.partition(":")
+            if not colon or not re.fullmatch(r"[A-Za-z]\w*", key.strip()):
+                raise ContainerError(f"{where}: {content!r} is not a 'KEY: VALUE' header line")
+            header[key.strip().lower()] = value.strip()
+            if key.strip().lower() == "bootstrap" and value.strip().lower() not in AGENTS:
                 known = ", ".join(sorted(AGENTS))
-                raise ContainerError(f"{where}: Bootstrap {agent!r} is not an agent ({known})")
-            bootstrapped, current = True, ""
-        elif not bootstrapped:
-            raise ContainerError(f"{where}: {content!r} before the 'Bootstrap: AGENT' header")
+                raise ContainerError(f"{where}: Bootstrap {value.strip()!r} is not an agent "
+                                     f"({known})")
         elif current == "arguments":
             name, _, value = content.partition("=")
             arguments[name.strip()] = value.strip()
-    if not bootstrapped:
-        raise ContainerError(f"{source}: no 'Bootstrap: AGENT' header")
+    if header is not None:
+        _check_header(header, str(source))
     variables = frozenset(_VARIABLE.findall(text))
     return Definition(source, text, tuple(sections), arguments, variables)
 
@@ -210,16 +223,19 @@ def _update_with(digest: Any, path: Path, name: str) -> None:
 
 def cache_key(definition: Definition, args: Mapping[str, str],
               context: str | os.PathLike[str]) -> str:  # fmt: skip
-    """What an image is made of, digested: definition, build args, ``%files`` sources
-    (relative to ``context``) and the host architecture."""
+    """What an image is made of, digested: definition, build args, the content of the
+    ``%files`` sources (relative to ``context``; not where they are) and the host architecture."""
+    files = {name for line in _section_lines(definition.text, "files")
+             for name in _VARIABLE.findall(line)}  # fmt: skip
+    values = {k: v for k, v in definition.build_args(args).items() if k not in files}
     digest = hashlib.sha256(definition.text.encode())
-    digest.update(json.dumps(sorted(definition.build_args(args).items())).encode())
+    digest.update(json.dumps(sorted(values.items())).encode())
     digest.update(host_arch().encode())
-    for source in definition.files_sources(args):
+    for number, source in enumerate(definition.files_sources(args)):
         path = Path(context, source)
         if not path.exists():
             raise ContainerError(f"{definition.path}: %files source {source} does not exist")
-        _update_with(digest, path, source)
+        _update_with(digest, path, str(number))  # by position: a source may be a temporary copy
     return digest.hexdigest()[:16]
 
 

@@ -169,19 +169,24 @@ def _spec(settings: Mapping[str, Any], kind: str, source_dir: Path) -> ImageSpec
     )
 
 
-def _check_spec(spec: ImageSpec, runtime: str, key: str) -> None:
+def _check_spec(spec: ImageSpec, runtime: str) -> None:
     """Bad input stops here: a definition that does not parse, a prebuilt image that is
     missing or made for another architecture."""
+    kind = "gpu" if spec.gpu else "cpu"
     if spec.prebuilt is None:
-        parse_definition(spec.definition).check_arguments(spec.build_args, workflow=("WHEELHOUSE",))
+        try:
+            definition = parse_definition(spec.definition)
+            definition.check_arguments(spec.build_args, workflow=("WHEELHOUSE",))
+        except ContainerError as error:
+            raise ContainerError(f"container.{kind}_definition: {error}") from None
         return
     if not spec.prebuilt.is_file():
-        raise ContainerError(f"container.{key}: {spec.prebuilt}: no such image file")
+        raise ContainerError(f"container.{kind}_image: {spec.prebuilt}: no such image file")
     arch = image_arch(runtime, spec.prebuilt)
     if arch != host_arch():
         raise ContainerError(
-            f"container.{key}: {spec.prebuilt} is built for {arch}, this host runs "
-            f"{host_arch()}: build it on a {host_arch()} host or set container.{key}: null"
+            f"container.{kind}_image: {spec.prebuilt} is built for {arch}, this host runs "
+            f"{host_arch()}: use an image built on {host_arch()}, or null to build one here"
         )
 
 
@@ -201,8 +206,7 @@ def resolve_container(
     """
     settings = config.get("container") or {}
     mode = _enabled(settings.get("enabled", "auto"))
-    source = Path(source_dir)
-    cpu, gpu = _spec(settings, "cpu", source), _spec(settings, "gpu", source)
+    cpu, gpu = (_spec(settings, kind, Path(source_dir)) for kind in ("cpu", "gpu"))
     runtime = find_runtime(path) if mode else None
     if mode is True and runtime is None:
         raise ContainerError(
@@ -210,21 +214,19 @@ def resolve_container(
             f"{_INSTALL_HINT}, or set container.enabled to auto (run natively without one)"
         )
     if runtime is None:
-        reason = (
-            "container.enabled=auto: no apptainer or singularity on PATH, running natively"
-            if mode == "auto" else "container.enabled=false: running natively"
+        how = ("no apptainer or singularity on PATH, " if mode else "") + "running natively"
+    else:
+        _check_spec(cpu, runtime)
+        _check_spec(gpu, runtime)
+        how = f"running in images through {runtime}" + (
+            "" if mode is True else
+            "; a benchmark whose image cannot be built or run here runs natively"
         )  # fmt: skip
-        return ContainerPlan(False, False, None, reason, Path(settings.get("image_dir",
-                             "results/images")), cpu, gpu)  # fmt: skip
-    for spec, key in ((cpu, "cpu_image"), (gpu, "gpu_image")):
-        _check_spec(spec, runtime, key)
-    fallback = "; a benchmark whose image cannot be built or run here runs natively"
     return ContainerPlan(
-        enabled=True,
+        enabled=runtime is not None,
         required=mode is True,
         runtime=runtime,
-        reason=f"container.enabled={str(mode).lower()}: running in images through {runtime}"
-        + ("" if mode is True else fallback),
+        reason=f"container.enabled={str(mode).lower()}: {how}",
         image_dir=Path(settings.get("image_dir", "results/images")),
         cpu=cpu,
         gpu=gpu,
