@@ -43,8 +43,9 @@ def _overhead_figure(overhead: pd.DataFrame) -> str:
         ["op", "buffer", "binding", "ranks"], sort=True
     ):
         line = line.sort_values("size_bytes")
+        label = f"{op} · {buffer} · binding {binding} · {ranks} ranks"
         axes.plot(line["size_bytes"], line["overhead"], marker="o", markersize=3.5,
-                  linewidth=1.6, label=f"{op} · {buffer} · {binding} · {ranks} ranks")  # fmt: skip
+                  linewidth=1.6, label=label)  # fmt: skip
     axes.axhline(1.0, color="#555", linewidth=1, linestyle="--")
     _log_size_axis(axes, overhead["size_bytes"])
     if overhead["overhead"].max() / overhead["overhead"].min() > 4:
