@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcmem import topology
+from hpcmem.node import topology
 
 __all__ = [
     "HBW_KINDS",

@@ -11,8 +11,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hpcmem.aggregate import aggregate, binding_label, load_records, summarize, write_outputs
 from hpcmem.cli import main
+from hpcmem.results.aggregate import (
+    aggregate,
+    binding_label,
+    load_records,
+    summarize,
+    write_outputs,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "records"
 OUTPUTS = {"summary.parquet", "summary.csv", "collectives_latency.csv", "collectives_speedup.csv",

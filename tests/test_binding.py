@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from hpcmem.binding import BindingError, BindingUnavailableError, local_rank, plan_binding
-from hpcmem.results import read_records, validate_record
-from hpcmem.topology import HBWNodes, NumaNode
+from hpcmem.node.planned import BindingError, BindingUnavailableError, local_rank, plan_binding
+from hpcmem.node.topology import HBWNodes, NumaNode
+from hpcmem.results.records import read_records, validate_record
 
 GiB = 1 << 30
 #: a Xeon Max-like node: two CPU nodes with DRAM, two memory-only HBM nodes
@@ -23,7 +23,7 @@ XEON_MAX = [
 ]
 HBM = HBWNodes((2, 3), "memory-only", emulated=False)
 NO_HBW = HBWNodes((), "none", emulated=False)
-CHILD = "import json; from hpcmem import affinity; print(json.dumps(affinity.current()))"
+CHILD = "import json; from hpcmem.node import applied; print(json.dumps(applied.current()))"
 
 
 def plan(binding: str, rank: int = 0, hbw: HBWNodes = HBM) -> list[str]:

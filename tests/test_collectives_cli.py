@@ -11,7 +11,7 @@ import pytest
 from hpcmem.cli import build_parser, main
 from hpcmem.cli.collectives import options_from_args
 from hpcmem.collectives import OPS
-from hpcmem.results import read_records, validate_record
+from hpcmem.results.records import read_records, validate_record
 
 BAD_OPTIONS = [
     (["--op", "allreduse"], "--op: 'allreduse' is not one of bcast, gather, allreduce, reduce"),

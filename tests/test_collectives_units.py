@@ -10,12 +10,12 @@ import sys
 import numpy as np
 import pytest
 
-from hpcmem import affinity
 from hpcmem.collectives import osu
 from hpcmem.collectives.benchmark import describe, exit_code, merge_placements
 from hpcmem.collectives.ops import OPS, SENTINEL, check, rank_input, split_counts
 from hpcmem.collectives.sizes import osu_counts, parse_size, size_steps
 from hpcmem.collectives.timing import Latency
+from hpcmem.node import applied
 
 # osu_allreduce -f, OSU 7.x: the column header byte for byte
 OSU_HEADER = "# Size       Avg Latency(us)   Min Latency(us)   Max Latency(us)  Iterations"
@@ -156,13 +156,13 @@ def test_exit_code_only_fails_on_failed_points():
 
 
 def test_affinity_reads_the_kernel():
-    binding = affinity.current()
+    binding = applied.current()
     assert binding["cpus"] == sorted(os.sched_getaffinity(0))
-    assert binding["mempolicy"]["mode"] in affinity.MEMPOLICY_MODES.values()
+    assert binding["mempolicy"]["mode"] in applied.MEMPOLICY_MODES.values()
 
 
 def test_affinity_sees_numactl_binding():
-    code = "import json; from hpcmem import affinity; print(json.dumps(affinity.current()))"
+    code = "import json; from hpcmem.node import applied; print(json.dumps(applied.current()))"
     out = subprocess.run(
         ["numactl", "--interleave=0", "--physcpubind=0", sys.executable, "-c", code],
         capture_output=True,
@@ -170,8 +170,8 @@ def test_affinity_sees_numactl_binding():
         check=True,
         env={
             **os.environ,
-            affinity.NUMACTL_ENV: "--interleave=0 --physcpubind=0",
-            affinity.BINDING_ENV: "interleave",
+            applied.NUMACTL_ENV: "--interleave=0 --physcpubind=0",
+            applied.BINDING_ENV: "interleave",
         },
     ).stdout
     assert re.search(r'"mode": "interleave", "nodes": \[0\]', out)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from spython.main.parse.parsers import SingularityParser
 
-from hpcmem.containers import ContainerError, build_image, find_runtime, resolve_container
+from hpcmem.workflow.containers import ContainerError, build_image, find_runtime, resolve_container
 
 REPO = Path(__file__).resolve().parents[1]
 PIP = "/opt/venv/bin/pip install"
@@ -148,7 +148,7 @@ def test_exec_command_lines_with_a_runtime(tmp_path: Path) -> None:
 
 
 def test_records_say_which_image_they_ran_in(tmp_path: Path) -> None:
-    code = "import json, hpcmem.results as r; print(json.dumps(r.container_info()))"
+    code = "import json, hpcmem.node.probe as p; print(json.dumps(p.current_container()))"
     env = {"HPCMEM_CONTAINER_IMAGE": "/images/cpu.sif", "HPCMEM_CONTAINER_DIGEST": "sha256:ab"}
     inside = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             env=env, check=True)  # fmt: skip

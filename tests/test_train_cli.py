@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from hpcmem.cli import main
-from hpcmem.results import read_records, validate_record
+from hpcmem.results.records import read_records, validate_record
 from hpcmem.train.models import TransformerShape
 
 torch = pytest.importorskip("torch")

@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Aggregate, then say on stderr what was left out."""
-    from hpcmem.aggregate import aggregate
+    from hpcmem.results.aggregate import aggregate
 
     try:
         result = aggregate(args.results, args.out)

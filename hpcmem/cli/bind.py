@@ -60,8 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Plan the binding, export it, and exec the command under numactl."""
-    from hpcmem.affinity import BINDING_ENV, NUMACTL_ENV
-    from hpcmem.binding import (
+    from hpcmem.node.applied import BINDING_ENV, NUMACTL_ENV
+    from hpcmem.node.planned import (
         BINDINGS,
         SKIP_ENV,
         BindingError,

@@ -48,9 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check, print the table, write the verdict; 1 on a regression."""
-    from hpcmem.aggregate import read_summary
-    from hpcmem.check import check, default_system, format_table, write_verdict
-    from hpcmem.references import ReferencesError, load_references
+    from hpcmem.results.aggregate import read_summary
+    from hpcmem.results.check import check, default_system, format_table, write_verdict
+    from hpcmem.results.references import ReferencesError, load_references
 
     if args.last is not None and args.last < 1:
         raise UsageError(f"--last: {args.last} is not a whole number >= 1")

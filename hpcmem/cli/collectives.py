@@ -140,8 +140,8 @@ def options_from_args(args: argparse.Namespace) -> Options:
     """The validated :class:`hpcmem.collectives.Options`; UsageError names a bad option."""
     import numpy as np
 
-    from hpcmem.binding import SKIP_ENV
     from hpcmem.collectives.benchmark import Options
+    from hpcmem.node.planned import SKIP_ENV
 
     ops = _names("--op", args.op, list(OPS))
     kinds = _names("--buffer", args.buffer, BUFFER_KINDS)
@@ -211,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
 
     from hpcmem.collectives.benchmark import exit_code
     from hpcmem.collectives.benchmark import run as run_benchmark
-    from hpcmem.results import write_records
+    from hpcmem.results.records import write_records
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()

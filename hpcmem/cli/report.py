@@ -42,8 +42,8 @@ def _read_verdict(path: str) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """Read the summary (and verdict) and write the report."""
-    from hpcmem.aggregate import read_summary
-    from hpcmem.report import write_report
+    from hpcmem.results.aggregate import read_summary
+    from hpcmem.results.report import write_report
 
     verdict = _read_verdict(args.verdict) if args.verdict else None
     try:

@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
     except SizingError as error:
         raise UsageError(str(error)) from None
     if args.output:
-        from hpcmem.results import write_records
+        from hpcmem.results.records import write_records
 
         write_records(args.output, [record])
     print(summary_line(record))

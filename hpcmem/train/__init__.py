@@ -1,6 +1,7 @@
-"""The training benchmark behind ``hpcmem train`` (issue 3).
+"""The training benchmark behind ``hpcmem train``.
 
-``models`` (shapes sized by parameter count, built on demand), ``data`` (synthetic
+``models`` (shapes sized by parameter count), ``networks`` (their torch modules,
+built on demand), ``data`` (synthetic
 batches the CPU writes every step), ``loop`` (the timed AdamW loop over a
 ``hpcmem.um.UnifiedMemory``), ``sizing`` (footprint, ``--oversubscribe``),
 ``record`` (the JSONL record) and ``benchmark`` (one point end to end). Importing
@@ -9,7 +10,7 @@ this package does not import torch.
 
 from hpcmem.train.benchmark import NoGPUError, run_point
 from hpcmem.train.loop import TrainResult, train
-from hpcmem.train.models import CNNShape, TransformerShape, build, cnn_shape, transformer_shape
+from hpcmem.train.models import CNNShape, TransformerShape, cnn_shape, transformer_shape
 from hpcmem.train.record import TrainPoint
 from hpcmem.train.sizing import Footprint, footprint, size_for_footprint
 
@@ -20,7 +21,6 @@ __all__ = [
     "TrainPoint",
     "TrainResult",
     "TransformerShape",
-    "build",
     "cnn_shape",
     "footprint",
     "run_point",

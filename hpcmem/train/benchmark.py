@@ -121,12 +121,12 @@ def run_point(
     """
     import torch
 
-    from hpcmem import affinity
+    from hpcmem.node import applied
     from hpcmem.train.data import synthetic_data
     from hpcmem.train.models import CNN_CLASSES
     from hpcmem.um import UnifiedMemory
 
-    binding = affinity.current()
+    binding = applied.current()
     device = torch.device(point.device)
     shape = shape_for_params(point) if point.oversubscribe is None else None
     reason = no_gpu_reason(device)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from hpcmem.results import common_fields
+from hpcmem.results.records import common_fields
 from hpcmem.um import TYPES
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from snakemake.logging import logger
 from snakemake.utils import validate
 
 from hpcmem.collectives.sizes import parse_size as size_bytes
-from hpcmem.containers import ContainerError, resolve_container
+from hpcmem.workflow.containers import ContainerError, resolve_container
 
 
 validate(config, schema="../schemas/config.schema.yaml")

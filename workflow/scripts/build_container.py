@@ -1,6 +1,6 @@
 """Build one image with the container runtime and record its digest next to it.
 
-The image is built through :func:`hpcmem.containers.build_image` (spython for
+The image is built through :func:`hpcmem.workflow.containers.build_image` (spython for
 ``singularity``, the CLI for ``apptainer``) and appears only once complete; the digest file
 ``<image>.digest.json`` is written atomically after it, so a failed build leaves neither.
 
@@ -11,8 +11,8 @@ import datetime
 import json
 import sys
 
-from hpcmem.containers import build_image
-from hpcmem.results import atomic_open
+from hpcmem.results.records import atomic_open
+from hpcmem.workflow.containers import build_image
 
 
 def build(definition: str, image: str, digest_file: str, runtime: str, context: str) -> dict:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpcmem.results import atomic_open, utc_now, validate_record
+from hpcmem.results.records import atomic_open, utc_now, validate_record
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -30,7 +30,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from hpcmem.topology import (
+from hpcmem.node.topology import (
     HBWNodes,
     NumaNode,
     format_node_list,
@@ -196,7 +196,7 @@ def plan_binding(
 
     ``binding`` is a built-in name (:data:`BINDINGS`) or explicit numactl arguments
     starting with ``--``. ``nodes`` and ``hbw`` default to this machine's topology
-    (:func:`hpcmem.topology.numa_nodes`, :func:`hpcmem.topology.hbw_nodes`).
+    (:func:`hpcmem.node.topology.numa_nodes`, :func:`hpcmem.node.topology.hbw_nodes`).
     Raises :class:`BindingError` naming the value and what is accepted, and its subclass
     :class:`BindingUnavailableError` when a well-formed binding needs what this node lacks.
     """

@@ -1,6 +1,6 @@
 """Regression check: a summary's figures against references and the run history.
 
-Each figure (``<point key>/<metric>``, see :mod:`hpcmem.references`) gets a
+Each figure (``<point key>/<metric>``, see :mod:`hpcmem.results.references`) gets a
 verdict: ``FAIL`` when it lies outside its reference bounds or outside the
 tolerance band around the median of the last N runs in the history (once the
 history holds at least ``min_runs`` runs with that figure); ``PASS``
@@ -21,10 +21,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcmem.aggregate import Summary
-from hpcmem.history import History, HistoryMedian, RunInfo
-from hpcmem.references import FIGURES, References
-from hpcmem.results import atomic_open, utc_now
+from hpcmem.results.aggregate import Summary
+from hpcmem.results.history import History, HistoryMedian, RunInfo
+from hpcmem.results.references import FIGURES, References
+from hpcmem.results.records import atomic_open, utc_now
 
 __all__ = [
     "CheckResult",

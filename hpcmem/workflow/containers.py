@@ -5,11 +5,11 @@ or ``singularity`` is on PATH, else run natively), ``true`` (require one: withou
 :func:`resolve_container` raises before any job is submitted) or ``false`` (always native).
 Natively run jobs record ``container: null``; jobs run in an image export
 ``HPCMEM_CONTAINER_IMAGE`` and ``HPCMEM_CONTAINER_DIGEST`` into it, which
-:func:`hpcmem.results.common_fields` records.
+:func:`hpcmem.results.records.common_fields` records.
 
 Example (``workflow/rules/common.smk``)::
 
-    from hpcmem.containers import ContainerError, resolve_container
+    from hpcmem.workflow.containers import ContainerError, resolve_container
     try:
         CONTAINERS = resolve_container(config)
     except ContainerError as error:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from hpcmem import __version__
+from hpcmem.node.probe import current_container
 
 SCHEMA_VERSION = 1
 BENCHMARKS = ("collectives", "train")
@@ -30,8 +31,8 @@ STATUSES = ("ok", "failed", "skipped")
 
 @cache
 def record_schema() -> dict[str, Any]:
-    """The JSON Schema of one result record (``hpcmem/schemas/record.schema.json``)."""
-    text = resources.files("hpcmem.schemas").joinpath("record.schema.json").read_text()
+    """The JSON Schema of one result record (``hpcmem/results/schemas/record.schema.json``)."""
+    text = resources.files("hpcmem.results.schemas").joinpath("record.schema.json").read_text()
     return json.loads(text)
 
 
@@ -65,14 +66,6 @@ def git_sha() -> str | None:
     return out.stdout.strip() or None
 
 
-def container_info() -> dict[str, str] | None:
-    """The container image this process runs in (set by the workflow), or None."""
-    image = os.environ.get("HPCMEM_CONTAINER_IMAGE")
-    if not image:
-        return None
-    return {"image": image, "digest": os.environ.get("HPCMEM_CONTAINER_DIGEST", "")}
-
-
 def utc_now() -> str:
     """The current time as UTC ISO 8601."""
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -100,7 +93,7 @@ def common_fields(
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "git_sha": git_sha(),
         "hpcmem_version": __version__,
-        "container": container_info(),
+        "container": current_container(),
         "binding": binding,
         "status": status,
         "reason": reason,
