@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcmem.errors import HpcmemError
 from hpcmem.node import topology
 
 __all__ = [
@@ -62,7 +63,7 @@ INSTALL_HINT = (
 )
 
 
-class KindUnavailableError(RuntimeError):
+class KindUnavailableError(HpcmemError, RuntimeError):
     """A memory kind cannot allocate on this machine."""
 
 

@@ -12,6 +12,7 @@ import importlib
 import sys
 
 from hpcmem import __version__
+from hpcmem.errors import HpcmemError
 
 #: subcommand name -> module under hpcmem.cli
 COMMANDS: dict[str, str] = {
@@ -25,7 +26,7 @@ COMMANDS: dict[str, str] = {
 }
 
 
-class UsageError(Exception):
+class UsageError(HpcmemError):
     """A bad option value: printed as one line, exit code 2."""
 
 

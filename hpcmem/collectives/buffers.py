@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from hpcmem.errors import HpcmemError
+
 __all__ = [
     "BUFFER_KINDS",
     "BufferUnavailableError",
@@ -27,7 +29,7 @@ BUFFER_KINDS = ("numpy", "hbw", "hbw_preferred", "hbw_interleave", "mpi_alloc")
 _THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
-class BufferUnavailableError(Exception):
+class BufferUnavailableError(HpcmemError):
     """This kind of memory cannot be had on this node; the points become ``skipped``."""
 
 

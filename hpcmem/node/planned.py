@@ -30,6 +30,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from hpcmem.errors import HpcmemError
 from hpcmem.node.topology import (
     HBWNodes,
     NumaNode,
@@ -68,7 +69,7 @@ _MEMORY_OPTIONS = ("--membind", "--interleave", "--preferred", "--localalloc")
 _OPTIONS = (*_NODE_OPTIONS, "--physcpubind", "--localalloc")
 
 
-class BindingError(ValueError):
+class BindingError(HpcmemError, ValueError):
     """A binding that cannot be applied here; the message names the value and what is accepted."""
 
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from hpcmem.results.aggregate import Summary
 from hpcmem.results.history import History, HistoryMedian, RunInfo
-from hpcmem.results.references import FIGURES, References
 from hpcmem.results.records import atomic_open, utc_now
+from hpcmem.results.references import FIGURES, References
 
 __all__ = [
     "CheckResult",

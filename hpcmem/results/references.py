@@ -27,6 +27,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpcmem.errors import HpcmemError
+
 __all__ = [
     "FIGURES",
     "Figure",
@@ -62,7 +64,7 @@ FIGURES: dict[str, Figure] = {
 }
 
 
-class ReferencesError(ValueError):
+class ReferencesError(HpcmemError, ValueError):
     """A references file that cannot be used; the message names the field."""
 
 

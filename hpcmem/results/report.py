@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from hpcmem import __version__
 from hpcmem.results.aggregate import Summary, latency_table, speedup_table, step_time_table
-from hpcmem.results.report_template import PAGE, badge, section, table
 from hpcmem.results.records import atomic_open, utc_now
+from hpcmem.results.report_template import PAGE, badge, section, table
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 from typing import TYPE_CHECKING, Any
 
+from hpcmem.errors import HpcmemError
 from hpcmem.train.record import TrainPoint, ok_record, unfinished_record
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ __all__ = [
 ]
 
 
-class NoGPUError(RuntimeError):
+class NoGPUError(HpcmemError, RuntimeError):
     """The point needs a CUDA GPU and this machine has none."""
 
 
