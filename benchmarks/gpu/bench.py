@@ -62,7 +62,7 @@ def _args() -> argparse.Namespace:
 
 def _point(args: argparse.Namespace, policy: str, budget: int | None):
     from hpcmem.train.models import DEFAULT_VOCAB
-    from hpcmem.train.record import TrainPoint
+    from hpcmem.train.point import TrainPoint
 
     transformer = args.model == "transformer"
     return TrainPoint(

@@ -34,9 +34,9 @@ from hpcmem.collectives.sizes import (
     OSU_ITERATIONS_LARGE,
     OSU_WARMUP,
     OSU_WARMUP_LARGE,
-    parse_size,
     size_steps,
 )
+from hpcmem.units import parse_size
 
 if TYPE_CHECKING:
     from hpcmem.collectives.benchmark import Options

@@ -21,6 +21,7 @@ from hpcmem import __version__
 from hpcmem.results.aggregate import Summary, latency_table, speedup_table, step_time_table
 from hpcmem.results.records import atomic_open, utc_now
 from hpcmem.results.report_template import PAGE, badge, section, table
+from hpcmem.units import format_count, format_size
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -35,14 +36,6 @@ _COLORS = {"numpy": "#4c72b0", "hbw": "#dd8452", "hbw_preferred": "#55a868",
 #: line style and marker per binding, so buffer kinds keep their colour across bindings
 _BINDING_STYLES = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
 _POLICY_COLORS = {"cuda": "#4c72b0", "um": "#c44e52", "hpcmem": "#55a868"}
-
-
-def _size_label(size: float, _pos: Any = None) -> str:
-    """Bytes as 8 B, 4 KiB, 1 MiB."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= scale:
-            return f"{size / scale:g} {unit}"
-    return f"{size:g} B"
 
 
 def _new_figure(width: float, height: float, columns: int = 1, rows: int = 1
@@ -75,7 +68,7 @@ def _log_size_axis(axes: Any, sizes: Any) -> None:
     axes.set_xscale("log", base=2)
     axes.xaxis.set_major_locator(FixedLocator([2.0**k for k in range(low, high + 1, step)]))
     axes.xaxis.set_minor_locator(NullLocator())
-    axes.xaxis.set_major_formatter(FuncFormatter(_size_label))
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda size, _pos: format_size(size)))
     axes.set_xlabel("message size (bytes)")
     axes.grid(True, which="major", alpha=0.3)
 
@@ -199,10 +192,9 @@ def training_figure(points: pd.DataFrame) -> str | None:
             axes.annotate(text, (x, top), textcoords="offset points", xytext=(0, 4),
                           ha="center", va="bottom", fontsize=8)
         axes.margins(y=0.2)
-        count = f"{params / 1e9:.3g}B" if params >= 1e9 else f"{params / 1e6:.3g}M"
-        title = f"{model}, {count} params, batch {batch}, {dtype}"
+        title = f"{model}, {format_count(params)} params, batch {batch}, {dtype}"
         if not pd.isna(budget):
-            title += f", budget {_size_label(float(budget))}"
+            title += f", budget {format_size(float(budget))}"
         axes.set_title(title, fontsize=10)
         axes.set_ylabel("step time (ms)")
         axes.set_xlabel("memory policy")

@@ -11,7 +11,7 @@ this package does not import torch.
 from hpcmem.train.benchmark import NoGPUError, run_point
 from hpcmem.train.loop import TrainResult, train
 from hpcmem.train.models import CNNShape, TransformerShape, cnn_shape, transformer_shape
-from hpcmem.train.record import TrainPoint
+from hpcmem.train.point import TrainPoint
 from hpcmem.train.sizing import Footprint, footprint, size_for_footprint
 
 __all__ = [

@@ -6,7 +6,8 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from hpcmem.errors import HpcmemError
-from hpcmem.train.record import TrainPoint, ok_record, unfinished_record
+from hpcmem.train.point import TrainPoint
+from hpcmem.train.record import ok_record, unfinished_record
 
 if TYPE_CHECKING:
     import torch

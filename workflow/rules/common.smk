@@ -11,7 +11,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 from snakemake.utils import validate
 
-from hpcmem.collectives.sizes import parse_size as size_bytes
+from hpcmem.units import parse_size as size_bytes
 from hpcmem.workflow.containers import ContainerError, resolve_container
 
 
