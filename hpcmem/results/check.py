@@ -24,7 +24,9 @@ from typing import Any
 from hpcmem.results.aggregate import Summary
 from hpcmem.results.history import History, HistoryMedian, RunInfo
 from hpcmem.results.records import atomic_open, utc_now
-from hpcmem.results.references import FIGURES, References
+from hpcmem.results.references import References
+from hpcmem.results.registry import BENCHMARKS, metric
+from hpcmem.results.spec import LOWER
 
 __all__ = [
     "CheckResult",
@@ -92,21 +94,20 @@ def summary_figures(summary: Summary, references: References, system: str
                     ) -> list[tuple[str, float, str]]:
     """``(figure, value, unit)`` for every checked figure of the summary's points.
 
-    Default figures are always checked; the others only when a reference names them.
+    Metrics their spec marks ``checked`` always are; the others only when a reference
+    names them. A metric that does not apply to a point (bandwidth of a barrier) is none.
     """
     figures = []
     for point in summary.points.to_dict("records"):
-        for metric, figure in FIGURES.items():
-            if figure.benchmark != point["benchmark"]:
-                continue
-            value = point[figure.column]
+        for measured in BENCHMARKS[point["benchmark"]].metrics:
+            value = point[measured.name]
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 continue
-            if metric.startswith(("busbw", "algbw")) and not point["size_bytes"]:
-                continue  # barrier: no bandwidth
-            name = f"{point['point']}/{metric}"
-            if figure.default or references.lookup(system, name) is not None:
-                figures.append((name, float(value), figure.unit))
+            if not measured.applies(point):
+                continue
+            name = f"{point['point']}/{measured.name}"
+            if measured.checked or references.lookup(system, name) is not None:
+                figures.append((name, float(value), measured.unit))
     return figures
 
 
@@ -118,16 +119,19 @@ def _outside(value: float, low: float | None, high: float | None) -> str | None:
     return None
 
 
-def _describe(side: str, metric: str, against: str) -> str:
-    lower_is_better = FIGURES[metric].lower_is_better
-    slow = (side == "above") == lower_is_better
+def _describe(side: str, name: str, against: str) -> str:
+    better = metric(name).better
+    bound = f"({side} the {'upper' if side == 'above' else 'lower'} bound)"
+    if better is None:
+        return f"{'higher' if side == 'above' else 'lower'} than {against} {bound}"
+    slow = (side == "above") == (better == LOWER)
     what = "slower than" if slow else "suspiciously faster than"
-    return f"{what} {against} ({side} the {'upper' if side == 'above' else 'lower'} bound)"
+    return f"{what} {against} {bound}"
 
 
 def _judge(name: str, value: float, unit: str, references: References, system: str,
            history: HistoryMedian | None, min_runs: int) -> Row:
-    metric = name.rsplit("/", 1)[1]
+    metric_name = name.rsplit("/", 1)[1]
     row = Row(name, value, unit, None, None, None, None, 0, "NEW", "")
     notes, compared, failed = [], False, False
     reference = references.lookup(system, name)
@@ -137,7 +141,7 @@ def _judge(name: str, value: float, unit: str, references: References, system: s
         compared = True
         if side := _outside(value, row.lower_bound, row.upper_bound):
             failed = True
-            notes.append(_describe(side, metric, "the reference"))
+            notes.append(_describe(side, metric_name, "the reference"))
     if history is not None:
         row.history_median, row.history_runs = history.value, history.runs
         if history.runs < min_runs:
@@ -150,7 +154,7 @@ def _judge(name: str, value: float, unit: str, references: References, system: s
             if side := _outside(value, low, high):
                 failed = True
                 change = (value / history.value - 1) * 100 if history.value else math.inf
-                notes.append(f"{_describe(side, metric, 'the history')}: "
+                notes.append(f"{_describe(side, metric_name, 'the history')}: "
                              f"{change:+.0f}% vs median")
     row.verdict = "FAIL" if failed else ("PASS" if compared else "NEW")
     row.note = "; ".join(notes)

@@ -11,14 +11,13 @@ from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 from snakemake.utils import validate
 
+from hpcmem.node.planned import BINDINGS
+from hpcmem.um import PRESETS
 from hpcmem.units import parse_size as size_bytes
 from hpcmem.workflow.containers import ContainerError, resolve_container
 
 
 validate(config, schema="../schemas/config.schema.yaml")
-
-BUILTIN_BINDINGS = ("none", "cores", "hbw", "dram", "interleave")
-PRESET_POLICIES = ("cuda", "um", "hpcmem")
 
 
 def parse_size(value, key):
@@ -67,14 +66,14 @@ if parse_size(config["collectives"]["min_size"], "collectives.min_size") > parse
 check_names(
     "collectives.bindings",
     config["collectives"]["bindings"],
-    BUILTIN_BINDINGS,
+    BINDINGS,
     config["collectives"]["custom_bindings"],
     "collectives.custom_bindings",
 )
 check_names(
     "train.policies",
     config["train"]["policies"],
-    PRESET_POLICIES,
+    tuple(PRESETS),
     config["train"]["policy_files"],
     "train.policy_files",
 )
