@@ -5,8 +5,9 @@ size) point; ``OPS`` is the registry of collectives, ``BUFFER_KINDS`` the buffer
 kinds. The command line is ``hpcmem collectives`` (:mod:`hpcmem.cli.collectives`).
 """
 
-from hpcmem.collectives.benchmark import Options, exit_code, run
+from hpcmem.collectives.benchmark import exit_code, run
 from hpcmem.collectives.buffers import BUFFER_KINDS
 from hpcmem.collectives.ops import DTYPES, OPS
+from hpcmem.collectives.options import Options, make_options
 
-__all__ = ["BUFFER_KINDS", "DTYPES", "OPS", "Options", "exit_code", "run"]
+__all__ = ["BUFFER_KINDS", "DTYPES", "OPS", "Options", "exit_code", "make_options", "run"]

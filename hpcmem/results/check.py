@@ -9,6 +9,9 @@ with. Failed points and invalid records of the summary are ``FAIL`` rows too:
 a benchmark that stopped producing correct results is a regression. An exact
 reference key with no figure in the summary is listed as ``MISSING`` (not a
 failure: sweeps change). The run is appended to the history after checking.
+
+The verdict file (``hpcmem check --verdict-out``) is written by :func:`write_verdict` and
+read back by :func:`read_verdict` (``hpcmem report --verdict``).
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hpcmem.errors import HpcmemError
 from hpcmem.results.aggregate import Summary
 from hpcmem.results.history import History, HistoryMedian, RunInfo
 from hpcmem.results.records import atomic_open, utc_now
@@ -29,15 +34,29 @@ from hpcmem.results.registry import BENCHMARKS, metric
 from hpcmem.results.spec import LOWER
 
 __all__ = [
+    "CheckError",
     "CheckResult",
     "Row",
+    "VerdictError",
     "check",
+    "check_system",
     "default_system",
     "evaluate",
     "format_table",
+    "read_verdict",
     "summary_figures",
     "write_verdict",
 ]
+
+_SYSTEM = re.compile(r"^[^:\s]+:[^:\s]+$")
+
+
+class CheckError(HpcmemError, ValueError):
+    """A check setting that is not accepted; the message names the value."""
+
+
+class VerdictError(HpcmemError, ValueError):
+    """A file that is not a readable verdict of :func:`write_verdict`."""
 
 
 @dataclass
@@ -78,6 +97,13 @@ class CheckResult:
         for row in self.rows:
             counts[row.verdict] += 1
         return counts
+
+
+def check_system(system: str) -> str:
+    """``system`` when it reads ``NAME:PARTITION``; CheckError otherwise."""
+    if not _SYSTEM.match(system):
+        raise CheckError(f"{system!r} is not NAME:PARTITION (e.g. mycluster:gpu)")
+    return system
 
 
 def default_system() -> str:
@@ -212,7 +238,12 @@ def _run_info(summary: Summary, system: str, run_id: str, verdict: str) -> RunIn
 def check(summary: Summary, references: References, system: str, *,
           history_folder: str | os.PathLike[str] | None = None, last: int | None = None,
           append: bool = True) -> CheckResult:
-    """Check ``summary``; with a history folder, compare and then append this run to it."""
+    """Check ``summary``; with a history folder, compare and then append this run to it.
+
+    ``last`` (default: the references' ``history.last``) must be a whole number >= 1.
+    """
+    if last is not None and last < 1:
+        raise CheckError(f"{last} is not a whole number >= 1")
     run_id = "+".join(sorted(summary.metadata.get("run_ids") or [])) or "unknown"
     last = last or references.history_last
     store = History(history_folder) if history_folder is not None else None
@@ -277,3 +308,17 @@ def write_verdict(path: str | os.PathLike[str], result: CheckResult, references_
     with atomic_open(Path(path)) as handle:
         json.dump(document, handle, indent=1)
         handle.write("\n")
+
+
+def read_verdict(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The verdict :func:`write_verdict` wrote; VerdictError names what is wrong with it."""
+    try:
+        with open(path) as handle:
+            verdict = json.load(handle)
+    except OSError as error:
+        raise VerdictError(f"{path}: cannot read ({error.strerror})") from None
+    except json.JSONDecodeError as error:
+        raise VerdictError(f"{path}:{error.lineno}: not JSON ({error.msg})") from None
+    if not isinstance(verdict, dict) or "verdict" not in verdict or "figures" not in verdict:
+        raise VerdictError(f"{path}: not an `hpcmem check --verdict-out` file")
+    return verdict
