@@ -1,4 +1,4 @@
-"""The ``train`` result record (DESIGN.md "Result record"): one JSON object per run."""
+"""The ``train`` result record: one JSON object per point (its fields: :mod:`hpcmem.train.spec`)."""
 
 from __future__ import annotations
 
