@@ -24,7 +24,7 @@ import argparse
 import os
 import shutil
 
-from hpcmem.cli import UsageError
+from hpcmem.cli import UsageError, bad_input
 
 HELP = "run a command under this rank's numactl binding (none, cores, hbw, dram, interleave)"
 
@@ -64,11 +64,9 @@ def run(args: argparse.Namespace) -> int:
     command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not command:
         raise UsageError("COMMAND: missing (hpcmem bind BINDING -- COMMAND ARGS...)")
-    try:
+    with bad_input(BindingError):
         plan = plan_binding(args.binding, args.local_rank,
                             skip_unavailable=args.skip_unavailable)
-    except BindingError as error:
-        raise UsageError(str(error)) from None
     if plan.args and shutil.which("numactl") is None:
         raise UsageError(f"binding {args.binding!r}: numactl not found (apt install numactl)")
     os.environ.update(plan.environment())

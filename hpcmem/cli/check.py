@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import sqlite3
 
-from hpcmem.cli import UsageError
+from hpcmem.cli import UsageError, bad_input
 
 HELP = "compare a summary with references and the run history; exit 1 on a regression"
 
@@ -55,23 +55,16 @@ def run(args: argparse.Namespace) -> int:
     )
     from hpcmem.results.references import ReferencesError, load_references
 
-    try:
+    with bad_input(CheckError, where="--system"):
         system = check_system(args.system or default_system())
-    except CheckError as error:
-        raise UsageError(f"--system: {error}") from None
-    try:
+    with bad_input(ReferencesError, where="--references"):
         references = load_references(args.references)
-    except ReferencesError as error:
-        raise UsageError(f"--references: {error}") from None
-    try:
+    with bad_input(FileNotFoundError, ValueError, where="SUMMARY"):
         summary = read_summary(args.summary)
-    except (FileNotFoundError, ValueError) as error:
-        raise UsageError(f"SUMMARY: {error}") from None
     try:
-        result = check(summary, references, system, history_folder=args.history,
-                       last=args.last, append=not args.no_append)
-    except CheckError as error:
-        raise UsageError(f"--last: {error}") from None
+        with bad_input(CheckError, where="--last"):
+            result = check(summary, references, system, history_folder=args.history,
+                           last=args.last, append=not args.no_append)
     except (sqlite3.Error, OSError) as error:
         problem = f"not a usable history store ({error})"
         raise UsageError(f"--history: {args.history}: {problem}") from None

@@ -25,7 +25,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from hpcmem.cli import UsageError
+from hpcmem.cli import UsageError, bad_input
 from hpcmem.collectives.buffers import BUFFER_KINDS
 from hpcmem.collectives.ops import DTYPES, OPS
 from hpcmem.collectives.options import DEFAULT_MAX_SIZE, DEFAULT_OPS
@@ -107,14 +107,12 @@ def options_from_args(args: argparse.Namespace) -> Options:
     """The validated :class:`hpcmem.collectives.options.Options`; UsageError names a bad one."""
     from hpcmem.collectives.options import OptionsError, make_options
 
-    try:
+    with bad_input(OptionsError):
         return make_options(
             op=args.op, buffer=args.buffer, min_size=args.min_size, max_size=args.max_size,
             iterations=args.iterations, warmup=args.warmup, dtype=args.dtype,
             numpy_hugepage=args.numpy_hugepage, run_id=args.run_id,
         )
-    except OptionsError as error:
-        raise UsageError(str(error)) from None
 
 
 def _launcher_rank() -> int | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from hpcmem.cli import UsageError
+from hpcmem.cli import bad_input
 
 HELP = "render a summary as a self-contained HTML report with plots"
 
@@ -31,14 +31,10 @@ def run(args: argparse.Namespace) -> int:
     from hpcmem.results.check import VerdictError, read_verdict
     from hpcmem.results.report import write_report
 
-    try:
+    with bad_input(VerdictError, where="--verdict"):
         verdict = read_verdict(args.verdict) if args.verdict else None
-    except VerdictError as error:
-        raise UsageError(f"--verdict: {error}") from None
-    try:
+    with bad_input(FileNotFoundError, ValueError, where="SUMMARY"):
         summary = read_summary(args.summary)
-    except (FileNotFoundError, ValueError) as error:
-        raise UsageError(f"SUMMARY: {error}") from None
     write_report(args.out, summary, verdict)
     print(f"hpcmem report: wrote {args.out}")
     return 0

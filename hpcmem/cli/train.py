@@ -26,7 +26,7 @@ import argparse
 import sys
 from typing import Any
 
-from hpcmem.cli import UsageError
+from hpcmem.cli import bad_input
 from hpcmem.train.models import DEFAULT_VOCAB
 
 HELP = "train a transformer LM or CNN under a memory policy and time its steps"
@@ -93,7 +93,7 @@ def _point(args: argparse.Namespace) -> Any:
     from hpcmem.train.point import PointError, check_policy, make_point
     from hpcmem.um import load_policy
 
-    try:
+    with bad_input(PointError):
         point = make_point(
             model=args.model, params=args.params, oversubscribe=args.oversubscribe,
             batch=args.batch, seq_len=args.seq_len, vocab=args.vocab,
@@ -101,18 +101,10 @@ def _point(args: argparse.Namespace) -> Any:
             gpu_budget=args.gpu_budget, steps=args.steps, warmup=args.warmup, seed=args.seed,
             device=args.device,
         )
-    except PointError as error:
-        raise UsageError(str(error)) from None
-    try:
+    with bad_input(OSError, ValueError, where="--policy"):
         policy = load_policy(point.policy)
-    except (OSError, ValueError) as error:
-        message = str(error)
-        prefixed = message if message.startswith("--policy") else f"--policy: {message}"
-        raise UsageError(prefixed) from None
-    try:
+    with bad_input(PointError):
         check_policy(point, policy)
-    except PointError as error:
-        raise UsageError(str(error)) from None
     return point, policy
 
 
@@ -122,27 +114,22 @@ def run(args: argparse.Namespace) -> int:
     from hpcmem.um import oversubscription_allowed
 
     point, policy = _point(args)
-    try:
+    with bad_input(ValueError):
         allowed = oversubscription_allowed(args.allow_oversubscription)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
     if point.oversubscribe is not None:
-        try:
+        with bad_input(OversubscriptionRefused):
             check_oversubscribe(point.oversubscribe, allowed)
-        except OversubscriptionRefused as error:
-            raise UsageError(str(error)) from None
 
     from hpcmem.train.benchmark import NoGPUError, run_point
     from hpcmem.train.sizing import SizingError
 
     try:
-        record = run_point(point, policy=policy, allow_oversubscription=allowed,
-                           skip_if_no_gpu=args.skip_if_no_gpu)
+        with bad_input(SizingError):
+            record = run_point(point, policy=policy, allow_oversubscription=allowed,
+                               skip_if_no_gpu=args.skip_if_no_gpu)
     except NoGPUError as error:
         print(f"hpcmem train: error: {error}", file=sys.stderr)
         return 1
-    except SizingError as error:
-        raise UsageError(str(error)) from None
     if args.output:
         from hpcmem.results.records import write_records
 
