@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from hpcmem import topology
+from hpcmem.errors import HpcmemError
+from hpcmem.node import topology
 
 __all__ = [
     "HBW_KINDS",
@@ -62,7 +63,7 @@ INSTALL_HINT = (
 )
 
 
-class KindUnavailableError(RuntimeError):
+class KindUnavailableError(HpcmemError, RuntimeError):
     """A memory kind cannot allocate on this machine."""
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcmem.container_images import ImageRef
-from hpcmem.containers import RUNTIMES, find_runtime
+from hpcmem.workflow.container_images import ImageRef
+from hpcmem.workflow.containers import RUNTIMES, find_runtime
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

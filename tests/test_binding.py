@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from hpcmem.binding import BindingError, BindingUnavailableError, local_rank, plan_binding
-from hpcmem.results import read_records, validate_record
-from hpcmem.topology import HBWNodes, NumaNode
+from hpcmem.node.planned import BindingError, BindingUnavailableError, local_rank, plan_binding
+from hpcmem.node.topology import HBWNodes, NumaNode
+from hpcmem.results.records import read_records, validate_record
 
 GiB = 1 << 30
 #: a Xeon Max-like node: two CPU nodes with DRAM, two memory-only HBM nodes
@@ -23,7 +23,7 @@ XEON_MAX = [
 ]
 HBM = HBWNodes((2, 3), "memory-only", emulated=False)
 NO_HBW = HBWNodes((), "none", emulated=False)
-CHILD = "import json; from hpcmem import affinity; print(json.dumps(affinity.current()))"
+CHILD = "import json; from hpcmem.node import applied; print(json.dumps(applied.current()))"
 
 
 def plan(binding: str, rank: int = 0, hbw: HBWNodes = HBM) -> list[str]:
@@ -87,6 +87,17 @@ def test_hbw_without_hbw_nodes_is_refused() -> None:
 def test_hbw_on_a_node_without_hbw_is_unavailable_not_malformed() -> None:
     with pytest.raises(BindingUnavailableError):
         plan_binding("hbw", 0, nodes=XEON_MAX, hbw=NO_HBW)
+
+
+def test_an_unavailable_binding_can_be_planned_as_skipped() -> None:
+    skipped = plan_binding("hbw", 3, nodes=XEON_MAX, hbw=NO_HBW, skip_unavailable=True)
+    assert (skipped.binding, skipped.local_rank, skipped.args) == ("hbw", 3, ())
+    assert skipped.command_prefix == []
+    env = skipped.environment()
+    assert env["HPCMEM_BINDING"] == "hbw" and env["HPCMEM_NUMACTL_ARGS"] == ""
+    assert "no high-bandwidth memory node" in env["HPCMEM_SKIP_REASON"]
+    bound = plan_binding("dram", 0, nodes=XEON_MAX, hbw=NO_HBW, skip_unavailable=True)
+    assert "HPCMEM_SKIP_REASON" not in bound.environment() and bound.skip_reason is None
 
 
 @pytest.mark.parametrize("binding", ["--membind=7", "--cpunodebind=0 --physcpubind=64"])

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcmem.aggregate import aggregate
 from hpcmem.cli import main
+from hpcmem.results.aggregate import aggregate
 
 FIXTURES = Path(__file__).parent / "fixtures" / "records"
 REPO = Path(__file__).resolve().parents[1]

@@ -11,14 +11,14 @@ import pytest
 from hpcmem.cli import build_parser, main
 from hpcmem.cli.collectives import options_from_args
 from hpcmem.collectives import OPS
-from hpcmem.results import read_records, validate_record
+from hpcmem.results.records import read_records, validate_record
 
 BAD_OPTIONS = [
     (["--op", "allreduse"], "--op: 'allreduse' is not one of bcast, gather, allreduce, reduce"),
     (["--op", "bcast,bcast"], "--op: 'bcast,bcast' names an entry twice"),
     (["--buffer", "gpu"], "--buffer: 'gpu' is not one of numpy, hbw, hbw_preferred"),
     (["--dtype", "float16"], "--dtype: 'float16' is not one of float32, float64, int32, int64"),
-    (["--min-size", "1.5K"], "--min-size: '1.5K' is not a size (accepted: bytes with optional K"),
+    (["--min-size", "1.3"], "--min-size: '1.3' is not a size (accepted: a number with optional K"),
     (["--min-size", "6"], "--min-size: 6 bytes is not a positive multiple of one float32 element"),
     (["--min-size", "4", "--dtype", "int64"], "--min-size: 4 bytes is not a positive multiple"),
     (["--max-size", "lots"], "--max-size: 'lots' is not a size"),

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from hpcmem.collectives import BUFFER_KINDS, OPS
-from hpcmem.results import read_records, validate_record
+from hpcmem.results.records import read_records, validate_record
 
 pytestmark = pytest.mark.mpi
 

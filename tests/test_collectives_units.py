@@ -10,30 +10,16 @@ import sys
 import numpy as np
 import pytest
 
-from hpcmem import affinity
 from hpcmem.collectives import osu
 from hpcmem.collectives.benchmark import describe, exit_code, merge_placements
 from hpcmem.collectives.ops import OPS, SENTINEL, check, rank_input, split_counts
-from hpcmem.collectives.sizes import osu_counts, parse_size, size_steps
+from hpcmem.collectives.sizes import osu_counts, size_steps
 from hpcmem.collectives.timing import Latency
+from hpcmem.node import applied
 
 # osu_allreduce -f, OSU 7.x: the column header byte for byte
 OSU_HEADER = "# Size       Avg Latency(us)   Min Latency(us)   Max Latency(us)  Iterations"
 OSU_BARRIER_HEADER = "# Avg Latency(us)   Min Latency(us)   Max Latency(us)  Iterations"
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [("8", 8), ("4K", 4096), ("4k", 4096), ("1M", 1 << 20), ("1MiB", 1 << 20), ("2G", 2 << 30)],
-)
-def test_parse_size_units(text, expected):
-    assert parse_size(text) == expected
-
-
-@pytest.mark.parametrize("text", ["", "-8", "1.5K", "4X", "K", "8 bytes"])
-def test_parse_size_rejects(text):
-    with pytest.raises(ValueError, match="not a size"):
-        parse_size(text)
 
 
 def test_size_steps_double_up_to_max():
@@ -156,13 +142,13 @@ def test_exit_code_only_fails_on_failed_points():
 
 
 def test_affinity_reads_the_kernel():
-    binding = affinity.current()
+    binding = applied.current()
     assert binding["cpus"] == sorted(os.sched_getaffinity(0))
-    assert binding["mempolicy"]["mode"] in affinity.MEMPOLICY_MODES.values()
+    assert binding["mempolicy"]["mode"] in applied.MEMPOLICY_MODES.values()
 
 
 def test_affinity_sees_numactl_binding():
-    code = "import json; from hpcmem import affinity; print(json.dumps(affinity.current()))"
+    code = "import json; from hpcmem.node import applied; print(json.dumps(applied.current()))"
     out = subprocess.run(
         ["numactl", "--interleave=0", "--physcpubind=0", sys.executable, "-c", code],
         capture_output=True,
@@ -170,8 +156,8 @@ def test_affinity_sees_numactl_binding():
         check=True,
         env={
             **os.environ,
-            affinity.NUMACTL_ENV: "--interleave=0 --physcpubind=0",
-            affinity.BINDING_ENV: "interleave",
+            applied.NUMACTL_ENV: "--interleave=0 --physcpubind=0",
+            applied.BINDING_ENV: "interleave",
         },
     ).stdout
     assert re.search(r'"mode": "interleave", "nodes": \[0\]', out)

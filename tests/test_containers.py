@@ -22,7 +22,7 @@ import pytest
 import yaml
 from container_image import BuiltImage
 
-from hpcmem.container_images import (
+from hpcmem.workflow.container_images import (
     ContainerError,
     ImageRef,
     cache_key,
@@ -31,7 +31,12 @@ from hpcmem.container_images import (
     obtain_image,
     parse_definition,
 )
-from hpcmem.containers import DEFAULT_GPU_BASE, DEFAULT_MIRROR, resolve_container, runtime_version
+from hpcmem.workflow.containers import (
+    DEFAULT_GPU_BASE,
+    DEFAULT_MIRROR,
+    resolve_container,
+    runtime_version,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
@@ -238,7 +243,7 @@ def test_exec_command_runs_each_rank_in_the_image_with_its_provenance(tmp_path: 
 
 
 def test_records_say_which_image_and_runtime_they_ran_in() -> None:
-    code = "import json, hpcmem.results as r; print(json.dumps(r.container_info()))"
+    code = "import json, hpcmem.node.probe as p; print(json.dumps(p.current_container()))"
     env = {"HPCMEM_CONTAINER_IMAGE": "/images/cpu.sif", "HPCMEM_CONTAINER_DIGEST": "sha256:ab",
            "HPCMEM_CONTAINER_RUNTIME": "apptainer", "HPCMEM_CONTAINER_RUNTIME_VERSION": "1.4.5"}
     inside = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -1,4 +1,4 @@
-"""`hpcmem info`: the real console script on this machine, text and JSON."""
+"""`hpcmem info` and the node probes behind it: the real console script, text and JSON."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import time
 from importlib import metadata
 
-from hpcmem import topology
+from hpcmem.node import topology
 
 
 def _info(hpcmem_exe: str, *args: str, env: dict[str, str] | None = None):
@@ -57,7 +57,7 @@ def test_info_json(hpcmem_exe: str) -> None:
 
 
 def test_parse_nvidia_smi() -> None:
-    from hpcmem.cli.info import parse_nvidia_smi
+    from hpcmem.node.probe import parse_nvidia_smi
 
     text = "0, NVIDIA H200, 143771, 570.86.15\n1, Tesla V100-SXM2-16GB, [N/A], 535.1\n"
     assert parse_nvidia_smi(text) == [
@@ -106,3 +106,21 @@ def test_info_without_native_module() -> None:
     assert done.returncode == 0, done.stderr
     assert "memkind: not available: hpcmem._hbw cannot be loaded" in done.stdout
     assert "apt-get install libmemkind-dev" in done.stdout
+
+
+def test_current_container_named_by_the_workflow_or_the_runtime(monkeypatch) -> None:
+    from hpcmem.node.probe import current_container
+
+    for name in ("HPCMEM_CONTAINER_IMAGE", "HPCMEM_CONTAINER_DIGEST", "HPCMEM_CONTAINER_RUNTIME",
+                 "HPCMEM_CONTAINER_RUNTIME_VERSION", "APPTAINER_CONTAINER",
+                 "SINGULARITY_CONTAINER"):
+        monkeypatch.delenv(name, raising=False)
+    assert current_container() is None
+    monkeypatch.setenv("APPTAINER_CONTAINER", "/images/own.sif")
+    assert current_container() == {"image": "/images/own.sif", "digest": ""}
+    monkeypatch.setenv("HPCMEM_CONTAINER_IMAGE", "/images/cpu.sif")
+    monkeypatch.setenv("HPCMEM_CONTAINER_DIGEST", "sha256:ab")
+    monkeypatch.setenv("HPCMEM_CONTAINER_RUNTIME", "apptainer")
+    monkeypatch.setenv("HPCMEM_CONTAINER_RUNTIME_VERSION", "1.4.5")
+    assert current_container() == {"image": "/images/cpu.sif", "digest": "sha256:ab",
+                                   "runtime": "apptainer", "runtime_version": "1.4.5"}

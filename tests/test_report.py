@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcmem.aggregate import aggregate
 from hpcmem.cli import main
+from hpcmem.results.aggregate import aggregate
 
 FIXTURES = Path(__file__).parent / "fixtures" / "records"
 CHROMIUM = "/usr/bin/chromium"

@@ -28,7 +28,7 @@ import pytest
 import yaml
 from slurm_cluster import SlurmCluster
 
-from hpcmem.results import read_records, validate_record
+from hpcmem.results.records import read_records, validate_record
 
 pytestmark = pytest.mark.slurm
 

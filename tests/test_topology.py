@@ -1,4 +1,4 @@
-"""hpcmem.topology against this machine's sysfs and numactl, and on small sysfs trees."""
+"""hpcmem.node.topology against this machine's sysfs and numactl, and on small sysfs trees."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcmem import topology
+from hpcmem.node import topology
 
 
 @pytest.mark.parametrize(

@@ -10,10 +10,10 @@ from hpcmem.train.data import synthetic_data  # noqa: E402
 from hpcmem.train.models import (  # noqa: E402
     CNNShape,
     TransformerShape,
-    build,
     cnn_shape,
     transformer_shape,
 )
+from hpcmem.train.networks import build  # noqa: E402
 
 
 def _meta_count(shape: TransformerShape | CNNShape) -> int:

@@ -22,7 +22,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from hpcmem.results import read_records, validate_record
+from hpcmem.results.records import read_records, validate_record
 
 pytestmark = pytest.mark.mpi
 

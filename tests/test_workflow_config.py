@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import os
 import re
 import shutil
 import subprocess
@@ -87,9 +88,13 @@ def snakemake(workdir: Path, *args: str, timeout: float = 120, wrap=list
 
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
-    """A working directory holding a copy of the default config and references."""
+    """A working directory holding a copy of the default config and references, run natively
+    (whether the host has a container runtime is test_workflow_containers.py's subject)."""
     shutil.copytree(REPO / "config", tmp_path / "config")
     (tmp_path / "config" / "references.yaml").touch(exist_ok=True)
+    config = yaml.safe_load((tmp_path / "config" / "config.yaml").read_text())
+    config["container"]["enabled"] = False
+    write_config(tmp_path, config)
     return tmp_path
 
 
@@ -218,7 +223,7 @@ def test_injection_through_snakemake_stops_before_anything_runs(workdir, path, p
         ({"collectives": {"bindings": ["hbw", "socket0"]}},
          "config collectives.bindings: 'socket0' is not one of none, cores, hbw, dram, interleave"),
         ({"train": {"policies": ["fast"]}},
-         "config train.policies: 'fast' is not one of cuda, um, hpcmem"),
+         "config train.policies: 'fast' is not one of cuda, hpcmem, um"),
         ({"collectives": {"max_size": "3K"}},
          "config collectives.max_size: '3K' is not a power of two"),
         ({"collectives": {"min_size": "1M", "max_size": "4K"}},
@@ -279,6 +284,25 @@ def test_dry_run_of_the_default_config_lists_every_point(workdir):
         assert f"--op {op} --buffer {buffer}" in result.stdout
     assert "MEMKIND_HBW_NODES=0 mpirun --oversubscribe" in result.stdout
     assert result.stdout.count("--skip-if-no-gpu") == trains
+
+
+def test_dry_run_in_a_fresh_clone_needs_no_profile(tmp_path: Path):
+    """`snakemake -n --cores 2` where a clone puts the repository: the rules' own resources
+    (the MPI launcher among them) are enough to list the default sweep."""
+    clone = tmp_path / "clone"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True,
+                             check=True).stdout.decode().split("\0")
+    for name in filter(None, tracked):
+        (clone / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, clone / name)
+    env = {**os.environ, "PATH": f"{SNAKEMAKE.parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(["snakemake", "-n", "--cores", "2"], cwd=clone, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stdout
+    counts = job_counts(result.stdout)
+    assert (counts["run_collectives"], counts["run_train"]) == (12, 6)
+    assert "mpi=mpiexec" in result.stdout
 
 
 def test_make_run_script_starts_a_fresh_timestamped_run():

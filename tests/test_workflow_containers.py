@@ -16,8 +16,8 @@ import yaml
 from container_image import BuiltImage, snakemake, without_runtime, workdir_with
 from slurm_cluster import SlurmCluster
 
-from hpcmem.container_images import ImageRef
-from hpcmem.results import read_records, validate_record
+from hpcmem.results.records import read_records, validate_record
+from hpcmem.workflow.container_images import ImageRef
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = Path("results", "e2e")

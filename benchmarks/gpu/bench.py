@@ -62,7 +62,7 @@ def _args() -> argparse.Namespace:
 
 def _point(args: argparse.Namespace, policy: str, budget: int | None):
     from hpcmem.train.models import DEFAULT_VOCAB
-    from hpcmem.train.record import TrainPoint
+    from hpcmem.train.point import TrainPoint
 
     transformer = args.model == "transformer"
     return TrainPoint(
@@ -102,7 +102,7 @@ def run_managed(args, shape, policy: str, budget: int | None) -> dict[str, Any]:
     """One run of ``hpcmem.train``'s loop under a UnifiedMemory policy; its record."""
     import torch
 
-    from hpcmem import affinity
+    from hpcmem.node import applied
     from hpcmem.train.benchmark import train_point
     from hpcmem.um import UnifiedMemory
 
@@ -110,7 +110,7 @@ def run_managed(args, shape, policy: str, budget: int | None) -> dict[str, Any]:
     memory = UnifiedMemory(policy, device=0, gpu_budget=budget)
     torch.cuda.reset_peak_memory_stats(device)
     return train_point(_point(args, policy, budget), shape, _data(args), memory,
-                       device=device, binding=affinity.current())
+                       device=device, binding=applied.current())
 
 
 def run_fsdp(args, shape) -> dict[str, Any]:
@@ -119,11 +119,11 @@ def run_fsdp(args, shape) -> dict[str, Any]:
     import torch.distributed as dist
     from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
-    from hpcmem import affinity
-    from hpcmem.results import common_fields
+    from hpcmem.node import applied
+    from hpcmem.results.records import common_fields
     from hpcmem.train.benchmark import environment
     from hpcmem.train.loop import LEARNING_RATE, step_stats
-    from hpcmem.train.models import build
+    from hpcmem.train.networks import build
 
     device = torch.device("cuda", 0)
     if not dist.is_initialized():
@@ -162,7 +162,7 @@ def run_fsdp(args, shape) -> dict[str, Any]:
     stats = step_stats(times[args.warmup :])
     env = environment(device)
     record = {
-        **common_fields("train", binding=affinity.current()),
+        **common_fields("train", binding=applied.current()),
         "model": args.model,
         "params": shape.param_count(),
         "batch": args.batch,
@@ -206,7 +206,7 @@ def main() -> int:
     import torch
 
     torch.cuda.init()  # memory statistics need an initialised CUDA context
-    from hpcmem.results import read_records, write_records
+    from hpcmem.results.records import read_records, write_records
     from hpcmem.train.models import DEFAULT_VOCAB, cnn_shape, transformer_shape
     from hpcmem.train.sizing import footprint
 

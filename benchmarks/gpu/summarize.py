@@ -11,7 +11,7 @@ import sys
 from collections import defaultdict
 from typing import Any
 
-from hpcmem.results import read_records
+from hpcmem.results.records import read_records
 
 
 def variant(record: dict[str, Any]) -> str:

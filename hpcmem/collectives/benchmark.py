@@ -21,30 +21,17 @@ from typing import Any
 
 import numpy as np
 
-from hpcmem import affinity
 from hpcmem.collectives import buffers, osu, timing
 from hpcmem.collectives.ops import OPS, SENTINEL, Op, check, rank_input
+from hpcmem.collectives.options import Options
 from hpcmem.collectives.sizes import osu_counts
-from hpcmem.results import common_fields
+from hpcmem.node import applied
+from hpcmem.node.probe import mpi_library
+from hpcmem.results.records import common_fields
 
-__all__ = ["Options", "describe", "exit_code", "merge_placements", "run"]
+__all__ = ["describe", "exit_code", "merge_placements", "run"]
 
 ROOT = 0
-
-
-@dataclass(frozen=True)
-class Options:
-    """One collectives run: the sweep axes and the knobs, already validated."""
-
-    ops: tuple[str, ...]
-    buffers: tuple[str, ...]
-    sizes: tuple[int, ...]
-    dtype: str = "float32"
-    iterations: int | None = None  # None: OSU's default for each size
-    warmup: int | None = None
-    numpy_hugepage: bool = False
-    run_id: str | None = None
-    skip_reason: str | None = None  # set: run nothing, record every point as skipped
 
 
 @dataclass
@@ -275,21 +262,15 @@ def _run_id(options: Options) -> str:
     return options.run_id or os.environ.get("HPCMEM_RUN_ID") or uuid.uuid4().hex[:12]
 
 
-def _mpi_library() -> str:
-    from mpi4py import MPI
-
-    return MPI.Get_library_version().strip("\x00 \n").splitlines()[0].strip()
-
-
 def run(comm: Any, options: Options, emit: Callable[[str], None]) -> list[dict[str, Any]]:
     """Run every point of ``options`` on ``comm``; rank 0 gets the records, other ranks ``[]``."""
     previous = buffers.set_numpy_hugepage(options.numpy_hugepage)
     try:
-        per_rank = comm.gather(affinity.current(), root=0)
+        per_rank = comm.gather(applied.current(), root=0)
         run_id = comm.bcast(_run_id(options) if comm.Get_rank() == 0 else None, root=0)
         binding = {**per_rank[0], "per_rank": per_rank} if per_rank else {}
         ctx = _Context(
-            comm, options, emit, run_id, binding, _mpi_library(), buffers.memory_settings()
+            comm, options, emit, run_id, binding, mpi_library(), buffers.memory_settings()
         )
         reasons = comm.allgather(options.skip_reason)  # one rank unable: none runs
         skip = "; ".join(sorted({reason for reason in reasons if reason}))

@@ -15,6 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from hpcmem.errors import HpcmemError
+from hpcmem.hbw import HBW_KINDS
+
 __all__ = [
     "BUFFER_KINDS",
     "BufferUnavailableError",
@@ -23,11 +26,12 @@ __all__ = [
     "set_numpy_hugepage",
 ]
 
-BUFFER_KINDS = ("numpy", "hbw", "hbw_preferred", "hbw_interleave", "mpi_alloc")
+#: NumPy's own heap, memkind's high-bandwidth kinds, MPI_Alloc_mem
+BUFFER_KINDS = ("numpy", *HBW_KINDS, "mpi_alloc")
 _THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
-class BufferUnavailableError(Exception):
+class BufferUnavailableError(HpcmemError):
     """This kind of memory cannot be had on this node; the points become ``skipped``."""
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import socket
 from typing import TYPE_CHECKING, Any
 
-from hpcmem.train.record import TrainPoint, ok_record, unfinished_record
+from hpcmem.errors import HpcmemError
+from hpcmem.train.point import TrainPoint
+from hpcmem.train.record import ok_record, unfinished_record
 
 if TYPE_CHECKING:
     import torch
@@ -23,7 +25,7 @@ __all__ = [
 ]
 
 
-class NoGPUError(RuntimeError):
+class NoGPUError(HpcmemError, RuntimeError):
     """The point needs a CUDA GPU and this machine has none."""
 
 
@@ -121,12 +123,12 @@ def run_point(
     """
     import torch
 
-    from hpcmem import affinity
+    from hpcmem.node import applied
     from hpcmem.train.data import synthetic_data
     from hpcmem.train.models import CNN_CLASSES
     from hpcmem.um import UnifiedMemory
 
-    binding = affinity.current()
+    binding = applied.current()
     device = torch.device(point.device)
     shape = shape_for_params(point) if point.oversubscribe is None else None
     reason = no_gpu_reason(device)

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hpcmem.train.models import CNNShape, TransformerShape, build
+from hpcmem.train.models import CNNShape, TransformerShape
 
 if TYPE_CHECKING:
     import torch
@@ -175,6 +175,8 @@ def train(
 ) -> TrainResult:
     """Train ``shape`` on ``data`` for ``warmup + steps`` steps under ``memory`` (UnifiedMemory)."""
     import torch
+
+    from hpcmem.train.networks import build
 
     total = warmup + steps
     if device.type == "cuda":  # streams, events and autocast then default to this device

@@ -3,24 +3,19 @@
 Each model has a frozen *shape* (a dataclass) that knows its exact parameter count
 and an activation-memory estimate without allocating anything, so a shape can be
 chosen for a target parameter count (``--params``) or memory footprint
-(``--oversubscribe``) before a single tensor exists. ``build(shape)`` makes the
-``torch.nn.Module``; call it under ``torch.device(...)`` to create it in place.
+(``--oversubscribe``) before a single tensor exists. This module imports no torch:
+:func:`hpcmem.train.networks.build` makes the ``torch.nn.Module`` of a shape.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import torch
 
 __all__ = [
     "MODELS",
     "CNNShape",
     "TransformerShape",
-    "build",
     "cnn_shape",
     "transformer_shape",
 ]
@@ -171,13 +166,4 @@ def cnn_shape(params: int | None, image_size: int) -> CNNShape:
         (CNNShape(width=w, image_size=image_size) for w in CNN_WIDTHS),
         key=lambda s: abs(s.param_count() - params),
     )
-
-
-def build(shape: TransformerShape | CNNShape) -> torch.nn.Module:
-    """The model for ``shape``, randomly initialised from torch's current RNG state."""
-    from hpcmem.train import networks
-
-    if isinstance(shape, TransformerShape):
-        return networks.TransformerLM(shape)
-    return networks.ResNet(shape)
 

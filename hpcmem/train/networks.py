@@ -1,4 +1,4 @@
-"""The torch modules behind ``hpcmem.train.models`` (imported only when a model is built).
+"""The torch modules of the shapes in ``hpcmem.train.models`` (imported only when a model is built).
 
 Both take a batch as produced by ``hpcmem.train.data`` and return the training loss,
 so the loop treats them alike.
@@ -12,7 +12,7 @@ from torch import nn
 
 from hpcmem.train.models import CNNShape, TransformerShape
 
-__all__ = ["ResNet", "TransformerLM"]
+__all__ = ["ResNet", "TransformerLM", "build"]
 
 INIT_STD = 0.02
 
@@ -120,3 +120,10 @@ class ResNet(nn.Module):
         """Cross-entropy of ``batch["images"]`` (Nx3xHxW) against ``batch["labels"]``."""
         features = self.features(batch["images"]).mean(dim=(2, 3))
         return F.cross_entropy(self.classifier(features).float(), batch["labels"])
+
+
+def build(shape: TransformerShape | CNNShape) -> nn.Module:
+    """The model for ``shape``, randomly initialised from torch's current RNG state."""
+    if isinstance(shape, TransformerShape):
+        return TransformerLM(shape)
+    return ResNet(shape)

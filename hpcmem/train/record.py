@@ -1,11 +1,12 @@
-"""The ``train`` result record (DESIGN.md "Result record"): one JSON object per run."""
+"""The ``train`` result record: one JSON object per point (its fields: :mod:`hpcmem.train.spec`)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from hpcmem.results import common_fields
+from hpcmem.results.records import common_fields
+from hpcmem.train.point import TrainPoint
 from hpcmem.um import TYPES
 
 if TYPE_CHECKING:
@@ -13,30 +14,10 @@ if TYPE_CHECKING:
     from hpcmem.train.models import CNNShape, TransformerShape
     from hpcmem.train.sizing import Footprint
 
-__all__ = ["THROUGHPUT_UNITS", "TrainPoint", "ok_record", "unfinished_record"]
+__all__ = ["THROUGHPUT_UNITS", "ok_record", "unfinished_record"]
 
 #: Throughput unit per model.
 THROUGHPUT_UNITS = {"transformer": "tokens/s", "cnn": "images/s"}
-
-
-@dataclass(frozen=True)
-class TrainPoint:
-    """What was asked for: the sweep coordinates and run settings of one training point."""
-
-    model: str
-    params_requested: int | None
-    oversubscribe: float | None
-    batch: int
-    seq_len: int | None  # transformer only
-    vocab: int | None  # transformer only
-    image_size: int | None  # cnn only
-    dtype: str
-    policy: str  # preset name or YAML path
-    gpu_budget: int | None
-    steps: int
-    warmup: int
-    seed: int
-    device: str
 
 
 def _point_fields(point: TrainPoint, policy: dict[str, Any]) -> dict[str, Any]:

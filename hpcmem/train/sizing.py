@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from hpcmem.errors import HpcmemError
 from hpcmem.train.models import CNN_WIDTHS, CNNShape, TransformerShape, transformer_shape
 from hpcmem.um.guard import ENV_ALLOW
 
@@ -38,11 +39,11 @@ DTYPES = {"bf16": 2, "fp32": 4}
 _FP32 = 4
 
 
-class SizingError(ValueError):
+class SizingError(HpcmemError, ValueError):
     """No model of the kind asked for fits the memory target."""
 
 
-class OversubscriptionRefused(ValueError):
+class OversubscriptionRefused(HpcmemError, ValueError):
     """A requested footprint above the limit, without oversubscription allowed."""
 
 

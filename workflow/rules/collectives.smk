@@ -2,8 +2,9 @@
 # Every rank runs under `hpcmem bind --skip-unavailable BINDING --`, which applies the binding
 # and records it; a binding the node cannot provide (hbw without HBW nodes and no emulation)
 # makes every point of the job a skipped record with the reason, never a missing one.
-# The launcher comes from the profile: resources.mpi ("mpirun ..." locally, "srun" on Slurm);
-# in images it starts one container per rank (`srun -n N apptainer exec ... IMAGE hpcmem ...`).
+# The launcher is resources.mpi: mpiexec unless a profile sets the site's ("mpirun ..." in
+# profiles/local, "srun" in profiles/slurm); in images it starts one container per rank
+# (`srun -n N apptainer exec ... IMAGE hpcmem ...`).
 
 
 rule run_collectives:
@@ -21,6 +22,7 @@ rule run_collectives:
         command=get_collectives_command,
     threads: lambda wildcards: int(wildcards.ranks)
     resources:
+        mpi="mpiexec",
         tasks=lambda wildcards: int(wildcards.ranks),
     shell:
         "env {params.env:q} {resources.mpi} -n {resources.tasks} {params.command:q}"

@@ -23,15 +23,15 @@ import tempfile
 from pathlib import Path
 from typing import TextIO
 
-from hpcmem.container_images import (
+from hpcmem.results.records import atomic_open
+from hpcmem.workflow.container_images import (
     ContainerError,
     ImageRef,
     checked_image,
     obtain_image,
     parse_definition,
 )
-from hpcmem.containers import runtime_version
-from hpcmem.results import atomic_open
+from hpcmem.workflow.containers import runtime_version
 
 #: what `hpcmem bind` and `hpcmem collectives` import in the CPU image, besides hpcmem
 IMAGE_PACKAGES = ("numpy", "mpi4py")

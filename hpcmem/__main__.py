@@ -1,0 +1,7 @@
+"""``python -m hpcmem`` is the ``hpcmem`` command."""
+
+import sys
+
+from hpcmem.cli import main
+
+sys.exit(main())

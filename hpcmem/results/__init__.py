@@ -1,0 +1,2 @@
+"""Results: records -> summary (``aggregate``) -> references and history -> verdict
+(``check``) -> HTML page (``report``)."""

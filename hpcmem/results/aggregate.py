@@ -1,0 +1,338 @@
+"""Aggregate result records into one row per sweep point (pandas).
+
+Every record is validated against the record schema first. Valid ``ok`` records
+are grouped by point — the benchmark and its sweep coordinates — and reduced to
+medians over repeats. Invalid lines (not JSON, or schema violations) go to
+``rejected.csv`` with ``file:line`` and the message; ``failed`` and ``skipped``
+records (and ``ok`` records their benchmark's sanity check refuses, such as
+collectives whose result was not validated) go to ``skipped.csv`` with their reason.
+Neither is ever averaged in. Coordinates, point keys and metrics come from each
+benchmark's spec (:mod:`hpcmem.results.registry`): a metric's summary column is its name.
+
+Outputs in the ``--out`` folder, each written atomically (temp name + rename):
+
+``summary.parquet`` / ``summary.csv``
+    one row per point, medians over repeats, ``point`` is its key
+the benchmarks' own tables
+    ``collectives_latency.csv`` (median average latency per buffer kind),
+    ``collectives_speedup.csv`` (each buffer kind's speedup over ``numpy`` buffers) and
+    ``train_step_time.csv`` (step time per policy, its ratio to the ``um`` and ``cuda`` presets)
+``rejected.csv``, ``skipped.csv``, ``metadata.json``
+    the records left out, with reasons, and the run metadata
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hpcmem.results.records import atomic_open, read_lines, utc_now, validate_record
+from hpcmem.results.registry import BENCHMARKS
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "AggregateResult",
+    "Loaded",
+    "Summary",
+    "aggregate",
+    "benchmark_points",
+    "find_inputs",
+    "load_records",
+    "read_summary",
+    "summarize",
+    "write_outputs",
+]
+
+#: summary columns: every benchmark's coordinates and metrics (a benchmark's rows leave the
+#: others' empty)
+_COORDINATES = list(dict.fromkeys(c.name for b in BENCHMARKS.values() for c in b.coordinates))
+_METRICS = [m.name for b in BENCHMARKS.values() for m in b.metrics]
+_INTEGER_COLUMNS = [
+    *dict.fromkeys(c.name for b in BENCHMARKS.values() for c in b.coordinates if c.integer),
+    "repeats",
+]
+_SUMMARY_COLUMNS = [
+    "point", "benchmark", *_COORDINATES,
+    "emulated", *_METRICS, "repeats", "run_ids", "hosts",
+]
+_SKIPPED_COLUMNS = ["file", "line", "benchmark", "status", "point", "reason", "run_id", "host"]
+_REJECTED_COLUMNS = ["file", "line", "error"]
+
+
+@dataclass
+class Loaded:
+    """Records read from the inputs, sorted into usable, left-out and invalid."""
+
+    ok: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    valid: list[dict[str, Any]] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def lines(self) -> int:
+        """How many non-empty lines were read, valid or not."""
+        return len(self.valid) + len(self.rejected)
+
+
+@dataclass
+class AggregateResult:
+    """What ``aggregate`` produced: the summary table and the left-out records."""
+
+    summary: pd.DataFrame
+    loaded: Loaded
+    metadata: dict[str, Any]
+    out_dir: Path
+
+
+@dataclass
+class Summary:
+    """An aggregate output folder read back: the summary and what was left out."""
+
+    points: pd.DataFrame
+    skipped: pd.DataFrame
+    rejected: pd.DataFrame
+    metadata: dict[str, Any]
+    folder: Path
+
+
+def find_inputs(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """The ``*.jsonl`` files named by ``paths`` (files, or folders searched recursively).
+
+    Raises ``FileNotFoundError`` naming the first path that does not exist and
+    ``PermissionError`` for one that cannot be read.
+    """
+    found: dict[Path, None] = {}
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no such file or folder")
+        if not os.access(path, os.R_OK):
+            raise PermissionError(f"{path}: not readable")
+        files = sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
+        for file in files:
+            found.setdefault(file.resolve(), None)
+    return list(found)
+
+
+def _point(record: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The record's coordinates and its point key."""
+    spec = BENCHMARKS[record["benchmark"]]
+    coordinates = spec.coordinates_of(record)
+    return coordinates, spec.point_key(coordinates)
+
+
+def load_records(files: Iterable[Path]) -> Loaded:
+    """Read and validate every record of ``files``; sort them into ok, skipped and rejected."""
+    loaded = Loaded()
+    for path in files:
+        loaded.files.append(str(path))
+        for number, record, error in read_lines(path):
+            where = {"file": str(path), "line": number}
+            if error is None:
+                problems = validate_record(record)
+                error = "; ".join(problems) if problems else None
+            if error is not None:
+                loaded.rejected.append({**where, "error": error})
+                continue
+            loaded.valid.append(record)
+            reason = _left_out_reason(record)
+            if reason is None:
+                loaded.ok.append(record)
+            else:
+                status, why = reason
+                loaded.skipped.append(
+                    {
+                        **where,
+                        "benchmark": record["benchmark"],
+                        "status": status,
+                        "point": _point(record)[1],
+                        "reason": why,
+                        "run_id": record["run_id"],
+                        "host": record["host"],
+                    }
+                )
+    return loaded
+
+
+def _left_out_reason(record: dict[str, Any]) -> tuple[str, str] | None:
+    """``(status, reason)`` when a valid record must not be averaged in, else None."""
+    if record["status"] != "ok":
+        return record["status"], record["reason"]
+    why = BENCHMARKS[record["benchmark"]].sanity(record)
+    return None if why is None else ("failed", why)
+
+
+def _flatten(record: dict[str, Any]) -> dict[str, Any]:
+    """One ok record as a flat row: coordinates, point key and metric values."""
+    coordinates, key = _point(record)
+    row = {"benchmark": record["benchmark"], "point": key, **coordinates}
+    for metric in BENCHMARKS[record["benchmark"]].metrics:
+        row[metric.name] = metric.of(record)
+    placement = record.get("placement")
+    row["emulated"] = placement.get("emulated") if isinstance(placement, dict) else None
+    row["run_id"] = record["run_id"]
+    row["host"] = record["host"]
+    return row
+
+
+def _joined(values: Iterable[Any]) -> str:
+    return ",".join(sorted({str(v) for v in values if v is not None}))
+
+
+def summarize(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """One row per point: medians over repeats of every metric, with repeat count and runs."""
+    import pandas as pd
+
+    rows = pd.DataFrame(
+        [_flatten(r) for r in records],
+        columns=["point", "benchmark", *_COORDINATES, "emulated", *_METRICS, "run_id", "host"],
+    )
+    rows[_METRICS] = rows[_METRICS].apply(pd.to_numeric, errors="coerce")
+    groups = rows.groupby("point", sort=False)
+    summary = groups[["benchmark", *_COORDINATES]].first()
+    summary["emulated"] = groups["emulated"].agg(lambda s: bool(s.fillna(False).astype(bool).any()))
+    summary[_METRICS] = groups[_METRICS].median()
+    summary["repeats"] = groups.size()
+    summary["run_ids"] = groups["run_id"].agg(_joined)
+    summary["hosts"] = groups["host"].agg(_joined)
+    summary = summary.reset_index()[_SUMMARY_COLUMNS]
+    summary[_INTEGER_COLUMNS] = summary[_INTEGER_COLUMNS].astype("Int64")
+    order = ["benchmark", *_COORDINATES]
+    return summary.sort_values(order, kind="stable", na_position="last").reset_index(drop=True)
+
+
+def run_metadata(loaded: Loaded) -> dict[str, Any]:
+    """Run metadata over every valid record: runs, hosts, versions, container, Slurm jobs."""
+
+    def unique(name: str) -> list[Any]:
+        seen: list[Any] = []
+        for record in loaded.valid:
+            value = record.get(name)
+            if value is not None and value not in seen:
+                seen.append(value)
+        return seen
+
+    stamps = sorted(r["timestamp"] for r in loaded.valid)
+    per_benchmark = {key: unique(name) for spec in BENCHMARKS.values()
+                     for key, name in spec.metadata.items()}
+    return {
+        "run_ids": unique("run_id"),
+        "hosts": unique("host"),
+        "git_shas": unique("git_sha"),
+        "hpcmem_versions": unique("hpcmem_version"),
+        "containers": unique("container"),
+        "slurm_job_ids": unique("slurm_job_id"),
+        **per_benchmark,
+        "hbw_emulated": any(
+            isinstance(r.get("placement"), dict) and r["placement"].get("emulated")
+            for r in loaded.ok
+        ),
+        "first_timestamp": stamps[0] if stamps else None,
+        "last_timestamp": stamps[-1] if stamps else None,
+        "records": {
+            "ok": len(loaded.ok),
+            "failed": sum(s["status"] == "failed" for s in loaded.skipped),
+            "skipped": sum(s["status"] == "skipped" for s in loaded.skipped),
+            "rejected": len(loaded.rejected),
+        },
+        "inputs": loaded.files,
+        "aggregated_at": utc_now(),
+    }
+
+
+def benchmark_points(summary: pd.DataFrame, benchmark: str) -> pd.DataFrame:
+    """The summary rows of one benchmark."""
+    return summary[summary["benchmark"] == benchmark].reset_index(drop=True)
+
+
+def write_outputs(out_dir: Path, summary: pd.DataFrame, loaded: Loaded,
+                  metadata: dict[str, Any]) -> None:
+    """Write every output file into ``out_dir``.
+
+    All contents are rendered in memory first, so a conversion error writes
+    nothing; then each file is written under a temporary name and renamed.
+    """
+    import io
+
+    import pandas as pd
+
+    parquet = io.BytesIO()
+    summary.to_parquet(parquet, index=False)
+    tables = {
+        "rejected.csv": pd.DataFrame(loaded.rejected, columns=_REJECTED_COLUMNS),
+        "skipped.csv": pd.DataFrame(loaded.skipped, columns=_SKIPPED_COLUMNS),
+    }
+    for spec in BENCHMARKS.values():
+        points = benchmark_points(summary, spec.name)
+        tables.update({name: make(points) for name, make in spec.tables.items()})
+    tables["summary.csv"] = summary
+    contents = {name: frame.to_csv(index=False).encode() for name, frame in tables.items()}
+    contents["metadata.json"] = (json.dumps(metadata, indent=2, sort_keys=True) + "\n").encode()
+    contents["summary.parquet"] = parquet.getvalue()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in contents.items():
+        with atomic_open(out_dir / name, "wb") as handle:
+            handle.write(data)
+
+
+def aggregate(inputs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str]
+              ) -> AggregateResult:
+    """Validate, summarize and write the records found under ``inputs`` into ``out_dir``.
+
+    Raises ``ValueError`` when the inputs hold no record line at all.
+    """
+    files = find_inputs(inputs)
+    loaded = load_records(files)
+    if loaded.lines == 0:
+        names = ", ".join(map(str, inputs))
+        raise ValueError(f"no records found in {names} (looked for non-empty *.jsonl lines)")
+    summary = summarize(loaded.ok)
+    metadata = run_metadata(loaded)
+    out = Path(out_dir)
+    write_outputs(out, summary, loaded, metadata)
+    return AggregateResult(summary=summary, loaded=loaded, metadata=metadata, out_dir=out)
+
+
+def read_summary(path: str | os.PathLike[str]) -> Summary:
+    """Read an ``hpcmem aggregate`` output folder (or its ``summary.parquet``).
+
+    Raises ``FileNotFoundError`` or ``ValueError`` with a one-line message naming the file.
+    """
+    import pandas as pd
+
+    folder = Path(path)
+    if folder.is_file() or folder.suffix == ".parquet":
+        folder = folder.parent
+    parts = {}
+    for name in ("summary.parquet", "skipped.csv", "rejected.csv", "metadata.json"):
+        if not (folder / name).is_file():
+            raise FileNotFoundError(
+                f"{folder}: no {name} (make it with `hpcmem aggregate RESULTS --out {folder}`)"
+            )
+        try:
+            if name.endswith(".parquet"):
+                parts[name] = pd.read_parquet(folder / name)
+            elif name.endswith(".csv"):
+                parts[name] = pd.read_csv(folder / name, keep_default_na=False)
+            else:
+                parts[name] = json.loads((folder / name).read_text())
+        except (OSError, ValueError) as error:
+            raise ValueError(f"{folder / name}: unreadable ({error})") from None
+    missing = set(_SUMMARY_COLUMNS) - set(parts["summary.parquet"].columns)
+    if missing:
+        names = ", ".join(sorted(missing))
+        raise ValueError(f"{folder / 'summary.parquet'}: missing columns {names}")
+    return Summary(
+        points=parts["summary.parquet"],
+        skipped=parts["skipped.csv"],
+        rejected=parts["rejected.csv"],
+        metadata=parts["metadata.json"],
+        folder=folder,
+    )

@@ -1,0 +1,324 @@
+"""Regression check: a summary's figures against references and the run history.
+
+Each figure (``<point key>/<metric>``, see :mod:`hpcmem.results.references`) gets a
+verdict: ``FAIL`` when it lies outside its reference bounds or outside the
+tolerance band around the median of the last N runs in the history (once the
+history holds at least ``min_runs`` runs with that figure); ``PASS``
+when it was compared and lies inside; ``NEW`` when there was nothing to compare
+with. Failed points and invalid records of the summary are ``FAIL`` rows too:
+a benchmark that stopped producing correct results is a regression. An exact
+reference key with no figure in the summary is listed as ``MISSING`` (not a
+failure: sweeps change). The run is appended to the history after checking.
+
+The verdict file (``hpcmem check --verdict-out``) is written by :func:`write_verdict` and
+read back by :func:`read_verdict` (``hpcmem report --verdict``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from hpcmem.errors import HpcmemError
+from hpcmem.results.aggregate import Summary
+from hpcmem.results.history import History, HistoryMedian, RunInfo
+from hpcmem.results.records import atomic_open, utc_now
+from hpcmem.results.references import References
+from hpcmem.results.registry import BENCHMARKS, metric
+from hpcmem.results.spec import LOWER
+
+__all__ = [
+    "CheckError",
+    "CheckResult",
+    "Row",
+    "VerdictError",
+    "check",
+    "check_system",
+    "default_system",
+    "evaluate",
+    "format_table",
+    "read_verdict",
+    "summary_figures",
+    "write_verdict",
+]
+
+_SYSTEM = re.compile(r"^[^:\s]+:[^:\s]+$")
+
+
+class CheckError(HpcmemError, ValueError):
+    """A check setting that is not accepted; the message names the value."""
+
+
+class VerdictError(HpcmemError, ValueError):
+    """A file that is not a readable verdict of :func:`write_verdict`."""
+
+
+@dataclass
+class Row:
+    """The verdict on one figure."""
+
+    figure: str
+    value: float | None
+    unit: str
+    reference: float | None
+    lower_bound: float | None
+    upper_bound: float | None
+    history_median: float | None
+    history_runs: int
+    verdict: str
+    note: str
+
+
+@dataclass
+class CheckResult:
+    """All verdicts of one check, with the context they were made in."""
+
+    rows: list[Row]
+    system: str
+    run_id: str
+    history_folder: str | None
+    history_last: int
+    appended: bool
+
+    @property
+    def verdict(self) -> str:
+        """``FAIL`` when any figure failed, else ``PASS``."""
+        return "FAIL" if any(r.verdict == "FAIL" for r in self.rows) else "PASS"
+
+    def counts(self) -> dict[str, int]:
+        """How many rows got each verdict."""
+        counts = dict.fromkeys(("PASS", "FAIL", "NEW", "MISSING"), 0)
+        for row in self.rows:
+            counts[row.verdict] += 1
+        return counts
+
+
+def check_system(system: str) -> str:
+    """``system`` when it reads ``NAME:PARTITION``; CheckError otherwise."""
+    if not _SYSTEM.match(system):
+        raise CheckError(f"{system!r} is not NAME:PARTITION (e.g. mycluster:gpu)")
+    return system
+
+
+def default_system() -> str:
+    """``HPCMEM_SYSTEM``, else Slurm's ``cluster:partition``, else ``<host>:default``."""
+    if system := os.environ.get("HPCMEM_SYSTEM"):
+        return system
+    cluster, partition = os.environ.get("SLURM_CLUSTER_NAME"), os.environ.get("SLURM_JOB_PARTITION")
+    if cluster and partition:
+        return f"{cluster}:{partition.split(',')[0]}"
+    return f"{os.uname().nodename.split('.')[0]}:default"
+
+
+def summary_figures(summary: Summary, references: References, system: str
+                    ) -> list[tuple[str, float, str]]:
+    """``(figure, value, unit)`` for every checked figure of the summary's points.
+
+    Metrics their spec marks ``checked`` always are; the others only when a reference
+    names them. A metric that does not apply to a point (bandwidth of a barrier) is none.
+    """
+    figures = []
+    for point in summary.points.to_dict("records"):
+        for measured in BENCHMARKS[point["benchmark"]].metrics:
+            value = point[measured.name]
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                continue
+            if not measured.applies(point):
+                continue
+            name = f"{point['point']}/{measured.name}"
+            if measured.checked or references.lookup(system, name) is not None:
+                figures.append((name, float(value), measured.unit))
+    return figures
+
+
+def _outside(value: float, low: float | None, high: float | None) -> str | None:
+    if low is not None and value < low:
+        return "below"
+    if high is not None and value > high:
+        return "above"
+    return None
+
+
+def _describe(side: str, name: str, against: str) -> str:
+    better = metric(name).better
+    bound = f"({side} the {'upper' if side == 'above' else 'lower'} bound)"
+    if better is None:
+        return f"{'higher' if side == 'above' else 'lower'} than {against} {bound}"
+    slow = (side == "above") == (better == LOWER)
+    what = "slower than" if slow else "suspiciously faster than"
+    return f"{what} {against} {bound}"
+
+
+def _judge(name: str, value: float, unit: str, references: References, system: str,
+           history: HistoryMedian | None, min_runs: int) -> Row:
+    metric_name = name.rsplit("/", 1)[1]
+    row = Row(name, value, unit, None, None, None, None, 0, "NEW", "")
+    notes, compared, failed = [], False, False
+    reference = references.lookup(system, name)
+    if reference is not None:
+        row.reference = reference.target
+        row.lower_bound, row.upper_bound = reference.bounds()
+        compared = True
+        if side := _outside(value, row.lower_bound, row.upper_bound):
+            failed = True
+            notes.append(_describe(side, metric_name, "the reference"))
+    if history is not None:
+        row.history_median, row.history_runs = history.value, history.runs
+        if history.runs < min_runs:
+            notes.append(f"history of {history.runs} runs, fewer than min_runs {min_runs}: "
+                         "not judged")
+        else:
+            compared = True
+            tolerances = (references.history_lower, references.history_upper)
+            low, high = (None if t is None else history.value * (1 + t) for t in tolerances)
+            if side := _outside(value, low, high):
+                failed = True
+                change = (value / history.value - 1) * 100 if history.value else math.inf
+                notes.append(f"{_describe(side, metric_name, 'the history')}: "
+                             f"{change:+.0f}% vs median")
+    row.verdict = "FAIL" if failed else ("PASS" if compared else "NEW")
+    row.note = "; ".join(notes)
+    return row
+
+
+def _problem_rows(summary: Summary) -> Iterable[Row]:
+    for item in summary.skipped.to_dict("records"):
+        if item["status"] == "failed":
+            yield Row(f"{item['point']}/status", None, "", None, None, None, None, 0, "FAIL",
+                      f"point failed: {item['reason']}")
+    for item in summary.rejected.to_dict("records"):
+        yield Row(f"record {item['file']}:{item['line']}", None, "", None, None, None, None, 0,
+                  "FAIL", f"invalid record: {item['error']}")
+
+
+def evaluate(summary: Summary, references: References, system: str,
+             history: dict[str, HistoryMedian], min_runs: int | None = None) -> list[Row]:
+    """Every verdict row: figures, failed points, invalid records, missing references.
+
+    A figure is judged against its history median only when that median is taken
+    over at least ``min_runs`` runs (default: the references' ``history.min_runs``).
+    """
+    min_runs = min_runs or references.history_min_runs
+    figures = summary_figures(summary, references, system)
+    rows = [_judge(n, v, u, references, system, history.get(n), min_runs)
+            for n, v, u in figures]
+    rows.extend(_problem_rows(summary))
+    seen = {name for name, _, _ in figures}
+    for key in references.exact_keys(system):
+        if key not in seen:
+            ref = references.lookup(system, key)
+            assert ref is not None
+            rows.append(Row(key, None, ref.unit, ref.target, *ref.bounds(), None, 0, "MISSING",
+                            "a reference names it but the summary has no such figure"))
+    return rows
+
+
+def _run_info(summary: Summary, system: str, run_id: str, verdict: str) -> RunInfo:
+    meta = summary.metadata
+    return RunInfo(
+        run_id=run_id,
+        system=system,
+        timestamp=meta.get("last_timestamp"),
+        checked_at=utc_now(),
+        git_sha=",".join(meta.get("git_shas") or []) or None,
+        hosts=list(meta.get("hosts") or []),
+        hpcmem_version=",".join(meta.get("hpcmem_versions") or []) or None,
+        container=(meta.get("containers") or [None])[0],
+        slurm_job_ids=[str(j) for j in meta.get("slurm_job_ids") or []],
+        verdict=verdict,
+    )
+
+
+def check(summary: Summary, references: References, system: str, *,
+          history_folder: str | os.PathLike[str] | None = None, last: int | None = None,
+          append: bool = True) -> CheckResult:
+    """Check ``summary``; with a history folder, compare and then append this run to it.
+
+    ``last`` (default: the references' ``history.last``) must be a whole number >= 1.
+    """
+    if last is not None and last < 1:
+        raise CheckError(f"{last} is not a whole number >= 1")
+    run_id = "+".join(sorted(summary.metadata.get("run_ids") or [])) or "unknown"
+    last = last or references.history_last
+    store = History(history_folder) if history_folder is not None else None
+    medians = store.medians(system, last, exclude_run=run_id) if store else {}
+    # asking for fewer runs than min_runs (--last 1) means: judge on what was asked for
+    rows = evaluate(summary, references, system, medians,
+                    min_runs=min(references.history_min_runs, last))
+    result = CheckResult(rows, system, run_id, str(history_folder) if store else None, last,
+                         appended=False)
+    if store is not None and append:
+        values = {r.figure: (r.value, r.unit) for r in rows if r.value is not None}
+        if values:
+            result.appended = store.append(_run_info(summary, system, run_id, result.verdict),
+                                           values)
+    return result
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def format_table(result: CheckResult) -> str:
+    """The verdict table as fixed-width text, with a closing summary line."""
+    header = ("FIGURE", "VALUE", "REFERENCE", "BOUNDS", "HISTORY", "VERDICT", "NOTE")
+    lines = []
+    for r in result.rows:
+        value = "-" if r.value is None else f"{r.value:.4g} {r.unit}"
+        bounds = "-" if r.reference is None else f"[{_fmt(r.lower_bound)}, {_fmt(r.upper_bound)}]"
+        hist = "-" if r.history_median is None else f"{r.history_median:.4g} (n={r.history_runs})"
+        lines.append((r.figure, value, _fmt(r.reference), bounds, hist, r.verdict, r.note))
+    widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header) - 1)]
+    text = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True))
+        + "  " + row[-1]
+        for row in [header, *lines]
+    ]
+    counts = result.counts()
+    history = (f"history {result.history_folder} (last {result.history_last} runs"
+               f"{', this run appended' if result.appended else ''})"
+               if result.history_folder else "no history")
+    text.append(
+        f"# {result.verdict}: {counts['PASS']} pass, {counts['FAIL']} fail, {counts['NEW']} new, "
+        f"{counts['MISSING']} missing; system {result.system}, run {result.run_id}, {history}"
+    )
+    return "\n".join(line.rstrip() for line in text)
+
+
+def write_verdict(path: str | os.PathLike[str], result: CheckResult, references_path: str
+                  ) -> None:
+    """Write the verdict as JSON (atomically), for ``hpcmem report --verdict``."""
+    document: dict[str, Any] = {
+        "verdict": result.verdict,
+        "system": result.system,
+        "run_id": result.run_id,
+        "checked_at": utc_now(),
+        "references": references_path,
+        "history": {"folder": result.history_folder, "last": result.history_last,
+                    "appended": result.appended},
+        "counts": result.counts(),
+        "figures": [asdict(row) for row in result.rows],
+    }
+    with atomic_open(Path(path)) as handle:
+        json.dump(document, handle, indent=1)
+        handle.write("\n")
+
+
+def read_verdict(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The verdict :func:`write_verdict` wrote; VerdictError names what is wrong with it."""
+    try:
+        with open(path) as handle:
+            verdict = json.load(handle)
+    except OSError as error:
+        raise VerdictError(f"{path}: cannot read ({error.strerror})") from None
+    except json.JSONDecodeError as error:
+        raise VerdictError(f"{path}:{error.lineno}: not JSON ({error.msg})") from None
+    if not isinstance(verdict, dict) or "verdict" not in verdict or "figures" not in verdict:
+        raise VerdictError(f"{path}: not an `hpcmem check --verdict-out` file")
+    return verdict

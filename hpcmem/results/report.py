@@ -1,0 +1,142 @@
+"""The HTML report: one self-contained page with matplotlib plots embedded as PNG.
+
+Sections: the check verdict (when given), one section per benchmark of the registry
+(its spec's ``section``: collectives latency, bandwidth and speedup over NumPy buffers;
+training step time per Unified Memory policy), native against container (when given the
+same points run natively), the failed, skipped and invalid records with their reasons, and
+the machine and run metadata.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from typing import Any
+
+from hpcmem import __version__
+from hpcmem.results.aggregate import Summary, benchmark_points
+from hpcmem.results.container_report import container_section
+from hpcmem.results.records import atomic_open, utc_now
+from hpcmem.results.registry import BENCHMARKS
+from hpcmem.results.report_template import PAGE, badge, section, table
+
+__all__ = ["render_report", "write_report"]
+
+def _verdict_section(verdict: dict[str, Any]) -> str:
+    rows = verdict.get("figures", [])
+    counts = verdict.get("counts", {})
+    summary = ", ".join(f"{n} {k.lower()}" for k, n in counts.items())
+    headline = (f'<p>{badge(verdict.get("verdict"))} {html.escape(summary)} — system '
+                f'<code>{html.escape(str(verdict.get("system")))}</code>, checked '
+                f'{html.escape(str(verdict.get("checked_at")))}.</p>')
+
+    def shaped(items: list[dict[str, Any]]) -> list[list[Any]]:
+        return [[r["figure"], r["value"], r["unit"], r["reference"], r["lower_bound"],
+                 r["upper_bound"], r["history_median"], badge(r["verdict"]),
+                 html.escape(r["note"])] for r in items]
+
+    headers = ["figure", "value", "unit", "reference", "lower bound", "upper bound",
+               "history median", "verdict", "note"]
+    kinds = ["key", "num", "text", "num", "num", "num", "num", "raw", "raw"]
+    notable = [r for r in rows if r["verdict"] in ("FAIL", "MISSING")]
+    parts = [headline]
+    if notable:
+        parts.append("<h3>Failures and missing figures</h3>")
+        parts.append(table(headers, shaped(notable), kinds))
+    parts.append(f"<details><summary>All {len(rows)} checked figures</summary>"
+                 f"{table(headers, shaped(rows), kinds)}</details>")
+    return section("Regression check", *parts, anchor="verdict")
+
+
+def _problems_section(summary: Summary) -> str:
+    skipped = summary.skipped.to_dict("records")
+    rejected = summary.rejected.to_dict("records")
+    if not skipped and not rejected:
+        return section("Failed, skipped and invalid records",
+                       '<p class="note">None: every record was valid and ran.</p>')
+    parts = []
+    if skipped:
+        files = [str(s["file"]) for s in skipped]
+        root = os.path.commonpath(files) if len(set(files)) > 1 else os.path.dirname(files[0])
+        parts.append("<h3>Failed and skipped points (not averaged in)</h3>")
+        parts.append(f'<p class="note">Records under <code>{html.escape(root)}</code>.</p>')
+        parts.append(table(
+            ["status", "point", "reason", "run", "host", "record"],
+            [[s["status"], s["point"], s["reason"], s["run_id"], s["host"],
+              f"{os.path.relpath(str(s['file']), root)}:{s['line']}"] for s in skipped],
+            ["text", "key", "text", "text", "text", "key"],
+        ))
+    if rejected:
+        parts.append("<h3>Invalid records (rejected by the schema or not JSON)</h3>")
+        parts.append(table(["record", "error"],
+                           [[f"{r['file']}:{r['line']}", r["error"]] for r in rejected],
+                           ["key", "text"]))
+    return section("Failed, skipped and invalid records", *parts, anchor="problems")
+
+
+def _metadata_section(summary: Summary) -> str:
+    meta = summary.metadata
+    counts = meta.get("records", {})
+
+    def joined(name: str) -> str:
+        values = meta.get(name) or []
+        return ", ".join(map(str, values)) if values else "-"
+
+    containers = meta.get("containers") or []
+    items = [
+        ("runs", joined("run_ids")),
+        ("hosts", joined("hosts")),
+        ("git commit", joined("git_shas")),
+        ("hpcmem", joined("hpcmem_versions")),
+        ("MPI library", joined("mpi_libraries")),
+        ("HBW memory", "emulated (MEMKIND_HBW_NODES)" if meta.get("hbw_emulated")
+         else "detected, or not used"),
+        ("GPU", joined("gpus")),
+        ("torch / CUDA", f"{joined('torch')} / {joined('cuda')}"),
+        ("container", ", ".join(f"{c.get('image')} {c.get('digest')}" for c in containers)
+         if containers else "none (ran natively)"),
+        ("Slurm jobs", joined("slurm_job_ids")),
+        ("records", ", ".join(f"{counts.get(k, 0)} {k}"
+                              for k in ("ok", "failed", "skipped", "rejected"))),
+        ("time span", f"{meta.get('first_timestamp')} to {meta.get('last_timestamp')}"),
+        ("aggregated", str(meta.get("aggregated_at"))),
+    ]
+    body = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in items)
+    return section("Machine and run", f'<dl class="meta">{body}</dl>', anchor="metadata")
+
+
+def render_report(summary: Summary, verdict: dict[str, Any] | None = None,
+                  native: Summary | None = None) -> str:
+    """The whole report page as HTML text; ``native``: the same points run natively, for
+    the native-against-container section."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    points = summary.points
+    parts = []
+    if verdict is not None:
+        parts.append(_verdict_section(verdict))
+    for spec in BENCHMARKS.values():
+        if spec.section is not None:
+            body = spec.section(benchmark_points(points, spec.name))
+            parts.append(section(spec.title, body, anchor=spec.name))
+    if native is not None:
+        parts.append(container_section(summary, native))
+    parts.append(_problems_section(summary))
+    parts.append(_metadata_section(summary))
+    runs = ", ".join(summary.metadata.get("run_ids") or []) or "no valid records"
+    return PAGE.substitute(
+        version=html.escape(__version__),
+        title="hpcmem report",
+        badge=badge(verdict.get("verdict")) if verdict else "",
+        subtitle=html.escape(f"run {runs} · {len(points)} points · generated {utc_now()}"),
+        body="\n".join(parts),
+    )
+
+
+def write_report(path: str | os.PathLike[str], summary: Summary,
+                 verdict: dict[str, Any] | None = None, native: Summary | None = None) -> None:
+    """Render and write the report atomically."""
+    page = render_report(summary, verdict, native)
+    with atomic_open(path) as handle:
+        handle.write(page)

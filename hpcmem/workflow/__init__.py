@@ -1,0 +1,1 @@
+"""What the Snakemake workflow (``workflow/``) imports from hpcmem."""

@@ -1,0 +1,236 @@
+"""Apptainer/Singularity for the workflow: whether jobs run in images, and their command lines.
+
+``container.enabled`` in the workflow config:
+
+- ``false``: every job runs natively; records say ``container: null``.
+- ``true``: a runtime is required. Without ``apptainer`` or ``singularity`` on PATH
+  :func:`resolve_container` raises before any job is submitted; an image that cannot be
+  built or run stops the run, naming the build log.
+- ``auto`` (the default): without a runtime, natively (one line says so). With one, the
+  workflow builds (or reuses) the images; a benchmark whose image cannot be built or run
+  on this host runs natively instead, and one line says why. So ``auto`` never turns a
+  run that works natively into a failing one.
+
+A definition that does not parse, or a prebuilt image that is missing or made for another
+architecture, is bad input in both ``auto`` and ``true``: it stops the run before any job.
+
+Jobs in an image get ``HPCMEM_CONTAINER_*`` variables, which
+:func:`hpcmem.node.probe.current_container` records (image, digest, runtime and its
+version).
+
+Example (``workflow/rules/common.smk``)::
+
+    plan = resolve_container(config, source_dir=SOURCE_DIR, binds=[os.getcwd()])
+    plan.cpu.definition, plan.reason
+    plan.exec_command(["hpcmem", "info"], ImageRef.read("results/r/build/images/hpcmem-cpu.json"))
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpcmem.workflow.container_images import (
+    ContainerError,
+    ImageRef,
+    host_arch,
+    image_arch,
+    parse_definition,
+)
+
+__all__ = [
+    "DEFAULT_GPU_BASE",
+    "DEFAULT_MIRROR",
+    "RUNTIMES",
+    "ContainerError",
+    "ContainerPlan",
+    "ImageSpec",
+    "find_runtime",
+    "resolve_container",
+    "runtime_version",
+]
+
+#: container runtimes, in order of preference (Apptainer also installs `singularity`)
+RUNTIMES = ("apptainer", "singularity")
+#: the Debian mirror the CPU image bootstraps from (config container.mirror)
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+#: the base image of the GPU image (config container.gpu_base)
+DEFAULT_GPU_BASE = "nvidia/cuda:12.6.3-devel-ubuntu22.04"
+_INSTALL_HINT = "install Apptainer (https://apptainer.org/docs/admin/main/installation.html)"
+
+
+def find_runtime(path: str | None = None) -> str | None:
+    """The first of :data:`RUNTIMES` found on ``path`` (default: ``$PATH``), as a full path."""
+    for name in RUNTIMES:
+        found = shutil.which(name, path=path)
+        if found:
+            return found
+    return None
+
+
+def runtime_version(runtime: str) -> str:
+    """The runtime's version (``1.4.5`` of ``apptainer version 1.4.5``); raises
+    :class:`ContainerError` when it does not run."""
+    try:
+        out = subprocess.run([runtime, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise ContainerError(f"{runtime} --version: {error}") from None
+    words = out.stdout.split()
+    if out.returncode != 0 or not words:
+        message = (out.stderr or out.stdout).strip().splitlines()
+        raise ContainerError(f"{runtime} --version failed: {message[-1] if message else ''}")
+    return words[-1]
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """One image the workflow may run in: built from ``definition``, or ``prebuilt``."""
+
+    name: str
+    definition: Path
+    build_args: Mapping[str, str]
+    prebuilt: Path | None
+    gpu: bool
+
+
+@dataclass(frozen=True)
+class ContainerPlan:
+    """Where the workflow's benchmark jobs run: in images through ``runtime``, or natively."""
+
+    enabled: bool
+    required: bool
+    runtime: str | None
+    reason: str
+    image_dir: Path
+    cpu: ImageSpec
+    gpu: ImageSpec
+    compare_native: bool = False
+    binds: tuple[str, ...] = field(default=())
+
+    @property
+    def cpu_image(self) -> Path:
+        """What the rules' ``container:`` directives name for CPU steps: the definition (the
+        built image's name carries a key known only once the run's wheel exists)."""
+        return self.cpu.prebuilt or self.cpu.definition
+
+    @property
+    def gpu_image(self) -> Path:
+        """The ``container:`` label of GPU steps (see :attr:`cpu_image`)."""
+        return self.gpu.prebuilt or self.gpu.definition
+
+    def exec_command(
+        self, command: Sequence[str], image: ImageRef, *, launcher: Sequence[str] = ()
+    ) -> list[str]:
+        """``LAUNCHER apptainer exec [--nv] --bind ... --env ... IMAGE COMMAND``, or natively
+        ``LAUNCHER COMMAND`` when ``image`` says the benchmark runs without one.
+
+        ``launcher`` is the MPI launcher and its options (``["srun", "-n", "2"]``); it runs
+        on the host and starts one container per rank (the hybrid model).
+        """
+        if image.image is None:
+            return [*launcher, *command]
+        words = [*launcher, image.runtime or str(self.runtime), "exec"]
+        if image.gpu:
+            words.append("--nv")
+        for bind in self.binds:
+            words += ["--bind", bind]
+        for name, value in image.environment().items():
+            words += ["--env", f"{name}={value}"]
+        return [*words, image.image, *command]
+
+
+def _enabled(value: Any) -> bool | str:
+    if isinstance(value, str) and value.lower() in ("auto", "true", "false"):
+        return {"auto": "auto", "true": True, "false": False}[value.lower()]
+    if isinstance(value, bool):
+        return value
+    raise ContainerError(f"container.enabled: {value!r} is not one of auto, true, false")
+
+
+def _spec(settings: Mapping[str, Any], kind: str, source_dir: Path) -> ImageSpec:
+    gpu = kind == "gpu"
+    default = "containers/hpcmem.def" if gpu else "containers/hpcmem-cpu.def"
+    definition = source_dir / settings.get(f"{kind}_definition", default)
+    if gpu:
+        build_args = {"BASE": settings.get("gpu_base", DEFAULT_GPU_BASE)}
+    else:
+        build_args = {"MIRROR": settings.get("mirror", DEFAULT_MIRROR)}
+    prebuilt = settings.get(f"{kind}_image")
+    return ImageSpec(
+        name="hpcmem" if gpu else "hpcmem-cpu",
+        definition=definition,
+        build_args=build_args,
+        prebuilt=Path(prebuilt).absolute() if prebuilt else None,
+        gpu=gpu,
+    )
+
+
+def _check_spec(spec: ImageSpec, runtime: str) -> None:
+    """Bad input stops here: a definition that does not parse, a prebuilt image that is
+    missing or made for another architecture."""
+    kind = "gpu" if spec.gpu else "cpu"
+    if spec.prebuilt is None:
+        try:
+            definition = parse_definition(spec.definition)
+            definition.check_arguments(spec.build_args, workflow=("WHEELHOUSE",))
+        except ContainerError as error:
+            raise ContainerError(f"container.{kind}_definition: {error}") from None
+        return
+    if not spec.prebuilt.is_file():
+        raise ContainerError(f"container.{kind}_image: {spec.prebuilt}: no such image file")
+    arch = image_arch(runtime, spec.prebuilt)
+    if arch != host_arch():
+        raise ContainerError(
+            f"container.{kind}_image: {spec.prebuilt} is built for {arch}, this host runs "
+            f"{host_arch()}: use an image built on {host_arch()}, or null to build one here"
+        )
+
+
+def resolve_container(
+    config: Mapping[str, Any],
+    *,
+    source_dir: str | os.PathLike[str] = ".",
+    path: str | None = None,
+    binds: Sequence[str] = (),
+) -> ContainerPlan:
+    """Resolve ``config["container"]`` (the workflow config) against this host's runtimes.
+
+    Call it at parse time: ``true`` without a runtime, and bad input (see the module's
+    docstring), raise :class:`ContainerError` before any job is submitted. Definitions are
+    relative to ``source_dir`` (the repository); ``binds`` are host paths mounted into every
+    container (the working directory, shared file systems).
+    """
+    settings = config.get("container") or {}
+    mode = _enabled(settings.get("enabled", "auto"))
+    cpu, gpu = (_spec(settings, kind, Path(source_dir)) for kind in ("cpu", "gpu"))
+    runtime = find_runtime(path) if mode else None
+    if mode is True and runtime is None:
+        raise ContainerError(
+            "container.enabled is true but neither apptainer nor singularity is on PATH: "
+            f"{_INSTALL_HINT}, or set container.enabled to auto (run natively without one)"
+        )
+    if runtime is None:
+        how = ("no apptainer or singularity on PATH, " if mode else "") + "running natively"
+    else:
+        _check_spec(cpu, runtime)
+        _check_spec(gpu, runtime)
+        how = f"running in images through {runtime}" + (
+            "" if mode is True else
+            "; a benchmark whose image cannot be built or run here runs natively"
+        )  # fmt: skip
+    return ContainerPlan(
+        enabled=runtime is not None,
+        required=mode is True,
+        runtime=runtime,
+        reason=f"container.enabled={str(mode).lower()}: {how}",
+        image_dir=Path(settings.get("image_dir", "results/images")),
+        cpu=cpu,
+        gpu=gpu,
+        compare_native=bool(settings.get("compare_native", True)),
+        binds=tuple(binds),
+    )
