@@ -22,6 +22,8 @@ import pytest
 import yaml
 from container_image import BuiltImage
 
+from hpcmem.results.aggregate import aggregate, read_summary
+from hpcmem.results.container_report import container_section, overhead_table
 from hpcmem.workflow.container_images import (
     ContainerError,
     ImageRef,
@@ -352,3 +354,23 @@ def test_the_cpu_image_is_built_once_and_runs_the_hosts_stack(
     assert again.stderr == f"hpcmem: image hpcmem-cpu: {image} (cached, {ref.digest})\n"
     assert time.monotonic() - started < 60
     assert ImageRef.read(tmp_path / "again.json").built is False
+
+
+def test_overhead_is_the_container_latency_over_the_native_one(tmp_path: Path) -> None:
+    # two real runs of the same points, one standing for the image and one for native
+    real = REPO / "tests" / "fixtures" / "records" / "real"
+    image = aggregate([real / "collectives-run-a.jsonl"], tmp_path / "a").summary
+    native = aggregate([real / "collectives-run-b.jsonl"], tmp_path / "b").summary
+    table = overhead_table(image, native)
+    assert len(table) == len(image) == len(native)
+    keys = ["op", "dtype", "ranks", "binding", "buffer", "size_bytes"]
+    row = table.iloc[0]
+
+    def latency(frame):  # of the point in row
+        return frame[(frame[keys] == [row[k] for k in keys]).all(axis=1)]["latency_us.avg"].item()
+
+    assert row["overhead"] == pytest.approx(latency(image) / latency(native))
+    assert row["container_us"] / row["native_us"] == pytest.approx(row["overhead"])
+    # records made natively: the section says there is nothing to compare
+    html = container_section(read_summary(tmp_path / "a"), read_summary(tmp_path / "b"))
+    assert "The sweep ran natively" in html and "<table>" not in html

@@ -8,6 +8,8 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any
 
+from hpcmem.collectives.tables import LATENCY
+from hpcmem.results.aggregate import benchmark_points
 from hpcmem.results.plots import embed, log_size_axis, log_value_axis, new_figure
 from hpcmem.results.report_template import folded_frame, section, table
 
@@ -24,14 +26,18 @@ KEYS = ["op", "dtype", "ranks", "binding", "buffer", "size_bytes"]
 
 def overhead_table(container: pd.DataFrame, native: pd.DataFrame) -> pd.DataFrame:
     """Points measured both ways: their median average latencies (µs) and the overhead ratio."""
-    columns = [*KEYS, "native_us", "container_us", "overhead"]
+    import pandas as pd
 
     def latencies(points: pd.DataFrame, name: str) -> pd.DataFrame:
-        coll = points[(points["benchmark"] == "collectives") & points["latency_us_avg"].notna()]
-        return coll[[*KEYS, "latency_us_avg"]].rename(columns={"latency_us_avg": name})
+        coll = benchmark_points(points, "collectives")
+        if LATENCY not in coll.columns:
+            return pd.DataFrame(columns=[*KEYS, name])
+        coll = coll[coll[LATENCY].notna()]
+        return coll[[*KEYS, LATENCY]].rename(columns={LATENCY: name})
 
     both = latencies(container, "container_us").merge(latencies(native, "native_us"), on=KEYS)
     both["overhead"] = both["container_us"] / both["native_us"]
+    columns = [*KEYS, "native_us", "container_us", "overhead"]
     return both[columns].sort_values(KEYS, ignore_index=True)
 
 

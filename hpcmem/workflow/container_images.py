@@ -29,7 +29,7 @@ import time
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -256,7 +256,7 @@ class ImageRef:
     build_seconds: float | None = None
     log: str | None = None
     reason: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    definition: str | None = None
 
     def environment(self) -> dict[str, str]:
         """The variables a job in this image gets (recorded by every record it writes)."""
@@ -357,7 +357,7 @@ def obtain_image(name: str, definition: Definition, args: Mapping[str, str], *,
     started = time.monotonic()
     ref = ImageRef(name=name, gpu=gpu, image=str(image), runtime=runtime,
                    runtime_version=runtime_version, key=key, log=log_path,
-                   extra={"definition": str(definition.path)})  # fmt: skip
+                   definition=str(definition.path))  # fmt: skip
     with _locked(folder / f".{name}-{key}.lock"):
         if not (image.is_file() and stamp.is_file()):
             for stale in folder.glob(f".{image.name}.*.partial"):
