@@ -3,7 +3,8 @@
 Each figure, named <point key>/<metric> (for example
 collectives/allreduce/hbw/float32/ranks=2/binding=none/size=8/latency_us.avg),
 is compared with its reference [target, lower, upper, unit] for the
-system:partition (falling back to system:* and *:*), and with the median of the
+system:partition the point was measured in (its Slurm partition; --system for all
+points; falling back to system:* and *:*), and with the median of the
 last N runs in the history store (--history DIR; this run is appended after
 checking, once per run_id).
 Prints a verdict table; --verdict-out writes it as JSON for `hpcmem report --verdict`.
@@ -17,6 +18,7 @@ for cron and scrontab.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sqlite3
 
@@ -39,8 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="compare with the median of the last N runs "
                         "(default: the references file's history.last, else 5)")
     parser.add_argument("--system", metavar="NAME:PARTITION",
-                        help="system and partition whose references apply (default: "
-                        "$HPCMEM_SYSTEM, else Slurm's cluster:partition, else HOST:default)")
+                        help="system and partition whose references apply to every point "
+                        "(default: $HPCMEM_SYSTEM, else per point the Slurm cluster:partition "
+                        "its records were measured in, else where the check runs: Slurm's "
+                        "cluster:partition or HOST:default)")
     parser.add_argument("--verdict-out", metavar="FILE", help="write the verdict as JSON")
     parser.add_argument("--no-append", action="store_true",
                         help="compare with the history but do not append this run to it")
@@ -49,13 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check, print the table, write the verdict; 1 on a regression."""
     from hpcmem.results.aggregate import read_summary
-    from hpcmem.results.check import check, default_system, format_table, write_verdict
+    from hpcmem.results.check import check, format_table, write_verdict
     from hpcmem.results.references import ReferencesError, load_references
 
     if args.last is not None and args.last < 1:
         raise UsageError(f"--last: {args.last} is not a whole number >= 1")
-    system = args.system or default_system()
-    if not _SYSTEM.match(system):
+    system = args.system or os.environ.get("HPCMEM_SYSTEM")
+    if system is not None and not _SYSTEM.match(system):
         raise UsageError(f"--system: {system!r} is not NAME:PARTITION (e.g. mycluster:gpu)")
     try:
         references = load_references(args.references)

@@ -77,7 +77,7 @@ _METRIC_NAMES = [*_COLLECTIVES_METRICS, *_TRAIN_METRICS]
 _INTEGER_COLUMNS = ["ranks", "size_bytes", "params", "batch", "seq_len", "gpu_budget", "repeats"]
 _SUMMARY_COLUMNS = [
     "point", "benchmark", *_COORDINATES,
-    "emulated", *_METRIC_NAMES, "repeats", "run_ids", "hosts",
+    "emulated", *_METRIC_NAMES, "repeats", "run_ids", "hosts", "systems",
 ]
 _SKIPPED_COLUMNS = ["file", "line", "benchmark", "status", "point", "reason", "run_id", "host"]
 _REJECTED_COLUMNS = ["file", "line", "error"]
@@ -268,6 +268,7 @@ def _flatten(record: dict[str, Any]) -> dict[str, Any]:
     row["emulated"] = placement.get("emulated") if isinstance(placement, dict) else None
     row["run_id"] = record["run_id"]
     row["host"] = record["host"]
+    row["system"] = record.get("system")
     return row
 
 
@@ -281,7 +282,8 @@ def summarize(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
     rows = pd.DataFrame(
         [_flatten(r) for r in records],
-        columns=["point", "benchmark", *_COORDINATES, "emulated", *_METRIC_NAMES, "run_id", "host"],
+        columns=["point", "benchmark", *_COORDINATES, "emulated", *_METRIC_NAMES, "run_id", "host",
+                 "system"],
     )
     rows[_METRIC_NAMES] = rows[_METRIC_NAMES].apply(pd.to_numeric, errors="coerce")
     groups = rows.groupby("point", sort=False)
@@ -291,6 +293,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     summary["repeats"] = groups.size()
     summary["run_ids"] = groups["run_id"].agg(_joined)
     summary["hosts"] = groups["host"].agg(_joined)
+    summary["systems"] = groups["system"].agg(_joined)
     summary = summary.reset_index()[_SUMMARY_COLUMNS]
     summary[_INTEGER_COLUMNS] = summary[_INTEGER_COLUMNS].astype("Int64")
     order = ["benchmark", "op", "model", "params", "buffer", "ranks", "binding", "size_bytes"]
@@ -370,6 +373,7 @@ def run_metadata(loaded: Loaded) -> dict[str, Any]:
         "hpcmem_versions": unique("hpcmem_version"),
         "containers": unique("container"),
         "slurm_job_ids": unique("slurm_job_id"),
+        "systems": unique("system"),
         "mpi_libraries": unique("mpi_library"),
         "gpus": unique("gpu"),
         "torch": unique("torch"),

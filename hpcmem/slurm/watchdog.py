@@ -75,8 +75,20 @@ def stuck_jobs(job_name: str, since: str, comments: dict[str, str]) -> list[Stuc
     for line in ended.splitlines():
         job_id, _, state = line.partition("|")
         if state.startswith("CANCELLED"):
-            stuck.append(StuckJob(job_id, state, "", comments.get(job_id, "")))
+            comment = comments.get(job_id) or _comment_of_ended(job_id)
+            stuck.append(StuckJob(job_id, state, "", comment))
     return stuck
+
+
+def _comment_of_ended(job_id: str) -> str:
+    """The comment of a job that ended before squeue showed it (slurmctld keeps ended jobs
+    for MinJobAge seconds); empty when it is gone."""
+    try:
+        shown = slurm_command("scontrol", "show", "job", "-o", job_id)
+    except SlurmCommandError:
+        return ""
+    found = re.search(r"(?:^|\s)Comment=(\S+)", shown)
+    return found[1] if found and found[1] != "(null)" else ""
 
 
 class Watchdog(threading.Thread):

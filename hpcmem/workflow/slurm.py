@@ -129,27 +129,25 @@ def _preflight(workflow: Any, logger: Any, executor: str) -> None:
     logger.info(f"hpcmem preflight: {summary}")
 
 
-def _end_run(reason: str) -> None:
-    """Stop the run as Ctrl-C does (Snakemake cancels its jobs), once."""
+def _on_signal(signum: int, frame: Any) -> None:
+    """SIGINT or SIGTERM (or the watchdog's SIGINT): stop as Ctrl-C does, once; Snakemake
+    then cancels the run's jobs. Later signals are ignored so that the cancelling ends."""
     if _state.ended_because is None:
-        _state.ended_because = reason
+        _state.ended_because = f"{signal.Signals(signum).name} received"
     if _state.watchdog is not None:
         _state.watchdog.stopping.set()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-
-def _on_signal(signum: int, frame: Any) -> None:
-    name = signal.Signals(signum).name
-    _end_run(f"{name} received: the run's Slurm jobs were cancelled")
     raise KeyboardInterrupt
 
 
 def _on_stuck(stuck: list[StuckJob], logger: Any) -> None:
+    """The watchdog's call (from its thread): name the job, then interrupt the main thread."""
     more = f" (and {len(stuck) - 1} more jobs)" if len(stuck) > 1 else ""
     reason = f"{stuck[0].describe()}{more}"
     logger.error(f"hpcmem watchdog: {reason}: ending the run")
-    _end_run(reason)
+    if _state.ended_because is None:
+        _state.ended_because = reason
     os.kill(os.getpid(), signal.SIGINT)
 
 

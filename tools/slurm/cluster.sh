@@ -14,14 +14,15 @@
 #   HPCMEM_SLURM_PORT        slurmctld port (default 16817; slurmd = +1, slurmdbd = +2)
 #   HPCMEM_SLURM_MYSQL_PORT  MariaDB port (default 16306)
 #   HPCMEM_SLURM_CLUSTER     ClusterName (default hpcmem)
-#   HPCMEM_SLURM_PARTITION   the one partition, default for jobs (default debug)
+#   HPCMEM_SLURM_PARTITION   the partitions, comma-separated, each with the one node; the
+#                            first is the default for jobs (default debug)
 #   HPCMEM_SLURM_ACCOUNT     the account root submits under, its default (default hpcmem)
 #   HPCMEM_SLURM_QOS         a QOS created besides Slurm's "normal" and allowed to root; the
 #                            default QOS stays "normal" (default: none created)
 #   HPCMEM_SLURM_ENFORCE     AccountingStorageEnforce (default: none, nothing enforced)
 # A site-like cluster, as production clusters are set up (jobs need a valid account, QOS
 # and partition, and limits are enforced):
-#   HPCMEM_SLURM_PARTITION=batch HPCMEM_SLURM_ACCOUNT=hpc HPCMEM_SLURM_QOS=bench \
+#   HPCMEM_SLURM_PARTITION=batch,hbm HPCMEM_SLURM_ACCOUNT=hpc HPCMEM_SLURM_QOS=bench \
 #   HPCMEM_SLURM_ENFORCE=associations,limits,qos tools/slurm/cluster.sh start
 #
 # Several clusters may run on one machine, each with its own DIR and ports. They share one
@@ -47,10 +48,12 @@ for port in "$CTLD_PORT" "$MYSQL_PORT"; do
     { echo "cluster.sh: error: port '$port' is not a number in 1-65533" >&2; exit 2; }
 done
 for setting in "HPCMEM_SLURM_CLUSTER=$CLUSTER" "HPCMEM_SLURM_ACCOUNT=$ACCOUNT" \
-  "HPCMEM_SLURM_PARTITION=$PARTITION" "HPCMEM_SLURM_QOS=$QOS"; do
+  "HPCMEM_SLURM_QOS=$QOS"; do
   [[ "${setting#*=}" =~ ^[a-z0-9_]*$ ]] ||
     { echo "cluster.sh: error: $setting: use lower-case letters, digits and _" >&2; exit 2; }
 done
+[[ "$PARTITION" =~ ^[a-z0-9_]+(,[a-z0-9_]+)*$ ]] ||
+  { echo "cluster.sh: error: HPCMEM_SLURM_PARTITION=$PARTITION: names (a-z, 0-9, _), comma-separated" >&2; exit 2; }
 [[ "$ENFORCE" =~ ^[a-z,]*$ ]] ||
   { echo "cluster.sh: error: HPCMEM_SLURM_ENFORCE=$ENFORCE: a list like associations,limits,qos" >&2; exit 2; }
 SLURMD_PORT=$((CTLD_PORT + 1))
@@ -114,12 +117,13 @@ wait_for() {
 
 render() {
   sed -e "s|@STATE@|$STATE|g" -e "s|@HOST@|$HOST|g" -e "s|@ADDR@|$ADDR|g" \
-    -e "s|@CLUSTER@|$CLUSTER|g" -e "s|@PARTITION@|$PARTITION|g" \
+    -e "s|@CLUSTER@|$CLUSTER|g" \
     -e "s|@CTLD_PORT@|$CTLD_PORT|g" -e "s|@SLURMD_PORT@|$SLURMD_PORT|g" \
     -e "s|@DBD_PORT@|$DBD_PORT|g" -e "s|@MYSQL_PORT@|$MYSQL_PORT|g" \
     -e "s|@DB_PASSWORD@|$(cat "$STATE/etc/db.password")|g" \
     -e "s|@NODE_LINE@|$NODE_LINE|g" -e "s|@DEF_MEM_PER_CPU@|$DEF_MEM_PER_CPU|g" \
     -e "s|@ENFORCE_LINE@|${ENFORCE:+AccountingStorageEnforce=$ENFORCE}|g" \
+    -e "s|@PARTITION_LINES@|$PARTITION_LINES|g" \
     "$HERE/$1.in" >"$STATE/etc/$1.tmp"
   mv "$STATE/etc/$1.tmp" "$STATE/etc/$1"
 }
@@ -157,6 +161,12 @@ configure() {
   local cpus
   cpus="$(sed -n 's/.*CPUs=\([0-9]*\).*/\1/p' <<<"$detected")"
   DEF_MEM_PER_CPU=$((mem * 9 / 10 / ${cpus:-1}))
+  local name default=YES
+  PARTITION_LINES=""
+  for name in ${PARTITION//,/ }; do
+    PARTITION_LINES+="PartitionName=$name Nodes=$HOST Default=$default MaxTime=INFINITE State=UP\\n"
+    default=NO
+  done
   render slurm.conf
   render slurmdbd.conf
   render cgroup.conf
