@@ -25,6 +25,7 @@ import getpass
 import json
 import os
 import signal
+from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.results.records import atomic_open
@@ -40,6 +41,7 @@ PREFLIGHT_REPORT = "HPCMEM_PREFLIGHT_REPORT"
 WATCH_INTERVAL = 15.0
 
 
+@dataclass
 class _RunState:
     """What on_error reports: why the run was ended, if hpcmem ended it."""
 
@@ -152,7 +154,9 @@ def _on_stuck(stuck: list[StuckJob], logger: Any) -> None:
 
 
 def _executor_job_name(workflow: Any) -> str:
-    """The job name the slurm executor gives every job of this run (its run id)."""
+    """The job name the slurm executor gives every job of this run (its run id; the
+    plugin's own status queries select the run's jobs by it). Snakemake has no public
+    accessor for the executor: a plugin without ``run_uuid`` fails here, loudly."""
     return workflow.scheduler._executor.run_uuid
 
 
