@@ -76,11 +76,9 @@ def _listed(names: Iterable[str]) -> str:
 
 def _effective_account(request: JobRequest, settings: RunSettings, facts: ClusterFacts
                        ) -> str | None:
-    if settings.no_account:
-        return None
-    if request.account:
+    if request.account and not settings.no_account:
         return re.split(r"[,\s]+", request.account.strip())[0].lower()
-    return facts.default_account
+    return facts.default_account  # what Slurm charges a job submitted without -A
 
 
 def _allowed_qos(facts: ClusterFacts, account: str, partition: str) -> frozenset[str] | None:

@@ -58,26 +58,32 @@ class StuckJob:
 def stuck_jobs(job_name: str, since: str, comments: dict[str, str]) -> list[StuckJob]:
     """Jobs named ``job_name`` (submitted after ``since``) that will never complete.
 
-    ``comments`` maps job ids to their ``--comment``, filled from ``squeue`` while jobs
-    are queued, since ``sacct`` only has it where the site stores job comments.
+    ``squeue`` shows pending reasons and the jobs slurmctld still holds, ``sacct`` the
+    ones it has let go (when there is accounting: without, squeue alone answers).
+    ``comments`` maps job ids to their ``--comment``, filled while jobs are queued,
+    since ``sacct`` only has it where the site stores job comments.
     """
-    stuck = []
-    queued = slurm_command("squeue", "-h", "--name", job_name, "-o", "%i|%T|%r|%k")
+    stuck: dict[str, StuckJob] = {}
+    queued = slurm_command("squeue", "-h", "-t", "all", "--name", job_name,
+                           "-o", "%i|%T|%r|%k")
     for line in queued.splitlines():
         if line.count("|") < 3:
             continue
         job_id, state, reason, comment = line.split("|", 3)
         comments[job_id] = comment if comment != "(null)" else ""
-        if state == "PENDING" and hopeless(reason):
-            stuck.append(StuckJob(job_id, state, reason, comments[job_id]))
-    ended = slurm_command("sacct", "-X", "-n", "-P", "--name", job_name, "-S", since,
-                          "-o", "JobIDRaw,State")
+        if (state == "PENDING" and hopeless(reason)) or state.startswith("CANCELLED"):
+            stuck[job_id] = StuckJob(job_id, state, reason, comments[job_id])
+    try:
+        ended = slurm_command("sacct", "-X", "-n", "-P", "--name", job_name, "-S", since,
+                              "-o", "JobIDRaw,State")
+    except SlurmCommandError:
+        ended = ""
     for line in ended.splitlines():
         job_id, _, state = line.partition("|")
         if state.startswith("CANCELLED"):
             comment = comments.get(job_id) or _comment_of_ended(job_id)
-            stuck.append(StuckJob(job_id, state, "", comment))
-    return stuck
+            stuck[job_id] = StuckJob(job_id, state, "", comment)
+    return list(stuck.values())
 
 
 def _comment_of_ended(job_id: str) -> str:

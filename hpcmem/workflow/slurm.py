@@ -38,7 +38,7 @@ __all__ = ["PREFLIGHT_REPORT", "job_request", "on_error", "on_start"]
 #: environment variable: write the preflight's findings here as JSON and submit nothing
 PREFLIGHT_REPORT = "HPCMEM_PREFLIGHT_REPORT"
 #: seconds between two looks of the watchdog at the run's jobs
-WATCH_INTERVAL = 15.0
+WATCH_INTERVAL = 10.0
 
 
 @dataclass
