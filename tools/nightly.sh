@@ -112,7 +112,7 @@ if [[ ! -s "$status_file" ]]; then
 fi
 verdict="$(cat "$status_file")"
 if [[ "$verdict" == 0 && $workflow_status -ne 0 ]]; then
-  could_not_run "the sweep failed (snakemake exit $workflow_status) after its check: see the log above"
+  could_not_run "the sweep failed (snakemake exit $workflow_status): see the log above"
 fi
 echo "nightly: report  $RUN/report/report.html"
 echo "nightly: verdict $RUN/check/verdict.txt"

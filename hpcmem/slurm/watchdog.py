@@ -98,8 +98,8 @@ def _comment_of_ended(job_id: str) -> str:
 
 
 class Watchdog(threading.Thread):
-    """Looks at the jobs named ``job_name`` every ``interval`` seconds; calls
-    ``on_stuck`` once, with the stuck jobs, and stops. ``stopping.set()`` stops it."""
+    """Looks at the jobs named ``job_name`` every ``interval`` seconds (a daemon thread:
+    it ends with the process) and calls ``on_stuck`` once, with the stuck jobs."""
 
     def __init__(self, job_name: str, on_stuck: Callable[[list[StuckJob]], None],
                  interval: float) -> None:
@@ -107,17 +107,16 @@ class Watchdog(threading.Thread):
         self.job_name = job_name
         self.on_stuck = on_stuck
         self.interval = interval
-        self.stopping = threading.Event()
         self.since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 60))
 
     def run(self) -> None:
         comments: dict[str, str] = {}
-        while not self.stopping.wait(self.interval):
+        while True:
+            time.sleep(self.interval)
             try:
                 stuck = stuck_jobs(self.job_name, self.since, comments)
             except SlurmCommandError:
                 continue  # a busy controller: look again next time
-            if stuck and not self.stopping.is_set():
-                self.stopping.set()
+            if stuck:
                 self.on_stuck(stuck)
                 return

@@ -46,7 +46,6 @@ class _RunState:
     """What on_error reports: why the run was ended, if hpcmem ended it."""
 
     ended_because: str | None = None
-    watchdog: Watchdog | None = None
 
 
 _state = _RunState()
@@ -133,23 +132,23 @@ def _preflight(workflow: Any, logger: Any, executor: str) -> None:
 
 def _on_signal(signum: int, frame: Any) -> None:
     """SIGINT or SIGTERM (or the watchdog's SIGINT): stop as Ctrl-C does, once; Snakemake
-    then cancels the run's jobs. Later signals are ignored so that the cancelling ends."""
-    if _state.ended_because is None:
-        _state.ended_because = f"{signal.Signals(signum).name} received"
-    if _state.watchdog is not None:
-        _state.watchdog.stopping.set()
+    then cancels the run's jobs. Later signals are ignored first thing, so that neither
+    they nor the watchdog interrupt the cancelling (no lock is taken here)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if _state.ended_because is None:
+        _state.ended_because = f"{signal.Signals(signum).name} received"
     raise KeyboardInterrupt
 
 
 def _on_stuck(stuck: list[StuckJob], logger: Any) -> None:
-    """The watchdog's call (from its thread): name the job, then interrupt the main thread."""
+    """The watchdog's call (from its thread): name the job, then interrupt the main thread;
+    nothing when the run is ending already."""
+    if _state.ended_because is not None:
+        return
     more = f" (and {len(stuck) - 1} more jobs)" if len(stuck) > 1 else ""
-    reason = f"{stuck[0].describe()}{more}"
-    logger.error(f"hpcmem watchdog: {reason}: ending the run")
-    if _state.ended_because is None:
-        _state.ended_because = reason
+    _state.ended_because = f"{stuck[0].describe()}{more}"
+    logger.error(f"hpcmem watchdog: {_state.ended_because}: ending the run")
     os.kill(os.getpid(), signal.SIGINT)
 
 
@@ -169,9 +168,8 @@ def on_start(workflow: Any, logger: Any) -> None:
         return
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    _state.watchdog = Watchdog(_executor_job_name(workflow),
-                               lambda stuck: _on_stuck(stuck, logger), WATCH_INTERVAL)
-    _state.watchdog.start()
+    Watchdog(_executor_job_name(workflow), lambda stuck: _on_stuck(stuck, logger),
+             WATCH_INTERVAL).start()
 
 
 def on_error(logger: Any, rerun_hint: str) -> None:
