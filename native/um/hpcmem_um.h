@@ -73,6 +73,9 @@ void hpcmem_um_set_gpu_budget(uint64_t bytes);           // UINT64_MAX: no budge
 void hpcmem_um_set_limit(uint64_t bytes);                // guard; UINT64_MAX: no limit
 uint64_t hpcmem_um_limit(void);
 uint64_t hpcmem_um_managed_bytes(void);
+uint64_t hpcmem_um_gpu_bytes(void);       // bytes of live segments placed on the GPU, all types
+uint64_t hpcmem_um_gpu_peak_bytes(void);  // highest of those since the last counter reset
+const char* hpcmem_um_type_name(int type);  // "params", ...; NULL outside 0..NTYPES-1
 
 // Starts a new epoch (one per UnifiedMemory) and returns it: segments remember the epoch they
 // were made in, so one job's segments are told apart from those an earlier job left alive.
@@ -80,7 +83,7 @@ uint64_t hpcmem_um_begin_epoch(void);
 
 // Counters.
 int hpcmem_um_counters_get(int type, hpcmem_um_counters* out);
-void hpcmem_um_counters_reset(void);  // peak := live; advice, prefetch, refusal counts := 0
+void hpcmem_um_counters_reset(void);  // peaks := live; advice, prefetch, refusal counts := 0
 
 // Segments of a type in allocation order; returns how many exist (writes at most `cap`).
 size_t hpcmem_um_segments(int type, hpcmem_um_segment* out, size_t cap);

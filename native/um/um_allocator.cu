@@ -37,6 +37,7 @@ struct State {
   uint64_t budget = kUnlimited;
   uint64_t managed = 0;
   uint64_t gpu_total = 0;
+  uint64_t gpu_peak = 0;  // highest gpu_total since the last counter reset
   uint64_t next_seq = 0;
   uint64_t epoch = 0;
 };
@@ -179,6 +180,7 @@ void* um_malloc(int type, size_t size, int device, void* stream) {
   if (on_gpu) {
     t.counters.gpu_bytes += size;
     s.gpu_total += size;
+    s.gpu_peak = std::max(s.gpu_peak, s.gpu_total);
   }
   t.counters.live_bytes += size;
   t.counters.peak_bytes = std::max(t.counters.peak_bytes, t.counters.live_bytes);
@@ -305,6 +307,22 @@ uint64_t hpcmem_um_managed_bytes(void) {
   return s.managed;
 }
 
+uint64_t hpcmem_um_gpu_bytes(void) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.gpu_total;
+}
+
+uint64_t hpcmem_um_gpu_peak_bytes(void) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.gpu_peak;
+}
+
+const char* hpcmem_um_type_name(int type) {
+  return type >= 0 && type < HPCMEM_UM_NTYPES ? kTypeNames[type] : nullptr;
+}
+
 int hpcmem_um_counters_get(int type, hpcmem_um_counters* out) {
   if (!valid_type(type)) return -1;
   State& s = state();
@@ -316,6 +334,7 @@ int hpcmem_um_counters_get(int type, hpcmem_um_counters* out) {
 void hpcmem_um_counters_reset(void) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
+  s.gpu_peak = s.gpu_total;
   for (TypeState& t : s.types) {
     t.counters.peak_bytes = t.counters.live_bytes;
     t.counters.advice_calls = 0;
@@ -386,6 +405,7 @@ long hpcmem_um_replace(int type, uint64_t epoch, int device, void* stream) {
     ++moved;
   }
   s.gpu_total = total_gpu;
+  s.gpu_peak = std::max(s.gpu_peak, s.gpu_total);
   t.counters.gpu_bytes = type_gpu;
   return moved;
 }

@@ -86,6 +86,9 @@ PYBIND11_MODULE(_um, m) {
   m.attr("CPU_ID") = int(HPCMEM_UM_CPU_ID);
   m.attr("INVALID_ID") = int(HPCMEM_UM_INVALID_ID);
   m.attr("UNLIMITED") = py::int_(UINT64_MAX);
+  py::tuple type_names(static_cast<size_t>(HPCMEM_UM_NTYPES));
+  for (int i = 0; i < HPCMEM_UM_NTYPES; ++i) type_names[i] = hpcmem_um_type_name(i);
+  m.attr("TYPE_NAMES") = type_names;  // index = the type's id in every call below
 
   m.def("library_path", &library_path, "Path of libhpcmem_um.so (for CUDAPluggableAllocator).");
   m.def(
@@ -113,9 +116,12 @@ PYBIND11_MODULE(_um, m) {
         "The guard: managed bytes never exceed this (UNLIMITED: no limit).");
   m.def("limit", &hpcmem_um_limit, "The guard's limit in bytes.");
   m.def("managed_bytes", &hpcmem_um_managed_bytes, "Managed bytes held by live segments.");
+  m.def("gpu_bytes", &hpcmem_um_gpu_bytes, "Bytes of live segments placed on the GPU, all types.");
+  m.def("gpu_peak_bytes", &hpcmem_um_gpu_peak_bytes,
+        "Highest gpu_bytes since the last reset_counters().");
   m.def("counters", &counters, py::arg("type"), "A type's counters as a dict.");
   m.def("reset_counters", &hpcmem_um_counters_reset,
-        "Peak := live; advice calls, prefetched bytes and refusals := 0.");
+        "Peaks := live; advice calls, prefetched bytes and refusals := 0.");
   m.def("segments", &segments, py::arg("type"),
         "Live segments of a type in allocation order: (ptr, size, on_gpu, epoch).");
   m.def("begin_epoch", &hpcmem_um_begin_epoch,
