@@ -102,6 +102,7 @@ class ParamStreams:
         """Forget the device copy; ``param.data`` goes back to the home (nothing copied)."""
         if entry.resident or entry.device is None:
             return
+        import torch
         from torch.multiprocessing.reductions import StorageWeakRef
 
         if entry.ready is not None:  # never let a block go while a copy may still write it
@@ -113,6 +114,9 @@ class ParamStreams:
         if entry.param.data_ptr() == entry.device.data_ptr():
             entry.param.data = entry.home
         entry.device = None
+        # Autocast keeps each parameter's cast for the whole forward: let those go too (a
+        # later use casts again; what backward needs, autograd saved).
+        torch.clear_autocast_cache()
 
     def owner(self, pointer: int) -> Entry | None:
         """The parameter whose device copy (current, or dropped but still used by a view)

@@ -105,6 +105,12 @@ class SavedTensors:
 
     # -- pack ---------------------------------------------------------------------------
     def pack(self, tensor: Any) -> Any:
+        # A parameter itself may be saved after its last operation (a custom function's
+        # save_for_backward), when its data is the home again.
+        entry = self.params.by_param.get(id(tensor))
+        if entry is not None:
+            whole = _View(tensor.dtype, tuple(tensor.size()), tuple(tensor.stride()), 0)
+            return _ParamRef(entry, whole)
         if tensor.device != self.transport.device:
             return tensor
         storage = tensor.untyped_storage()
