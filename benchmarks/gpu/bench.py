@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import logging
 import os
 import time
 import traceback
@@ -227,6 +228,9 @@ def _line(label: str, tag: str, repeat: int, record: dict[str, Any], seconds: fl
 
 def main() -> int:
     args = _args()
+    if os.environ.get("HPCMEM_STREAM_LOG") == "1":  # one line per streamed step, on stderr
+        logging.basicConfig(format="  %(message)s")
+        logging.getLogger("hpcmem.um.stream").setLevel(logging.INFO)
     import torch
 
     torch.cuda.init()  # memory statistics need an initialised CUDA context

@@ -92,8 +92,10 @@ class ManagedMemory(UnifiedMemory):
         self._leftover_bytes = um.managed_bytes()
         self._leftover_gpu = um.gpu_bytes()
         um.set_limit(abi.unlimited if self._limit is None else self._limit + self._leftover_bytes)
+        # The streaming mode keeps the GPU working set within the budget; the library places
+        # every activations segment on the GPU and counts it (no spill to read in place).
         budget = self.gpu_budget
-        um.set_gpu_budget(abi.unlimited if budget is None else budget + self._leftover_gpu)
+        um.set_gpu_budget(abi.unlimited)
         for type_name in TYPES:
             tp = self.policy.type_policy(type_name)
             um.set_policy(
@@ -190,7 +192,7 @@ class ManagedMemory(UnifiedMemory):
         if self.gpu_budget is not None:
             from hpcmem.um.stream import CudaTransport, Streamer
 
-            transport = CudaTransport(self.device, is_managed=self._native.is_managed)
+            transport = CudaTransport(self.device, self._native, self._leftover_gpu)
             self._streamer = Streamer(
                 model, optimizer, transport=transport, budget=self.gpu_budget,
                 priority=self.policy.priority, device_scope=lambda: self._route("activations"),
@@ -300,7 +302,11 @@ class ManagedMemory(UnifiedMemory):
             **types,
             "managed_bytes": managed,
             "gpu_resident_bytes": sum(c["gpu_bytes"] for c in types.values()),
-            "peak_gpu_resident_bytes": max(0, self._native.gpu_peak_bytes() - self._leftover_gpu),
+            "peak_gpu_resident_bytes": (
+                max(0, self._native.gpu_peak_bytes() - self._leftover_gpu)
+                if self._streamer is None
+                else self._streamer.stats()["peak_gpu_resident_bytes"]
+            ),
             "gpu_budget_bytes": self.gpu_budget,
             "limit_bytes": self._limit,
             "device_total_bytes": self.device_total_bytes,

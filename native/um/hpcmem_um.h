@@ -74,7 +74,8 @@ void hpcmem_um_set_limit(uint64_t bytes);                // guard; UINT64_MAX: n
 uint64_t hpcmem_um_limit(void);
 uint64_t hpcmem_um_managed_bytes(void);
 uint64_t hpcmem_um_gpu_bytes(void);       // bytes of live segments placed on the GPU, all types
-uint64_t hpcmem_um_gpu_peak_bytes(void);  // highest of those since the last counter reset
+uint64_t hpcmem_um_gpu_peak_bytes(void);  // highest of those since the last reset of either kind
+void hpcmem_um_reset_gpu_peak(void);      // that peak := bytes placed on the GPU now
 const char* hpcmem_um_type_name(int type);  // "params", ...; NULL outside 0..NTYPES-1
 
 // Starts a new epoch (one per UnifiedMemory) and returns it: segments remember the epoch they

@@ -319,6 +319,12 @@ uint64_t hpcmem_um_gpu_peak_bytes(void) {
   return s.gpu_peak;
 }
 
+void hpcmem_um_reset_gpu_peak(void) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.gpu_peak = s.gpu_total;
+}
+
 const char* hpcmem_um_type_name(int type) {
   return type >= 0 && type < HPCMEM_UM_NTYPES ? kTypeNames[type] : nullptr;
 }

@@ -118,7 +118,8 @@ PYBIND11_MODULE(_um, m) {
   m.def("managed_bytes", &hpcmem_um_managed_bytes, "Managed bytes held by live segments.");
   m.def("gpu_bytes", &hpcmem_um_gpu_bytes, "Bytes of live segments placed on the GPU, all types.");
   m.def("gpu_peak_bytes", &hpcmem_um_gpu_peak_bytes,
-        "Highest gpu_bytes since the last reset_counters().");
+        "Highest gpu_bytes since the last reset_counters() or reset_gpu_peak().");
+  m.def("reset_gpu_peak", &hpcmem_um_reset_gpu_peak, "gpu_peak_bytes := gpu_bytes now.");
   m.def("counters", &counters, py::arg("type"), "A type's counters as a dict.");
   m.def("reset_counters", &hpcmem_um_counters_reset,
         "Peaks := live; advice calls, prefetched bytes and refusals := 0.");

@@ -18,6 +18,7 @@ The first step is the probe (:mod:`hpcmem.um.stream.plan`); the second applies t
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
@@ -41,6 +42,8 @@ from hpcmem.um.stream.saved import SavedTensors
 from hpcmem.um.stream.transport import Transport
 
 __all__ = ["RESIDENT_BELOW", "Streamer"]
+
+_log = logging.getLogger(__name__)
 
 #: Parameters smaller than this stay on the device (biases, norms: not worth a copy).
 RESIDENT_BELOW = 2**20
@@ -79,7 +82,8 @@ class Streamer:
         self._probe: Probe | None = None
         self._keep_bytes = 0
         self._candidates: list[int] = []
-        self._peaks: list[int] = []
+        self._peaks: list[int] = []  # per step: the job's allocated bytes at most
+        self._resident: list[int] = []  # per step and optimizer step: GPU memory held at most
         self._hooks: list[Any] = []
         self._step = 0
         self._optimizer = optimizer
@@ -93,7 +97,9 @@ class Streamer:
             # What else lives on the device (other jobs, caches) is not this job's.
             self._base_bytes = transport.live_bytes() - self._held
         self.saved = SavedTensors(self.params, transport, self.counters)
-        self.recompute = Recompute(repeated_blocks(model))
+        self.recompute = Recompute(repeated_blocks(model), transport.live_bytes)
+        if recompute is not False:  # the probe recomputes: the least it can hold
+            self.recompute.enable()
         self.chunked = None
         if optimizer is not None:
             self.chunked = ChunkedStep(
@@ -103,7 +109,9 @@ class Streamer:
         for entry in entries:
             if entry.param.requires_grad and not entry.resident:
                 self._hooks.append(entry.param.register_post_accumulate_grad_hook(self._on_grad))
-        self._probe_blocks = _BlockProbe(self.recompute.blocks, self.saved, transport)
+        self._hooks += _bind_around_modules(model, self.params)
+        self._probe_blocks = _BlockProbe(self.recompute.blocks, transport)
+        transport.reset_peak()
 
     # -- set-up -------------------------------------------------------------------------
     def _homes(self, model: Any, optimizer: Any | None) -> list[Entry]:
@@ -201,6 +209,7 @@ class Streamer:
 
     def _begin(self) -> None:
         self._step += 1
+        self._resident.append(self.transport.resident_peak_bytes())  # includes the last step
         with self._torch._C.DisableTorchFunction():
             for entry in self.params.entries:
                 if not entry.resident:
@@ -211,6 +220,7 @@ class Streamer:
                 self.saved.offload_below = keep_from(self._candidates, self._keep_bytes)
         self.params.begin_step()
         self.saved.begin_step()
+        self.recompute.saved_bytes.clear()
         if self._step == 1:
             self._probe_blocks.start()
         self.transport.reset_peak()
@@ -235,19 +245,30 @@ class Streamer:
                 if entry.has_grad and not entry.resident:
                     entry.param.grad = entry.grad_home
         peak = max(0, self.transport.peak_bytes() - self._base_bytes)
+        resident = self.transport.resident_peak_bytes()
         self._peaks.append(peak)
         self.counters.steps += 1
         if self._step == 1:
             self._probe = self._measure_probe(peak)
         elif self.plan is not None and not self._structure_changed():
             self._keep_bytes = adjust_keep(
-                self._keep_bytes, peak, self.budget, sum(self.saved.candidates)
+                self._keep_bytes, max(peak, resident), self.budget, sum(self.saved.candidates)
             )
         self._candidates = list(self.saved.candidates)
+        _log.info(
+            "step %d: peak %.2f GiB allocated, %.2f GiB resident (budget %.2f GiB); keep %.2f "
+            "GiB of %.2f GiB saved; recompute %s; moved %.2f GB in, %.2f GB out so far; "
+            "%d fetched on demand", self._step, peak / 2**30, resident / 2**30,
+            self.budget / 2**30, self._keep_bytes / 2**30, sum(self.saved.candidates) / 2**30,
+            self.recompute.enabled, self.counters.h2d / 1e9, self.counters.d2h / 1e9,
+            self.counters.fetched_on_demand,
+        )
 
     def _structure_changed(self) -> bool:
-        # The step that first recomputes saves different tensors: its counts start anew.
-        return self._step == 2 and self.recompute.enabled
+        # The first step after recomputation was switched saves other tensors: start anew.
+        return self._step == 2 and self.plan is not None and (
+            self.plan.recompute != self._probe_recomputed
+        )
 
     def _measure_probe(self, peak: int) -> Probe:
         timings = self._probe_blocks.stop()
@@ -256,17 +277,20 @@ class Streamer:
             e.nbytes for e in self.params.entries if not e.resident and id(e.param) in inside
         )
         fetch_ms = block_params / self.bandwidth["h2d"] * 1e3
+        self._probe_recomputed = self.recompute.enabled
+        recomputed = self.recompute.saved_bytes
         return Probe(
             peak_bytes=peak,
             entry_bytes=[e.nbytes for e in self.params.entries],
             state_bytes=[e.state_bytes for e in self.params.entries],
             saved_bytes=sum(self.saved.candidates),
             largest_saved=max(self.saved.candidates, default=0),
-            block_saved_bytes=self.saved.block_bytes,
+            block_saved_bytes=sum(recomputed),
             block_input_bytes=timings.input_bytes,
-            largest_block_saved=timings.largest_saved,
+            largest_block_saved=max(recomputed, default=0),
             block_forward_ms=max(0.0, timings.forward_ms - fetch_ms),
             h2d_bytes_per_s=self.bandwidth["h2d"],
+            recomputed=self.recompute.enabled,
         )
 
     def _plan(self) -> StreamPlan:
@@ -288,9 +312,12 @@ class Streamer:
             self.chunked.chunk_bytes = plan.chunk_bytes
         if plan.recompute:
             self.recompute.enable()
-            self.saved.offload_below = None
         else:
+            self.recompute.disable()
+        if plan.recompute == self._probe_recomputed:
             self.saved.offload_below = keep_from(self._candidates, plan.keep_bytes)
+        else:
+            self.saved.offload_below = None  # other tensors are saved now: measure again
         self._keep_bytes = plan.keep_bytes
         with self.device_scope():
             for index in plan.resident:
@@ -338,10 +365,13 @@ class Streamer:
             "pcie_bandwidth": dict(self.bandwidth),
             "pcie_transfer_ms": pcie_transfer_ms(h2d, d2h, self.bandwidth),
             "fetched_on_demand": self.counters.fetched_on_demand / steps,
-            "peak_device_bytes": max(self._peaks, default=0),
+            "peak_allocated_bytes": max(self._peaks, default=0),
+            "peak_gpu_resident_bytes": max(
+                [*self._resident, self.transport.resident_peak_bytes()], default=0
+            ),
             "plan": self.plan.to_record() if self.plan is not None else None,
             "keep_bytes": self._keep_bytes,
-            "host_bytes": self.arena.reserved_bytes,
+            "host_bytes": self.arena.reserved_bytes + self.saved.buffers.reserved_bytes,
         }
 
     def reset_stats(self) -> None:
@@ -349,6 +379,8 @@ class Streamer:
         self.counters.h2d = self.counters.d2h = self.counters.fetched_on_demand = 0
         self.counters.steps = 0
         self._peaks = []
+        self._resident = []
+        self.transport.reset_peak()
 
     def close(self) -> None:
         """Remove hooks and wrappers; parameters stay at home, in host memory."""
@@ -359,7 +391,7 @@ class Streamer:
         self.recompute.disable()
         if self.chunked is not None:
             self.chunked.close()
-        self.transport.synchronize()
+        self.saved.close()
         self.arena.close()
 
 
@@ -403,17 +435,15 @@ def _streamed_in(values: Any, params: ParamStreams) -> list[Entry]:
 
 
 class _BlockProbe:
-    """During the probe: what each repeated block saves, takes as input, and costs to run."""
+    """During the probe: what each repeated block takes as input and costs to run forward."""
 
-    def __init__(self, blocks: list[Any], saved: SavedTensors, transport: Transport) -> None:
+    def __init__(self, blocks: list[Any], transport: Transport) -> None:
         self._blocks = blocks
-        self._saved = saved
         self._transport = transport
         self._handles: list[Any] = []
         self._marks: list[tuple[Any, Any]] = []
-        self._open: list[tuple[Any, int]] = []
+        self._open: list[Any] = []
         self.input_bytes = 0
-        self.largest_saved = 0
         self.forward_ms = 0.0
 
     def start(self) -> None:
@@ -422,17 +452,11 @@ class _BlockProbe:
             self._handles.append(block.register_forward_hook(self._after))
 
     def _before(self, module: Any, args: Any) -> None:
-        import torch
-
-        self.input_bytes += sum(_nbytes(a) for a in args if isinstance(a, torch.Tensor))
-        self._saved.block_stack.append(module)
-        self._open.append((self._transport.timer(), self._saved.block_bytes))
+        self.input_bytes += sum(_nbytes(a) for a in args if _is_tensor(a))
+        self._open.append(self._transport.timer())
 
     def _after(self, module: Any, args: Any, output: Any) -> None:
-        start, saved_before = self._open.pop()
-        self._marks.append((start, self._transport.timer()))
-        self._saved.block_stack.pop()
-        self.largest_saved = max(self.largest_saved, self._saved.block_bytes - saved_before)
+        self._marks.append((self._open.pop(), self._transport.timer()))
 
     def stop(self) -> _BlockProbe:
         """Remove the hooks; the measurements are final."""
@@ -442,6 +466,43 @@ class _BlockProbe:
         self.forward_ms += sum(self._transport.elapsed_ms(a, b) for a, b in self._marks)
         self._marks.clear()
         return self
+
+
+def _bind_around_modules(model: Any, params: ParamStreams) -> list[Any]:
+    """Hooks binding each module's own streamed parameters for its forward.
+
+    Operations bind what they use anyway; this also covers what reads a parameter without
+    an operation first, such as a custom autograd function given it as an input (autograd
+    records the input's device when the function is applied).
+    """
+    handles = []
+    for module in model.modules():
+        own = [params.by_param[id(p)] for p in module.parameters(recurse=False)]
+        own = [e for e in own if not e.resident]
+        if not own:
+            continue
+        running: list[list[tuple[Entry, int | None]]] = []
+
+        def before(module: Any, args: Any, own: list[Entry] = own,
+                   running: list = running) -> None:
+            import torch
+
+            with torch._C.DisableTorchFunction():
+                positions = [(entry, params.access(entry)) for entry in own]
+                for entry, _ in positions:
+                    params.bind(entry)
+            running.append(positions)
+
+        def after(module: Any, args: Any, output: Any, running: list = running) -> None:
+            import torch
+
+            with torch._C.DisableTorchFunction():
+                for entry, position in running.pop():
+                    params.after_access(entry, position)
+
+        handles.append(module.register_forward_pre_hook(before))
+        handles.append(module.register_forward_hook(after))
+    return handles
 
 
 def _nbytes(tensor: Any) -> int:

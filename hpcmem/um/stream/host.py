@@ -12,7 +12,7 @@ from typing import Any
 
 from hpcmem.um.stream.transport import Transport
 
-__all__ = ["HostArena"]
+__all__ = ["HostArena", "StepBuffers"]
 
 #: Smallest chunk made when the arena grows after its first reservation.
 CHUNK_BYTES = 256 * 2**20
@@ -56,7 +56,7 @@ class HostArena:
         fitting = [c for c in spares if c.numel() >= nbytes and _unreferenced(c)]
         if fitting:
             chunk = min(fitting, key=lambda c: c.numel())
-            spares.remove(chunk)
+            spares[:] = [c for c in spares if c is not chunk]
         else:
             size = nbytes if not self._chunks else max(nbytes, CHUNK_BYTES)
             chunk = self._torch.empty(size, dtype=self._torch.uint8)
@@ -71,6 +71,59 @@ class HostArena:
         _spare.setdefault(type(self._transport), []).extend(self._chunks)
         self._chunks = []
         self.reserved_bytes = 0
+
+
+class StepBuffers:
+    """Pinned host buffers for what one step offloads, recycled from step to step.
+
+    A step takes buffers from page-locked chunks by bumping an offset; a chunk is used again
+    by a later step once no buffer carved from it is alive (the step's backward has run).
+    """
+
+    def __init__(self, transport: Transport) -> None:
+        import torch
+
+        self._torch = torch
+        self._transport = transport
+        self._chunks: list[Any] = []
+        self._free: list[Any] = []
+        self._current: Any = None
+        self._offset = 0
+
+    @property
+    def reserved_bytes(self) -> int:
+        """Page-locked bytes held."""
+        return sum(c.numel() for c in self._chunks)
+
+    def begin_step(self) -> None:
+        """Chunks nothing uses any more are free again."""
+        self._free = [c for c in self._chunks if _unreferenced(c)]
+        self._current = None
+
+    def take(self, nbytes: int) -> Any:
+        """A page-locked uint8 host tensor of ``nbytes``."""
+        current = self._current
+        if current is None or self._offset + nbytes > current.numel():
+            fitting = [c for c in self._free if c.numel() >= nbytes]
+            if fitting:
+                current = fitting[0]
+                self._free = [c for c in self._free if c is not current]
+            else:
+                current = self._torch.empty(max(nbytes, CHUNK_BYTES), dtype=self._torch.uint8)
+                self._transport.pin(current)
+                self._chunks.append(current)
+            self._current, self._offset = current, 0
+        start = self._offset
+        self._offset = -(-(start + nbytes) // ALIGN) * ALIGN
+        return current[start : start + nbytes]
+
+    def close(self) -> None:
+        """Unpin every chunk (the buffers of the last step must be dead)."""
+        self._transport.synchronize()
+        for chunk in self._chunks:
+            self._transport.unpin(chunk)
+        self._chunks = self._free = []
+        self._current = None
 
 
 def _unreferenced(chunk: Any) -> bool:

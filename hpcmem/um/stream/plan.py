@@ -1,15 +1,16 @@
 """How the streaming mode spends a GPU budget, and the PCIe bound of a run: pure arithmetic.
 
 The first step of a job (the probe) runs with the least on the device: every parameter
-fetched when an operation needs it and dropped right after, every saved activation of at
-least 1 MiB offloaded. Its peak is what the step cannot do without. :func:`plan_stream`
+fetched when an operation needs it and dropped right after, repeated blocks recomputed, every
+other saved activation of at least 1 MiB offloaded. Its peak is what the step cannot do
+without. :func:`plan_stream`
 spends what the budget leaves above it:
 
 1. prefetch windows for parameters and for activations in backward, so copies overlap
    compute;
-2. recomputation of the repeated blocks when their saved activations do not fit and
-   fetching them back would take longer than running their forward again (both measured in
-   the probe);
+2. recomputation of the repeated blocks (the probe recomputes them, measuring what each
+   saves), unless everything fits without it or fetching their activations back would take
+   less time than running their forward again;
 3. what is left, in the policy's priority order: parameters kept resident with their
    gradient and optimizer state (smallest first), and saved activations kept on the device
    (the last saved, which backward needs first). The activations share is then tuned each
@@ -60,6 +61,7 @@ class Probe:
     largest_block_saved: int  # the most one block saved (held again while it recomputes)
     block_forward_ms: float  # forward compute of the repeated blocks, summed
     h2d_bytes_per_s: float
+    recomputed: bool  # whether the probe recomputed the blocks (block bytes are measured)
 
 
 @dataclass(frozen=True)
@@ -88,11 +90,13 @@ def plan_stream(budget: int, probe: Probe, priority: Sequence[str]) -> StreamPla
     param_window = max(largest, min(int(slack * WINDOW_SHARE), WINDOW_MAX))
     saved_window = max(probe.largest_saved, min(int(slack * WINDOW_SHARE), WINDOW_MAX))
     left = slack - param_window - saved_window
+    # The probe recomputed (its peak held one block's activations and every block's inputs);
+    # not recomputing holds every block's activations at once instead.
     recompute = _recompute(probe, left)
     saved = probe.saved_bytes
-    if recompute:
-        left -= probe.block_input_bytes + probe.largest_block_saved
-        saved -= probe.block_saved_bytes
+    if probe.recomputed and not recompute:
+        left += probe.block_input_bytes + probe.largest_block_saved
+        saved += probe.block_saved_bytes
     order = sorted(range(len(probe.state_bytes)), key=lambda i: probe.state_bytes[i])
     demand = {"params": sum(probe.state_bytes), "activations": max(0, saved), "inputs": 0}
     wants = {"params": True, "activations": True, "inputs": False}
@@ -111,8 +115,12 @@ def plan_stream(budget: int, probe: Probe, priority: Sequence[str]) -> StreamPla
 
 
 def _recompute(probe: Probe, room: int) -> bool:
-    """Recompute when the blocks' activations do not fit and fetching them costs more."""
-    if probe.block_saved_bytes <= 0 or probe.block_saved_bytes <= room:
+    """Recompute unless everything (activations and parameter state) fits without it, or
+    fetching the blocks' activations back would take less time than running them again."""
+    if not probe.recomputed:
+        return False
+    everything = probe.block_saved_bytes + probe.saved_bytes + sum(probe.state_bytes)
+    if everything <= room + probe.block_input_bytes + probe.largest_block_saved:
         return False
     fetch_ms = probe.block_saved_bytes / probe.h2d_bytes_per_s * 1e3
     return probe.block_forward_ms < fetch_ms

@@ -5,12 +5,14 @@ the outermost modules, not containers, that hold parameters and whose class occu
 twice. Checkpointing one (``torch.utils.checkpoint``, non-reentrant) keeps only its inputs
 through forward and runs its forward again in backward. Buffers the block updates in
 forward (BatchNorm's running statistics) are restored after the recomputation, so they
-advance once per step, as without it.
+advance once per step, as without it. Each recomputation records how many device bytes it
+made (what the block saves for backward when it is not recomputed).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -64,9 +66,11 @@ class _KeepBuffers(AbstractContextManager[None]):
 class Recompute:
     """Checkpointing of a set of blocks, switched on and off as a whole."""
 
-    def __init__(self, blocks: list[Any]) -> None:
+    def __init__(self, blocks: list[Any], live_bytes: Callable[[], int]) -> None:
         self.blocks = blocks
         self.enabled = False
+        self.saved_bytes: list[int] = []  # per recomputation since the last clear
+        self._live_bytes = live_bytes
         self._wrappers: dict[int, Any] = {}
 
     def enable(self) -> None:
@@ -74,10 +78,24 @@ class Recompute:
         if self.enabled:
             return
         for block in self.blocks:
-            wrapper = _checkpointed(block, block.forward)
+            wrapper = _checkpointed(block, self._measured(block.forward))
             self._wrappers[id(block)] = wrapper
             block.forward = wrapper
         self.enabled = True
+
+    def _measured(self, forward: Any) -> Any:
+        import torch
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if torch._C._current_graph_task_id() == -1:  # the first pass, in forward
+                return forward(*args, **kwargs)
+            before = self._live_bytes()
+            try:  # the recomputation stops (raises) once it has what backward needs
+                return forward(*args, **kwargs)
+            finally:
+                self.saved_bytes.append(self._live_bytes() - before)
+
+        return run
 
     def disable(self) -> None:
         """Give every block its own forward back."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hpcmem.um.stream.host import StepBuffers
 from hpcmem.um.stream.params import Counters, Entry, ParamStreams
 from hpcmem.um.stream.transport import Transport
 
@@ -78,15 +79,15 @@ class SavedTensors:
         self.params = params
         self.transport = transport
         self.counters = counters
+        self.buffers = StepBuffers(transport)
         self.window_bytes = 0  # fetched ahead in backward; 0: on demand (the probe step)
         self.offload_below: int | None = None  # candidates before this index go out; None: all
-        self.block_stack: list[Any] = []  # repeated blocks running now (set by the streamer)
         self.begin_step()
 
     def begin_step(self) -> None:
         """Forget the last step's storages; start counting candidates again."""
+        self.buffers.begin_step()
         self.candidates: list[int] = []  # bytes of each new storage eligible for offload
-        self.block_bytes = 0  # of those, saved inside repeated blocks
         self._stored: list[_Stored] = []
         self._by_pointer: dict[int, _Stored] = {}  # storages offloaded by the current operation
         self._next_fetch: int | None = None
@@ -95,6 +96,11 @@ class SavedTensors:
     def new_operation(self) -> None:
         """An operation starts: storages of earlier ones may have been freed and reused."""
         self._by_pointer = {}
+
+    def close(self) -> None:
+        """Let go of the host buffers."""
+        self.end_step()
+        self.buffers.close()
 
     def end_step(self) -> None:
         """Let go of every device copy fetched in this step."""
@@ -124,8 +130,6 @@ class SavedTensors:
                 return tensor
             index = len(self.candidates)
             self.candidates.append(nbytes)
-            if self.block_stack:
-                self.block_bytes += nbytes
             if self.offload_below is not None and index >= self.offload_below:
                 return tensor
             stored = self._offload(storage, tensor, nbytes)
@@ -144,7 +148,7 @@ class SavedTensors:
         import torch
 
         flat = torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(storage)
-        host = self.transport.host_empty((nbytes,), torch.uint8)
+        host = self.buffers.take(nbytes)
         token = self.transport.offload(flat, host)
         self.counters.d2h += nbytes
         stored = _Stored(len(self._stored), nbytes, host, token, tensor._version)

@@ -75,6 +75,10 @@ class Transport(ABC):
         """Most device bytes allocated at once since :meth:`reset_peak`."""
 
     @abstractmethod
+    def resident_peak_bytes(self) -> int:
+        """Most device memory held at once since :meth:`reset_peak`, allocator caches included."""
+
+    @abstractmethod
     def timer(self) -> Any:
         """A mark on the compute stream; :meth:`elapsed_ms` of two marks is the time between."""
 
@@ -88,16 +92,22 @@ class Transport(ABC):
 
 
 class CudaTransport(Transport):
-    """Pinned host memory <-> GPU on two copy streams (``cudaMemcpyAsync``)."""
+    """Pinned host memory <-> GPU on two copy streams (``cudaMemcpyAsync``).
 
-    def __init__(self, device: Any, is_managed: Any = None) -> None:
+    With ``native`` (``hpcmem._um``), managed tensors are read where they are placed and the
+    resident peak is the peak of managed segments placed on the GPU (less ``leftover_gpu``,
+    what earlier jobs left there); without it, PyTorch's peak reserved bytes.
+    """
+
+    def __init__(self, device: Any, native: Any = None, leftover_gpu: int = 0) -> None:
         import torch
 
         self._torch = torch
         self.device = torch.device(device)
         self._h2d = torch.cuda.Stream(self.device)
         self._d2h = torch.cuda.Stream(self.device)
-        self._is_managed = is_managed
+        self._native = native
+        self._leftover_gpu = leftover_gpu
 
     def _compute(self) -> Any:
         return self._torch.cuda.current_stream(self.device)
@@ -147,8 +157,8 @@ class CudaTransport(Transport):
 
     def to_host(self, tensor: Any, host: Any) -> None:
         torch = self._torch
-        managed = self._is_managed is not None and tensor.is_cuda and tensor.is_contiguous()
-        if managed and self._is_managed(tensor.data_ptr()):
+        managed = self._native is not None and tensor.is_cuda and tensor.is_contiguous()
+        if managed and self._native.is_managed(tensor.data_ptr()):
             # Managed pages placed on the host: the CPU reads them where they are.
             from hpcmem.um.memory import host_view
 
@@ -160,12 +170,19 @@ class CudaTransport(Transport):
 
     def reset_peak(self) -> None:
         self._torch.cuda.reset_peak_memory_stats(self.device)
+        if self._native is not None:
+            self._native.reset_gpu_peak()
 
     def live_bytes(self) -> int:
         return self._torch.cuda.memory_allocated(self.device)
 
     def peak_bytes(self) -> int:
         return self._torch.cuda.max_memory_allocated(self.device)
+
+    def resident_peak_bytes(self) -> int:
+        if self._native is None:
+            return self._torch.cuda.max_memory_reserved(self.device)
+        return max(0, self._native.gpu_peak_bytes() - self._leftover_gpu)
 
     def timer(self) -> Any:
         mark = self._torch.cuda.Event(enable_timing=True)
@@ -264,6 +281,9 @@ class CpuTransport(Transport):
         return self._live
 
     def peak_bytes(self) -> int:
+        return self._peak
+
+    def resident_peak_bytes(self) -> int:
         return self._peak
 
     def timer(self) -> Any:
