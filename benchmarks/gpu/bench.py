@@ -53,7 +53,9 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--budget-policy", default="hpcmem")
     parser.add_argument("--pinned-inputs", action="store_true",
                         help="batches in pinned host memory, staged by every policy")
-    parser.add_argument("--fsdp", action="store_true", help="also run FSDP2 CPU offload")
+    parser.add_argument("--fsdp", default="",
+                        help="also run FSDP2 CPU offload: plain, activations (with "
+                        "save_on_cpu), or both comma-separated")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--group", default="", help="name of this invocation in the records")
     parser.add_argument("--out", type=Path, required=True)
@@ -247,8 +249,8 @@ def main() -> int:
     variants: list[tuple[str, float | None]] = [(p, None) for p in args.policies.split(",") if p]
     fractions = [float(f) for f in args.budgets.split(",") if f]
     variants += [(args.budget_policy, fraction) for fraction in fractions]
-    if args.fsdp:
-        variants += [(FSDP, None), (FSDP_ACTIVATIONS, None)]
+    fsdp = {"plain": FSDP, "activations": FSDP_ACTIVATIONS}
+    variants += [(fsdp[name], None) for name in args.fsdp.split(",") if name]
     label = f"{args.model}-{shape.param_count() / 1e9:.2f}B"
     print(f"# {label}: {shape}, batch {args.batch}, footprint estimate "
           f"{estimate / 2**30:.1f} GiB, budgets {fractions}", flush=True)

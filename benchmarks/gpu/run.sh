@@ -15,7 +15,8 @@
 #   pinned      ResNet-50 bf16, batch 128, pinned batches (as DataLoader(pin_memory=True)):
 #               cuda, hpcmem, then the jobs hpcmem, um, hpcmem, cuda, hpcmem in one process
 # HPCMEM_BENCH_SECONDS (480) caps the benchmark part; HPCMEM_BENCH_REPEATS (2) the repeats;
-# HPCMEM_BUDGETS the budget fractions of the 0.35B group.
+# HPCMEM_BUDGETS the budget fractions of the 0.35B group; HPCMEM_FSDP and HPCMEM_FSDP_1_3B the
+# FSDP2 variants of the budget groups (plain, activations; empty: none).
 # Output goes to $OUT (default benchmarks/results/gpu-<UTC date>): env.txt, pytest.log,
 # bench.log (build output included), train.jsonl, summary.md, primitives.json,
 # budget_curve.png. The oversubscription guard stays on: nothing here asks for more managed
@@ -68,7 +69,7 @@ if [[ $MODE != bench ]]; then
 fi
 [[ $MODE == tests ]] && exit $status
 
-GROUPS_WANTED=" ${HPCMEM_BENCH_GROUPS:-primitives budget budget-1.3B 0.35B 1.3B cnn pinned} "
+GROUPS_WANTED=" ${HPCMEM_BENCH_GROUPS:-primitives budget budget-1.3B pinned cnn 0.35B 1.3B} "
 want() { [[ $GROUPS_WANTED == *" $1 "* ]]; }
 REPEATS=${HPCMEM_BENCH_REPEATS:-2}
 DEADLINE=$((SECONDS + ${HPCMEM_BENCH_SECONDS:-480}))  # whole benchmark part, then the summary
@@ -87,19 +88,20 @@ if want primitives; then
 fi
 TRANSFORMER=(--model transformer --seq-len 1024 --steps 4 --warmup 2 --budget-warmup 4)
 want budget && bench 240 "${TRANSFORMER[@]}" --group budget --params 350000000 --batch 16 --repeats "$REPEATS" \
-  --policies cuda --budgets "${HPCMEM_BUDGETS:-0.4,0.2,0.1,1,0.5,0.25}" --fsdp
+  --policies cuda --budgets "${HPCMEM_BUDGETS:-0.4,0.2,0.1,1,0.5,0.25}" \
+  --fsdp "${HPCMEM_FSDP:-plain,activations}"
 want budget-1.3B && bench 200 "${TRANSFORMER[@]}" --group budget --params 1300000000 --batch 2 --repeats 1 \
-  --policies cuda --budgets 1,0.5,0.25,0.1 --fsdp
-want 0.35B && bench 80 "${TRANSFORMER[@]}" --params 350000000 --batch 16 --repeats 3
-want 1.3B && bench 90 "${TRANSFORMER[@]}" --params 1300000000 --batch 8 --repeats 3
-want cnn && bench 80 --model cnn --batch 256 --dtype fp32 --steps 8 --warmup 2 --repeats 3
+  --policies cuda --budgets 1,0.5,0.25,0.1 --fsdp "${HPCMEM_FSDP_1_3B:-plain,activations}"
 if want pinned; then
-  bench 80 --model cnn --batch 128 --dtype bf16 --steps 8 --warmup 2 --repeats 3 --pinned-inputs \
+  bench 80 --model cnn --batch 128 --dtype bf16 --steps 8 --warmup 2 --repeats "$REPEATS" --pinned-inputs \
     --policies cuda,hpcmem --group pinned
   bench 80 --model cnn --batch 128 --dtype bf16 --steps 8 --warmup 2 --repeats 1 --pinned-inputs \
     --policies hpcmem,um,hpcmem,cuda,hpcmem --group sequence
 fi
 
+want 0.35B && bench 80 "${TRANSFORMER[@]}" --params 350000000 --batch 16 --repeats 3
+want 1.3B && bench 90 "${TRANSFORMER[@]}" --params 1300000000 --batch 8 --repeats 3
+want cnn && bench 80 --model cnn --batch 256 --dtype fp32 --steps 8 --warmup 2 --repeats 3
 if [[ -s $OUT/train.jsonl ]]; then
   echo "== summary"
   "$PY" benchmarks/gpu/summarize.py "$OUT/train.jsonl" --plot "$OUT/budget_curve.png" | tee "$OUT/summary.md"

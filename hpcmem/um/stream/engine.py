@@ -110,7 +110,7 @@ class Streamer:
             if entry.param.requires_grad and not entry.resident:
                 self._hooks.append(entry.param.register_post_accumulate_grad_hook(self._on_grad))
         self._hooks += _bind_around_modules(model, self.params)
-        self._probe_blocks = _BlockProbe(self.recompute.blocks, transport)
+        self._probe_blocks = _BlockProbe(self.recompute.blocks)
         transport.reset_peak()
 
     # -- set-up -------------------------------------------------------------------------
@@ -271,12 +271,6 @@ class Streamer:
         )
 
     def _measure_probe(self, peak: int) -> Probe:
-        timings = self._probe_blocks.stop()
-        inside = {id(p) for block in self.recompute.blocks for p in block.parameters()}
-        block_params = sum(
-            e.nbytes for e in self.params.entries if not e.resident and id(e.param) in inside
-        )
-        fetch_ms = block_params / self.bandwidth["h2d"] * 1e3
         self._probe_recomputed = self.recompute.enabled
         recomputed = self.recompute.saved_bytes
         return Probe(
@@ -286,10 +280,8 @@ class Streamer:
             saved_bytes=sum(self.saved.candidates),
             largest_saved=max(self.saved.candidates, default=0),
             block_saved_bytes=sum(recomputed),
-            block_input_bytes=timings.input_bytes,
+            block_input_bytes=self._probe_blocks.stop().input_bytes,
             largest_block_saved=max(recomputed, default=0),
-            block_forward_ms=max(0.0, timings.forward_ms - fetch_ms),
-            h2d_bytes_per_s=self.bandwidth["h2d"],
             recomputed=self.recompute.enabled,
         )
 
@@ -435,36 +427,25 @@ def _streamed_in(values: Any, params: ParamStreams) -> list[Entry]:
 
 
 class _BlockProbe:
-    """During the probe: what each repeated block takes as input and costs to run forward."""
+    """During the probe: the bytes of the inputs the repeated blocks were called with (what
+    recomputing them keeps through forward)."""
 
-    def __init__(self, blocks: list[Any], transport: Transport) -> None:
+    def __init__(self, blocks: list[Any]) -> None:
         self._blocks = blocks
-        self._transport = transport
         self._handles: list[Any] = []
-        self._marks: list[tuple[Any, Any]] = []
-        self._open: list[Any] = []
         self.input_bytes = 0
-        self.forward_ms = 0.0
 
     def start(self) -> None:
-        for block in self._blocks:
-            self._handles.append(block.register_forward_pre_hook(self._before))
-            self._handles.append(block.register_forward_hook(self._after))
+        self._handles = [block.register_forward_pre_hook(self._before) for block in self._blocks]
 
     def _before(self, module: Any, args: Any) -> None:
         self.input_bytes += sum(_nbytes(a) for a in args if _is_tensor(a))
-        self._open.append(self._transport.timer())
-
-    def _after(self, module: Any, args: Any, output: Any) -> None:
-        self._marks.append((self._open.pop(), self._transport.timer()))
 
     def stop(self) -> _BlockProbe:
-        """Remove the hooks; the measurements are final."""
+        """Remove the hooks; the measurement is final."""
         for handle in self._handles:
             handle.remove()
-        self._handles.clear()
-        self.forward_ms += sum(self._transport.elapsed_ms(a, b) for a, b in self._marks)
-        self._marks.clear()
+        self._handles = []
         return self
 
 

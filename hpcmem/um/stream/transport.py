@@ -8,14 +8,17 @@ runs, and is tested, on a machine without a GPU.
 Ordering rules (CUDA): a device tensor made for a fetch is allocated on the compute stream
 and written on the host-to-device stream after that stream waited for the compute work
 queued so far (the block may have been freed by it); compute waits for the fetch's event
-before the first use. An offload waits for the compute work that produced the tensor and
-marks the tensor used by the device-to-host stream, so its block is not reused early.
+before the first use. An offload waits for the compute work that produced the tensor, and
+the transport holds the tensor until its copy is done, so its block is not reused early.
+(Not ``record_stream``: while allocations are routed to a pool, PyTorch defers the release
+of blocks used on other streams until no pool is routed, which in a training loop is never.)
 """
 
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections import deque
 from typing import Any
 
 __all__ = ["CpuTransport", "CudaTransport", "Transport"]
@@ -79,14 +82,6 @@ class Transport(ABC):
         """Most device memory held at once since :meth:`reset_peak`, allocator caches included."""
 
     @abstractmethod
-    def timer(self) -> Any:
-        """A mark on the compute stream; :meth:`elapsed_ms` of two marks is the time between."""
-
-    @abstractmethod
-    def elapsed_ms(self, start: Any, end: Any) -> float:
-        """Milliseconds between two :meth:`timer` marks (waits for the second)."""
-
-    @abstractmethod
     def bandwidth(self, probe_bytes: int) -> dict[str, float]:
         """Measured copy bandwidth, bytes/s: ``h2d``, ``d2h`` and ``both`` (each way at once)."""
 
@@ -108,12 +103,19 @@ class CudaTransport(Transport):
         self._d2h = torch.cuda.Stream(self.device)
         self._native = native
         self._leftover_gpu = leftover_gpu
+        self._copying: deque[tuple[Any, Any]] = deque()  # (event, tensor being copied out)
 
     def _compute(self) -> Any:
         return self._torch.cuda.current_stream(self.device)
 
+    def _collect(self) -> None:
+        """Let go of tensors whose copy out is done (the stream runs them in order)."""
+        while self._copying and self._copying[0][0].query():
+            self._copying.popleft()
+
     def fetch(self, host: Any, after: Any = None) -> tuple[Any, Any]:
         torch = self._torch
+        self._collect()
         out = torch.empty(host.shape, dtype=host.dtype, device=self.device)
         self._h2d.wait_stream(self._compute())
         if after is not None:
@@ -131,8 +133,9 @@ class CudaTransport(Transport):
             host.copy_(device_tensor, non_blocking=True)
             done = torch.cuda.Event()
             done.record(self._d2h)
+        self._collect()
         if device_tensor.is_cuda:
-            device_tensor.record_stream(self._d2h)
+            self._copying.append((done, device_tensor))
         return done
 
     def wait(self, token: Any) -> None:
@@ -141,6 +144,7 @@ class CudaTransport(Transport):
     def synchronize(self) -> None:
         self._h2d.synchronize()
         self._d2h.synchronize()
+        self._copying.clear()
 
     def host_empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
         return self._torch.empty(shape, dtype=dtype, pin_memory=True)
@@ -183,15 +187,6 @@ class CudaTransport(Transport):
         if self._native is None:
             return self._torch.cuda.max_memory_reserved(self.device)
         return max(0, self._native.gpu_peak_bytes() - self._leftover_gpu)
-
-    def timer(self) -> Any:
-        mark = self._torch.cuda.Event(enable_timing=True)
-        mark.record(self._compute())
-        return mark
-
-    def elapsed_ms(self, start: Any, end: Any) -> float:
-        end.synchronize()
-        return start.elapsed_time(end)
 
     def bandwidth(self, probe_bytes: int) -> dict[str, float]:
         torch = self._torch
@@ -285,12 +280,6 @@ class CpuTransport(Transport):
 
     def resident_peak_bytes(self) -> int:
         return self._peak
-
-    def timer(self) -> Any:
-        return time.perf_counter()
-
-    def elapsed_ms(self, start: Any, end: Any) -> float:
-        return (end - start) * 1e3
 
     def bandwidth(self, probe_bytes: int) -> dict[str, float]:
         nbytes = max(2**20, min(probe_bytes, BANDWIDTH_PROBE_BYTES))
