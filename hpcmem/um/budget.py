@@ -1,9 +1,8 @@
-"""GPU budget arithmetic: how many GPU-resident bytes each type may hold.
+"""GPU budget arithmetic: how many bytes of room each type of data gets, and byte counts.
 
-Types are placed on the GPU in the policy's priority order until the budget is used; a
-segment that does not fit is preferred on the CPU and read in place by the GPU
-(accessed-by), so the job trains beyond the budget without relying on driver eviction.
-Pure arithmetic, testable without a GPU.
+The streaming budget mode (:mod:`hpcmem.um.stream.plan`) gives the room its plan has left
+to the types in the policy's priority order: parameters kept resident, saved activations
+kept on the device. Pure arithmetic, testable without a GPU.
 """
 
 from __future__ import annotations

@@ -92,10 +92,9 @@ class ManagedMemory(UnifiedMemory):
         self._leftover_bytes = um.managed_bytes()
         self._leftover_gpu = um.gpu_bytes()
         um.set_limit(abi.unlimited if self._limit is None else self._limit + self._leftover_bytes)
-        # The streaming mode keeps the GPU working set within the budget; the library places
-        # every activations segment on the GPU and counts it (no spill to read in place).
+        # Under a budget the streaming mode keeps the GPU working set within it; the library
+        # places every activations segment on the GPU and counts it (no spill to read in place).
         budget = self.gpu_budget
-        um.set_gpu_budget(abi.unlimited)
         for type_name in TYPES:
             tp = self.policy.type_policy(type_name)
             um.set_policy(

@@ -110,8 +110,6 @@ PYBIND11_MODULE(_um, m) {
       py::arg("type"), "(preferred, accessed_by, read_mostly, prefetch_on_alloc) of a type.");
   m.def("set_gpu_quota", [](int type, uint64_t n) { check(hpcmem_um_set_gpu_quota(type, n)); },
         py::arg("type"), py::arg("bytes"), "GPU-preferred bytes a type may hold (UNLIMITED: any).");
-  m.def("set_gpu_budget", &hpcmem_um_set_gpu_budget, py::arg("bytes"),
-        "GPU-preferred bytes all types together may hold (UNLIMITED: any).");
   m.def("set_limit", &hpcmem_um_set_limit, py::arg("bytes"),
         "The guard: managed bytes never exceed this (UNLIMITED: no limit).");
   m.def("limit", &hpcmem_um_limit, "The guard's limit in bytes.");
@@ -127,16 +125,6 @@ PYBIND11_MODULE(_um, m) {
         "Live segments of a type in allocation order: (ptr, size, on_gpu, epoch).");
   m.def("begin_epoch", &hpcmem_um_begin_epoch,
         "Start a new epoch (one per UnifiedMemory); returns its number.");
-  m.def(
-      "replace",
-      [](int type, uint64_t epoch, int device, std::uintptr_t stream) {
-        long moved = hpcmem_um_replace(type, epoch, device, as_stream(stream));
-        if (moved < 0) throw std::runtime_error(hpcmem_um_last_error());
-        return moved;
-      },
-      py::arg("type"), py::arg("epoch"), py::arg("device"), py::arg("stream"),
-      "Re-apply placement (policy, quotas, budget) to a type's live segments of one epoch; "
-      "returns how many moved.");
   m.def(
       "advise",
       [](std::uintptr_t ptr, size_t size, int device, int preferred, int accessed_by,

@@ -107,7 +107,7 @@ def plan_stream(budget: int, probe: Probe, priority: Sequence[str]) -> StreamPla
     streamed = [probe.state_bytes[i] for i in range(len(probe.state_bytes)) if i not in resident]
     chunk_room = (target - used) // CHUNKS_IN_FLIGHT
     chunk = max(max(streamed, default=0), min(chunk_room, WINDOW_MAX))
-    keep = quotas["activations"] + quotas["params"] - used
+    keep = min(demand["activations"], quotas["activations"] + quotas["params"] - used)
     return StreamPlan(param_window, saved_window, chunk, tuple(sorted(resident)), keep, recompute)
 
 
