@@ -12,9 +12,12 @@ nn = torch.nn
 
 from hpcmem.errors import HpcmemError  # noqa: E402
 from hpcmem.um import BudgetError  # noqa: E402
-from hpcmem.um.stream import CpuTransport, Streamer  # noqa: E402
+from hpcmem.um.stream import BudgetTooSmall, CpuTransport, Streamer  # noqa: E402
 
 MiB = 2**20
+#: A budget above the least the probe step of ``Net`` holds (7 MB of copies), far below its
+#: parameters' state.
+TIGHT = 12 * MiB
 ORDER = ("params", "activations", "inputs")
 
 
@@ -102,7 +105,7 @@ def reference():
 
 
 @pytest.mark.parametrize(("budget", "recompute"), [
-    (MiB, True), (MiB, False), (16 * MiB, None), (64 * MiB, None), (2**30, None),
+    (TIGHT, True), (TIGHT, False), (16 * MiB, None), (64 * MiB, None), (2**30, None),
 ])
 def test_training_is_bitwise_the_same_under_any_budget(reference, budget, recompute):
     losses, model, optimizer, streamer = _train(budget, recompute=recompute)
@@ -114,14 +117,15 @@ def test_training_is_bitwise_the_same_under_any_budget(reference, budget, recomp
 
 
 def test_a_tight_budget_streams_parameters_and_offloads_activations():
-    _, model, _, streamer = _train(MiB, recompute=False)
+    _, model, _, streamer = _train(TIGHT, recompute=False)
     stats = streamer.stats()
     streamed = [p for p in model.parameters() if p.numel() * p.element_size() >= MiB]
     param_bytes = sum(p.numel() * p.element_size() for p in streamed)
     # Every step fetches each streamed parameter at least once and sends its gradient home.
     assert stats["bytes_h2d"] >= param_bytes
     assert stats["bytes_d2h"] >= param_bytes
-    assert stats["plan"]["recompute"] is False and stats["plan"]["resident"] == 0
+    assert stats["plan"]["recompute"] is False
+    assert not any(e.resident for e in streamer.params.entries if e.nbytes >= 2 * MiB)
     # Between steps a streamed parameter lives in its host home, not a device copy.
     homes = {id(e.param): e.home for e in streamer.params.entries if not e.resident}
     assert all(p.data_ptr() == homes[id(p)].data_ptr() for p in streamed)
@@ -137,7 +141,7 @@ def test_a_large_budget_keeps_everything_on_the_device():
 
 
 def test_recomputation_restores_batchnorm_statistics_and_closes_cleanly(reference):
-    _, model, optimizer, streamer = _train(MiB, recompute=True)
+    _, model, optimizer, streamer = _train(TIGHT, recompute=True)
     assert streamer.recompute.enabled and streamer.recompute.saved_bytes
     assert all("forward" in block.__dict__ for block in model.blocks)
     streamer.close()
@@ -148,14 +152,23 @@ def test_recomputation_restores_batchnorm_statistics_and_closes_cleanly(referenc
 
 def test_gradients_accumulate_over_two_backwards_as_without_a_budget():
     expected, *_ = _train(steps=2, backwards=2)
-    losses, *_, streamer = _train(MiB, steps=2, backwards=2, recompute=False)
+    losses, *_, streamer = _train(TIGHT, steps=2, backwards=2, recompute=False)
     streamer.close()
     assert losses == expected
 
 
 def test_a_step_with_a_closure_is_refused():
-    _, _, optimizer, streamer = _train(MiB, steps=1)
+    _, _, optimizer, streamer = _train(TIGHT, steps=1)
     with pytest.raises(BudgetError, match=r"optimizer\.step\(closure\)") as error:
         optimizer.step(lambda: 0.0)
     assert isinstance(error.value, HpcmemError)
     streamer.close()
+
+
+def test_a_budget_below_what_the_probe_step_needs_is_refused_with_both_figures():
+    with pytest.raises(BudgetTooSmall) as raised:
+        _train(MiB, steps=1)
+    error = raised.value
+    assert error.budget == MiB and error.minimum > MiB
+    assert f"{MiB} bytes" in str(error) and f"{error.minimum} bytes" in str(error)
+    assert isinstance(error, BudgetError)

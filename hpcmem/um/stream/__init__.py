@@ -7,12 +7,20 @@ recomputed), gradients home as soon as they are complete, the optimizer step chu
 """
 
 from hpcmem.um.stream.engine import Streamer
-from hpcmem.um.stream.plan import Probe, StreamPlan, pcie_transfer_ms, plan_stream
-from hpcmem.um.stream.transport import CpuTransport, CudaTransport, Transport
+from hpcmem.um.stream.plan import (
+    BudgetTooSmall,
+    Probe,
+    StreamPlan,
+    pcie_transfer_ms,
+    plan_stream,
+)
+from hpcmem.um.stream.transport import CpuTransport, CudaTransport, InFlight, Transport
 
 __all__ = [
+    "BudgetTooSmall",
     "CpuTransport",
     "CudaTransport",
+    "InFlight",
     "Probe",
     "StreamPlan",
     "Streamer",

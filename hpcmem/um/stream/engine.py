@@ -33,7 +33,9 @@ from hpcmem.um.stream.plan import (
     Probe,
     StreamPlan,
     adjust_keep,
+    check_minimum,
     keep_from,
+    out_cap,
     pcie_transfer_ms,
     plan_stream,
 )
@@ -89,6 +91,7 @@ class Streamer:
         self._optimizer = optimizer
         self._force_recompute = recompute
         self._held = 0  # device bytes the set-up copied over (resident data, buffers)
+        transport.out_cap = out_cap(budget)
         with torch._C.DisableTorchFunction(), device_scope():
             entries = self._homes(model, optimizer)
             self.params = ParamStreams(entries, transport, self.counters)
@@ -170,7 +173,8 @@ class Streamer:
     # -- forward and backward --------------------------------------------------------------
     @contextmanager
     def scope(self) -> Iterator[None]:
-        """Forward and backward of one step, streamed."""
+        """Forward and backward of one step, streamed; after the probe step, a budget below
+        what it measured raises :class:`~hpcmem.um.stream.plan.BudgetTooSmall`."""
         torch = self._torch
         self._begin()
         try:
@@ -181,6 +185,8 @@ class Streamer:
                 yield
         finally:
             self._end()
+        if self._step == 1 and self._probe is not None:
+            check_minimum(self.budget, self._probe.peak_bytes)
 
     def _pack(self, tensor: Any) -> Any:
         with self._torch._C.DisableTorchFunction():
@@ -210,6 +216,8 @@ class Streamer:
     def _begin(self) -> None:
         self._step += 1
         self._resident.append(self.transport.resident_peak_bytes())  # includes the last step
+        if self._step == 2:  # the probe's optimizer step, one entry at a time, is measured now
+            check_minimum(self.budget, self._resident[-1])
         with self._torch._C.DisableTorchFunction():
             for entry in self.params.entries:
                 if not entry.resident:
@@ -248,8 +256,8 @@ class Streamer:
         resident = self.transport.resident_peak_bytes()
         self._peaks.append(peak)
         self.counters.steps += 1
-        if self._step == 1:
-            self._probe = self._measure_probe(peak)
+        if self._step == 1:  # what the step held, allocated or cached, whichever is more
+            self._probe = self._measure_probe(max(peak, resident))
         elif self.plan is not None and not self._structure_changed():
             self._keep_bytes = adjust_keep(
                 self._keep_bytes, max(peak, resident), self.budget, sum(self.saved.candidates)
@@ -283,6 +291,7 @@ class Streamer:
             block_input_bytes=self._probe_blocks.stop().input_bytes,
             largest_block_saved=max(recomputed, default=0),
             recomputed=self.recompute.enabled,
+            held_bytes=self._held,
         )
 
     def _plan(self) -> StreamPlan:
@@ -363,6 +372,7 @@ class Streamer:
             ),
             "plan": self.plan.to_record() if self.plan is not None else None,
             "keep_bytes": self._keep_bytes,
+            "copy_out_cap": self.transport.out_cap,
             "host_bytes": self.arena.reserved_bytes + self.saved.buffers.reserved_bytes,
         }
 

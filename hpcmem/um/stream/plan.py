@@ -2,18 +2,26 @@
 
 The first step of a job (the probe) runs with the least on the device: every parameter
 fetched when an operation needs it and dropped right after, repeated blocks recomputed, every
-other saved activation of at least 1 MiB offloaded. Its peak is what the step cannot do
-without. :func:`plan_stream`
-spends what the budget leaves above it:
+other saved activation of at least 1 MiB offloaded, copies out capped. Its measured peak
+(allocated or held by the allocator, whichever is larger) is what the step cannot do
+without: a budget below it is refused (:func:`check_minimum`, :class:`BudgetTooSmall`)
+instead of being silently exceeded. :func:`plan_stream` spends only what the budget's
+target leaves above it, so a step that follows the plan holds at most the probe's peak plus
+what the plan adds:
 
 1. prefetch windows for parameters and for activations in backward, so copies overlap
-   compute;
+   compute (each window costs its size plus the largest item it may run over by; no room,
+   no window: fetches on demand, as in the probe);
 2. recomputation of the repeated blocks (the probe recomputes them, measuring what each
    saves), unless everything fits without it;
 3. what is left, in the policy's priority order: parameters kept resident with their
    gradient and optimizer state (smallest first), and saved activations kept on the device
    (the last saved, which backward needs first). The activations share is then tuned each
    step from the measured peak (:func:`adjust_keep`).
+
+The optimizer step runs when no activation is alive: the device bytes the set-up placed
+there, the resident parameters' state, two chunks (one stepping, the next arriving) and the
+copies out in flight must fit the target.
 
 Numbers are bytes; the budget's target is ``TARGET_FRACTION`` of it, leaving room for the
 caching allocator's rounding.
@@ -25,12 +33,16 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from hpcmem.um.budget import plan_budget
+from hpcmem.um.errors import BudgetError
 
 __all__ = [
+    "OUT_CAP_SHARE",
     "TARGET_FRACTION",
+    "BudgetTooSmall",
     "Probe",
     "StreamPlan",
     "adjust_keep",
+    "check_minimum",
     "keep_from",
     "pcie_transfer_ms",
     "plan_stream",
@@ -42,15 +54,43 @@ TARGET_FRACTION = 0.9
 WINDOW_MAX = 2**30
 #: Share of the slack given to each prefetch window.
 WINDOW_SHARE = 0.15
-#: Optimizer chunks in flight at once (fetching, stepping, writing back).
-CHUNKS_IN_FLIGHT = 3
+#: Optimizer chunks on the device at once (one stepping, the next arriving); what is being
+#: written back counts as copies out in flight.
+CHUNKS_IN_FLIGHT = 2
+#: Share of the budget that may wait for the device-to-host stream (copies out in flight).
+OUT_CAP_SHARE = 1 / 16
+
+
+class BudgetTooSmall(BudgetError):
+    """The budget is below what one step measurably needs."""
+
+    def __init__(self, budget: int, minimum: int) -> None:
+        self.budget = budget
+        self.minimum = minimum
+        super().__init__(
+            f"gpu_budget: {budget} bytes ({budget / 2**30:.2f} GiB) is below the {minimum} "
+            f"bytes ({minimum / 2**30:.2f} GiB) the probe step measured as the least one "
+            f"step needs on the GPU; give a budget of at least {minimum / 2**30:.2f} GiB "
+            "(or a smaller batch)"
+        )
+
+
+def check_minimum(budget: int, minimum: int) -> None:
+    """Refuse a budget below the measured ``minimum`` (:class:`BudgetTooSmall`)."""
+    if minimum > budget:
+        raise BudgetTooSmall(budget, minimum)
+
+
+def out_cap(budget: int) -> int:
+    """Device bytes that may wait for the device-to-host stream under ``budget``."""
+    return max(1, int(budget * OUT_CAP_SHARE))
 
 
 @dataclass(frozen=True)
 class Probe:
     """What the probe step measured."""
 
-    peak_bytes: int  # the job's device bytes at the peak of forward + backward
+    peak_bytes: int  # the job's device bytes at the peak of forward + backward (measured)
     entry_bytes: Sequence[int]  # parameter bytes of each streamed entry
     state_bytes: Sequence[int]  # parameter + gradient + optimizer state bytes of each
     saved_bytes: int  # saved activations offloaded in the step
@@ -59,6 +99,7 @@ class Probe:
     block_input_bytes: int  # inputs of the repeated blocks (what recomputing keeps)
     largest_block_saved: int  # the most one block saved (held again while it recomputes)
     recomputed: bool  # whether the probe recomputed the blocks (block bytes are measured)
+    held_bytes: int = 0  # device bytes the set-up placed (small parameters, buffers, state)
 
 
 @dataclass(frozen=True)
@@ -82,11 +123,12 @@ class StreamPlan:
 def plan_stream(budget: int, probe: Probe, priority: Sequence[str]) -> StreamPlan:
     """The plan for ``budget`` bytes given the probe (see the module docstring)."""
     target = int(budget * TARGET_FRACTION)
-    largest = max(probe.entry_bytes, default=0)
     slack = max(0, target - probe.peak_bytes)
-    param_window = max(largest, min(int(slack * WINDOW_SHARE), WINDOW_MAX))
-    saved_window = max(probe.largest_saved, min(int(slack * WINDOW_SHARE), WINDOW_MAX))
-    left = slack - param_window - saved_window
+    share = min(int(slack * WINDOW_SHARE), WINDOW_MAX)
+    param_window = _window(share, max(probe.entry_bytes, default=0))
+    saved_window = _window(share, probe.largest_saved)
+    left = slack - _window_cost(param_window, max(probe.entry_bytes, default=0))
+    left -= _window_cost(saved_window, probe.largest_saved)
     # The probe recomputed (its peak held one block's activations and every block's inputs);
     # not recomputing holds every block's activations at once instead.
     recompute = _recompute(probe, left)
@@ -98,17 +140,29 @@ def plan_stream(budget: int, probe: Probe, priority: Sequence[str]) -> StreamPla
     demand = {"params": sum(probe.state_bytes), "activations": max(0, saved), "inputs": 0}
     wants = {"params": True, "activations": True, "inputs": False}
     quotas = plan_budget(max(0, left), priority, demand, wants)
+    optimizer_room = target - probe.held_bytes - out_cap(budget)
     resident, used = [], 0
     for index in order:
-        if used + probe.state_bytes[index] > quotas["params"]:
+        cost = probe.state_bytes[index]
+        if used + cost > quotas["params"] or used + cost > optimizer_room:
             break
         resident.append(index)
-        used += probe.state_bytes[index]
+        used += cost
     streamed = [probe.state_bytes[i] for i in range(len(probe.state_bytes)) if i not in resident]
-    chunk_room = (target - used) // CHUNKS_IN_FLIGHT
+    chunk_room = (optimizer_room - used) // CHUNKS_IN_FLIGHT
     chunk = max(max(streamed, default=0), min(chunk_room, WINDOW_MAX))
-    keep = min(demand["activations"], quotas["activations"] + quotas["params"] - used)
+    keep = max(0, min(demand["activations"], quotas["activations"] + quotas["params"] - used))
     return StreamPlan(param_window, saved_window, chunk, tuple(sorted(resident)), keep, recompute)
+
+
+def _window(share: int, largest: int) -> int:
+    """A prefetch window in ``share`` bytes: it may run over by one item of ``largest``
+    bytes, so the window is what is left after that; 0 (fetch on demand) if nothing is."""
+    return share - largest if share > 2 * largest else 0
+
+
+def _window_cost(window: int, largest: int) -> int:
+    return window + largest if window else 0
 
 
 def _recompute(probe: Probe, room: int) -> bool:

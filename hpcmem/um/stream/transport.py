@@ -10,6 +10,9 @@ and written on the host-to-device stream after that stream waited for the comput
 queued so far (the block may have been freed by it); compute waits for the fetch's event
 before the first use. An offload waits for the compute work that produced the tensor, and
 the transport holds the tensor until its copy is done, so its block is not reused early.
+The bytes so held are capped (:class:`InFlight`, ``out_cap``): before a copy that would pass
+the cap is issued, the host waits for the oldest copies to finish, so tensors waiting for
+the device-to-host stream never pile up on the GPU while the host runs ahead of it.
 (Not ``record_stream``: while allocations are routed to a pool, PyTorch defers the release
 of blocks used on other streams until no pool is routed, which in a training loop is never.)
 """
@@ -21,16 +24,59 @@ from abc import ABC, abstractmethod
 from collections import deque
 from typing import Any
 
-__all__ = ["CpuTransport", "CudaTransport", "Transport"]
+__all__ = ["DEFAULT_OUT_CAP", "CpuTransport", "CudaTransport", "InFlight", "Transport"]
 
 #: Bytes copied each way when the pinned-copy bandwidth is measured.
 BANDWIDTH_PROBE_BYTES = 256 * 2**20
+#: Device bytes waiting for the device-to-host stream at most, until a plan sets the cap.
+DEFAULT_OUT_CAP = 256 * 2**20
+
+
+class InFlight:
+    """Device tensors held until their copy is done, at most ``cap`` bytes together.
+
+    A token is anything with ``query()`` (done yet?) and ``synchronize()`` (block the host
+    until done): a CUDA event. Copies finish in the order they were issued (one stream).
+    One copy larger than the cap is let through alone.
+    """
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.bytes = 0
+        self._queue: deque[tuple[Any, Any, int]] = deque()  # (token, tensor, bytes)
+
+    def collect(self) -> None:
+        """Let go of tensors whose copy is done."""
+        while self._queue and self._queue[0][0].query():
+            self._pop()
+
+    def make_room(self, nbytes: int) -> None:
+        """Wait (on the host) for the oldest copies until ``nbytes`` more fit under the cap."""
+        self.collect()
+        while self._queue and self.bytes + nbytes > self.cap:
+            self._queue[0][0].synchronize()
+            self._pop()
+
+    def add(self, token: Any, tensor: Any, nbytes: int) -> None:
+        """Hold ``tensor`` until ``token`` is done."""
+        self._queue.append((token, tensor, nbytes))
+        self.bytes += nbytes
+
+    def clear(self) -> None:
+        """Every copy is done (the caller synchronized)."""
+        self._queue.clear()
+        self.bytes = 0
+
+    def _pop(self) -> None:
+        self.bytes -= self._queue.popleft()[2]
 
 
 class Transport(ABC):
     """Copies between host homes and device tensors, and the device's memory figures."""
 
     device: Any
+    #: Device bytes being copied out at most (see :class:`InFlight`).
+    out_cap: int = DEFAULT_OUT_CAP
 
     @abstractmethod
     def fetch(self, host: Any, after: Any = None) -> tuple[Any, Any]:
@@ -103,19 +149,22 @@ class CudaTransport(Transport):
         self._d2h = torch.cuda.Stream(self.device)
         self._native = native
         self._leftover_gpu = leftover_gpu
-        self._copying: deque[tuple[Any, Any]] = deque()  # (event, tensor being copied out)
+        self._copying = InFlight(DEFAULT_OUT_CAP)
+
+    @property
+    def out_cap(self) -> int:  # type: ignore[override]
+        return self._copying.cap
+
+    @out_cap.setter
+    def out_cap(self, nbytes: int) -> None:
+        self._copying.cap = nbytes
 
     def _compute(self) -> Any:
         return self._torch.cuda.current_stream(self.device)
 
-    def _collect(self) -> None:
-        """Let go of tensors whose copy out is done (the stream runs them in order)."""
-        while self._copying and self._copying[0][0].query():
-            self._copying.popleft()
-
     def fetch(self, host: Any, after: Any = None) -> tuple[Any, Any]:
         torch = self._torch
-        self._collect()
+        self._copying.collect()
         out = torch.empty(host.shape, dtype=host.dtype, device=self.device)
         self._h2d.wait_stream(self._compute())
         if after is not None:
@@ -128,14 +177,16 @@ class CudaTransport(Transport):
 
     def offload(self, device_tensor: Any, host: Any) -> Any:
         torch = self._torch
+        nbytes = device_tensor.numel() * device_tensor.element_size()
+        if device_tensor.is_cuda:
+            self._copying.make_room(nbytes)
         self._d2h.wait_stream(self._compute())
         with torch.cuda.stream(self._d2h):
             host.copy_(device_tensor, non_blocking=True)
             done = torch.cuda.Event()
             done.record(self._d2h)
-        self._collect()
         if device_tensor.is_cuda:
-            self._copying.append((done, device_tensor))
+            self._copying.add(done, device_tensor, nbytes)
         return done
 
     def wait(self, token: Any) -> None:
