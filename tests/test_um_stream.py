@@ -119,7 +119,7 @@ def test_training_is_bitwise_the_same_under_any_budget(reference, budget, recomp
 def test_a_tight_budget_streams_parameters_and_offloads_activations():
     _, model, _, streamer = _train(TIGHT, recompute=False)
     stats = streamer.stats()
-    streamed = [p for p in model.parameters() if p.numel() * p.element_size() >= MiB]
+    streamed = [p for p in model.parameters() if p.numel() * p.element_size() >= 2 * MiB]
     param_bytes = sum(p.numel() * p.element_size() for p in streamed)
     # Every step fetches each streamed parameter at least once and sends its gradient home.
     assert stats["bytes_h2d"] >= param_bytes
