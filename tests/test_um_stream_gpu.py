@@ -162,3 +162,16 @@ def test_custom_function_and_a_module_called_twice(torch, deterministic):
 
     _check(torch, Net, lambda g: [torch.randint(4096, (2048,), generator=g)],
            lambda model, tokens: model(tokens))
+
+
+def test_a_budget_below_the_probe_step_is_refused_with_the_measured_minimum(torch):
+    from hpcmem.train.models import TransformerShape, build
+    from hpcmem.um.stream import BudgetTooSmall
+
+    shape = TransformerShape(n_layers=2, d_model=512, n_heads=8, seq_len=256, vocab=8192)
+    with pytest.raises(BudgetTooSmall) as raised:
+        _train(torch, lambda: build(shape), _tokens(torch, 8192, 8, 257),
+               lambda model, tokens: model({"tokens": tokens}), 2**20)
+    assert raised.value.budget == 2**20 and raised.value.minimum > 2**20
+    gc.collect()
+    torch.cuda.empty_cache()

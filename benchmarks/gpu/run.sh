@@ -14,7 +14,7 @@
 #   cnn         ResNet-50 without a budget (fp32, batch 256, CPU-written batches): cuda, um, hpcmem
 #   pinned      ResNet-50 bf16, batch 128, pinned batches (as DataLoader(pin_memory=True)):
 #               cuda, hpcmem, then the jobs hpcmem, um, hpcmem, cuda, hpcmem in one process
-# HPCMEM_BENCH_SECONDS (480) caps the benchmark part; HPCMEM_BENCH_REPEATS (2) the repeats;
+# HPCMEM_TEST_SECONDS (300) caps the tests; HPCMEM_BENCH_SECONDS (480) the benchmark part; HPCMEM_BENCH_REPEATS (2) the repeats;
 # HPCMEM_BUDGETS the budget fractions of the 0.35B group; HPCMEM_FSDP and HPCMEM_FSDP_1_3B the
 # FSDP2 variants of the budget groups (plain, activations; empty: none).
 # Output goes to $OUT (default benchmarks/results/gpu-<UTC date>): env.txt, pytest.log,

@@ -169,13 +169,15 @@ def train_point(
 ) -> dict[str, Any]:
     """Train ``point`` (model ``shape``, batches from ``data``) under ``memory``, a
     ``hpcmem.um.UnifiedMemory``, and return its record; ``memory`` is closed afterwards.
-    Running out of memory (the guard's refusal included) gives a ``failed`` record;
+    Running out of memory (the guard's refusal included), or a budget below what the probe
+    step measured, gives a ``failed`` record;
     ``unconstrained_ms`` (the step time without a budget) goes into a budgeted record's
     PCIe bound; ``pinned_inputs`` stages pinned batches (see ``hpcmem.train.loop.train``)."""
     import torch
 
     from hpcmem.train.loop import train
     from hpcmem.train.sizing import footprint
+    from hpcmem.um.stream import BudgetTooSmall
 
     policy = memory.policy.to_record()
     try:
@@ -186,6 +188,10 @@ def train_point(
         first_line = str(error).strip().splitlines()[0]
         return unfinished_record(point, "failed", f"out of memory: {first_line}",
                                  policy=policy, binding=binding)
+    except BudgetTooSmall as error:
+        record = unfinished_record(point, "failed", str(error), policy=policy, binding=binding)
+        record["budget_minimum_bytes"] = error.minimum
+        return record
     finally:
         memory.close()
     record = ok_record(
