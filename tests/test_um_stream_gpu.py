@@ -1,7 +1,9 @@
 """The streaming budget mode on a real GPU, on models ``hpcmem train`` did not build.
 
 Each model trains a few steps through the public ``UnifiedMemory`` API, once without a budget
-and once with ``gpu_budget`` = half of the GPU-resident peak it had without one. In fp32 with
+and once with ``gpu_budget`` = half of the GPU-resident peak it had without one, or, where
+that is below what the probe step measured as the least the model needs (the refusal names
+it), 1.25 times that measured minimum. In fp32 with
 deterministic kernels the losses must be equal bit for bit; every byte must stay in the
 pools; the GPU-resident peak must stay within the budget + 5%, with nothing spilled to read
 in place; and the mode must have moved bytes both ways. Marked ``gpu``.
@@ -75,10 +77,31 @@ def _train(torch, build, batch, loss_of, budget):
     return losses, stats
 
 
+def _train_within_a_budget(torch, build, batch, loss_of, budget):
+    """``(budget, losses, stats)`` of ``_train`` under ``budget`` or, if the probe step
+    refuses it, under 1.25 times the minimum it measured (tried again: the copies out a
+    larger budget allows can raise the minimum)."""
+    from hpcmem.um.stream import BudgetTooSmall
+
+    for _ in range(3):
+        minimum = None
+        try:
+            return (budget, *_train(torch, build, batch, loss_of, budget))
+        except BudgetTooSmall as refused:
+            assert refused.budget == budget and refused.minimum > budget
+            minimum = refused.minimum
+        gc.collect()  # the refused run's model and optimizer, now that its traceback is gone
+        torch.cuda.empty_cache()
+        budget = int(minimum * 1.25)
+    pytest.fail(f"gpu_budget: refused three times, last at {budget} bytes")
+
+
 def _check(torch, build, batch, loss_of, exact=True):
     reference, free = _train(torch, build, batch, loss_of, None)
-    budget = free["peak_gpu_resident_bytes"] // 2
-    losses, stats = _train(torch, build, batch, loss_of, budget)
+    budget, losses, stats = _train_within_a_budget(
+        torch, build, batch, loss_of, free["peak_gpu_resident_bytes"] // 2
+    )
+    assert budget < free["peak_gpu_resident_bytes"]  # still a budget the model must stream in
     stream = stats["stream"]
     if exact:
         assert losses == reference
@@ -97,7 +120,8 @@ def _tokens(torch, vocab, batch, length):
 
 
 def test_hpcmem_transformer_with_tied_embeddings(torch, deterministic):
-    from hpcmem.train.models import TransformerShape, build
+    from hpcmem.train.models import TransformerShape
+    from hpcmem.train.networks import build
 
     shape = TransformerShape(n_layers=4, d_model=512, n_heads=8, seq_len=256, vocab=8192)
     _check(torch, lambda: build(shape), _tokens(torch, 8192, 8, 257),
@@ -165,7 +189,8 @@ def test_custom_function_and_a_module_called_twice(torch, deterministic):
 
 
 def test_a_budget_below_the_probe_step_is_refused_with_the_measured_minimum(torch):
-    from hpcmem.train.models import TransformerShape, build
+    from hpcmem.train.models import TransformerShape
+    from hpcmem.train.networks import build
     from hpcmem.um.stream import BudgetTooSmall
 
     shape = TransformerShape(n_layers=2, d_model=512, n_heads=8, seq_len=256, vocab=8192)

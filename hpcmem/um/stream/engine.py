@@ -218,6 +218,7 @@ class Streamer:
         self._resident.append(self.transport.resident_peak_bytes())  # includes the last step
         if self._step == 2:  # the probe's optimizer step, one entry at a time, is measured now
             check_minimum(self.budget, self._resident[-1])
+            self._measure_rounding()
         with self._torch._C.DisableTorchFunction():
             for entry in self.params.entries:
                 if not entry.resident:
@@ -257,10 +258,12 @@ class Streamer:
         self._peaks.append(peak)
         self.counters.steps += 1
         if self._step == 1:  # what the step held, allocated or cached, whichever is more
-            self._probe = self._measure_probe(max(peak, resident))
+            self._probe = self._measure_probe(max(peak, resident), peak)
         elif self.plan is not None and not self._structure_changed():
+            assert self._probe is not None
             self._keep_bytes = adjust_keep(
-                self._keep_bytes, max(peak, resident), self.budget, sum(self.saved.candidates)
+                self._keep_bytes, peak, resident, self.budget, sum(self.saved.candidates),
+                self._probe, grew=resident > self._resident[-1],
             )
         self._candidates = list(self.saved.candidates)
         _log.info(
@@ -278,11 +281,21 @@ class Streamer:
             self.plan.recompute != self._probe_recomputed
         )
 
-    def _measure_probe(self, peak: int) -> Probe:
+    def _measure_rounding(self) -> None:
+        """After the probe's optimizer step: the segments held beyond the most bytes the
+        whole probe step allocated (the allocator's rounding and fragmentation)."""
+        if self._probe is None:
+            return
+        allocated = max(0, self.transport.peak_bytes() - self._base_bytes)
+        rounding = max(0, self._resident[-1] - allocated)
+        self._probe = replace(self._probe, rounding_bytes=rounding)
+
+    def _measure_probe(self, peak: int, allocated: int) -> Probe:
         self._probe_recomputed = self.recompute.enabled
         recomputed = self.recompute.saved_bytes
         return Probe(
             peak_bytes=peak,
+            allocated_bytes=allocated,
             entry_bytes=[e.nbytes for e in self.params.entries],
             state_bytes=[e.state_bytes for e in self.params.entries],
             saved_bytes=sum(self.saved.candidates),

@@ -23,8 +23,17 @@ The optimizer step runs when no activation is alive: the device bytes the set-up
 there, the resident parameters' state, two chunks (one stepping, the next arriving) and the
 copies out in flight must fit the target.
 
-Numbers are bytes; the budget's target is ``TARGET_FRACTION`` of it, leaving room for the
-caching allocator's rounding.
+Everything the plan adds is counted in allocated bytes, but the budget is held in the
+caching allocator's segments (2 MiB for allocations up to 1 MiB, 20 MiB for those up to
+10 MiB, the size rounded to 2 MiB above): under a budget of tens of MiB one segment is a
+tenth of it. The plan therefore spends, besides ``TARGET_FRACTION`` of the budget, only what
+is left after the rounding the probe step measured (segments held less bytes allocated at
+most, :attr:`Probe.rounding_bytes`) and one more segment of the largest item it adds
+(:func:`segment_bytes`), which a new size may open half used; the optimizer step counts one
+more chunk for the temporaries of the optimizer's own kernel (a ``foreach`` Adam step makes
+one parameter-sized tensor per parameter).
+
+Numbers are bytes.
 """
 
 from __future__ import annotations
@@ -46,6 +55,8 @@ __all__ = [
     "keep_from",
     "pcie_transfer_ms",
     "plan_stream",
+    "segment_bytes",
+    "spendable",
 ]
 
 #: Share of the budget the plan fills; the rest absorbs allocator rounding and fragmentation.
@@ -54,9 +65,17 @@ TARGET_FRACTION = 0.9
 WINDOW_MAX = 2**30
 #: Share of the slack given to each prefetch window.
 WINDOW_SHARE = 0.15
-#: Optimizer chunks on the device at once (one stepping, the next arriving); what is being
-#: written back counts as copies out in flight.
-CHUNKS_IN_FLIGHT = 2
+#: Optimizer chunks on the device at once (one stepping, the next arriving), and one more
+#: for the optimizer's temporaries; what is being written back counts as copies out in flight.
+CHUNKS_IN_FLIGHT = 3
+#: The caching allocator's segments: allocations up to ``SMALL_SIZE`` share segments of
+#: ``SMALL_SEGMENT``; those below ``LARGE_MIN`` share segments of ``LARGE_SEGMENT``; larger
+#: ones get a segment of their own size rounded up to ``ROUND_LARGE``.
+SMALL_SIZE = 2**20
+SMALL_SEGMENT = 2 * 2**20
+LARGE_MIN = 10 * 2**20
+LARGE_SEGMENT = 20 * 2**20
+ROUND_LARGE = 2 * 2**20
 #: Share of the budget that may wait for the device-to-host stream (copies out in flight).
 OUT_CAP_SHARE = 1 / 16
 
@@ -81,6 +100,15 @@ def check_minimum(budget: int, minimum: int) -> None:
         raise BudgetTooSmall(budget, minimum)
 
 
+def segment_bytes(nbytes: int) -> int:
+    """The caching allocator's segment for one allocation of ``nbytes``."""
+    if nbytes <= SMALL_SIZE:
+        return SMALL_SEGMENT
+    if nbytes < LARGE_MIN:
+        return LARGE_SEGMENT
+    return -(-nbytes // ROUND_LARGE) * ROUND_LARGE
+
+
 def out_cap(budget: int) -> int:
     """Device bytes that may wait for the device-to-host stream under ``budget``."""
     return max(1, int(budget * OUT_CAP_SHARE))
@@ -100,6 +128,23 @@ class Probe:
     largest_block_saved: int  # the most one block saved (held again while it recomputes)
     recomputed: bool  # whether the probe recomputed the blocks (block bytes are measured)
     held_bytes: int = 0  # device bytes the set-up placed (small parameters, buffers, state)
+    allocated_bytes: int | None = None  # allocated at the peak of forward + backward (None: peak)
+    rounding_bytes: int = 0  # segments held beyond the bytes allocated at most (measured)
+
+    @property
+    def largest_item(self) -> int:
+        """The largest tensor the plan may add to the device: a parameter or a saved one."""
+        return max(max(self.entry_bytes, default=0), self.largest_saved)
+
+    def reserve(self) -> int:
+        """Bytes of the target the plan leaves to the allocator: the measured rounding and
+        one segment of the largest item."""
+        return self.rounding_bytes + segment_bytes(self.largest_item)
+
+
+def spendable(budget: int, probe: Probe) -> int:
+    """Allocated bytes a planned step may reach: the target less the probe's reserve."""
+    return int(budget * TARGET_FRACTION) - probe.reserve()
 
 
 @dataclass(frozen=True)
@@ -122,8 +167,9 @@ class StreamPlan:
 
 def plan_stream(budget: int, probe: Probe, priority: Sequence[str]) -> StreamPlan:
     """The plan for ``budget`` bytes given the probe (see the module docstring)."""
-    target = int(budget * TARGET_FRACTION)
-    slack = max(0, target - probe.peak_bytes)
+    target = spendable(budget, probe)
+    allocated = probe.peak_bytes if probe.allocated_bytes is None else probe.allocated_bytes
+    slack = max(0, target - allocated)
     share = min(int(slack * WINDOW_SHARE), WINDOW_MAX)
     param_window = _window(share, max(probe.entry_bytes, default=0))
     saved_window = _window(share, probe.largest_saved)
@@ -179,10 +225,24 @@ def _recompute(probe: Probe, room: int) -> bool:
     return everything > room + probe.block_input_bytes + probe.largest_block_saved
 
 
-def adjust_keep(keep_bytes: int, peak_bytes: int, budget: int, demand: int) -> int:
-    """Saved-activation bytes to keep next step, moved half way towards the target peak."""
-    target = int(budget * TARGET_FRACTION)
-    return max(0, min(demand, keep_bytes + (target - peak_bytes) // 2))
+def adjust_keep(
+    keep_bytes: int, allocated: int, resident: int, budget: int, demand: int, probe: Probe,
+    grew: bool = True,
+) -> int:
+    """Saved-activation bytes to keep next step, moved half way towards the target.
+
+    The step's ``allocated`` peak is held to :func:`spendable`, and its ``resident`` peak
+    (segments) to the target less one segment of the largest item, so that growing the
+    kept bytes cannot open a segment past the budget. Segments stay cached once made: a
+    step whose resident peak did not grow (``grew`` False) gains nothing by keeping less.
+    """
+    room = min(
+        spendable(budget, probe) - allocated,
+        int(budget * TARGET_FRACTION) - segment_bytes(probe.largest_item) - resident,
+    )
+    if room < 0 and not grew:
+        room = 0
+    return max(0, min(demand, keep_bytes + room // 2))
 
 
 def keep_from(candidates: Sequence[int], keep_bytes: int) -> int:
