@@ -12,13 +12,8 @@ import pandas as pd
 import pytest
 
 from hpcmem.cli import main
-from hpcmem.results.aggregate import (
-    aggregate,
-    binding_label,
-    load_records,
-    summarize,
-    write_outputs,
-)
+from hpcmem.node.applied import binding_label
+from hpcmem.results.aggregate import aggregate, load_records, summarize, write_outputs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "records"
 OUTPUTS = {"summary.parquet", "summary.csv", "collectives_latency.csv", "collectives_speedup.csv",
@@ -40,15 +35,15 @@ def everything(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataF
 def test_medians_match_hand_computed_values(everything: tuple[Path, pd.DataFrame]) -> None:
     _, summary = everything
     # allreduce/hbw/8 B repeats: avg 1.00, 0.90, 50.0 (outlier); max 1.2, 1.08, 60.0
-    assert summary.loc[HBW8, "latency_us_avg"] == pytest.approx(1.00)
-    assert summary.loc[HBW8, "latency_us_max"] == pytest.approx(1.2)
+    assert summary.loc[HBW8, "latency_us.avg"] == pytest.approx(1.00)
+    assert summary.loc[HBW8, "latency_us.max"] == pytest.approx(1.2)
     assert summary.loc[HBW8, "repeats"] == 3
     # allreduce/numpy/8 B: 1.10, 1.30, 1.20
-    assert summary.loc[NUMPY8, "latency_us_avg"] == pytest.approx(1.20)
+    assert summary.loc[NUMPY8, "latency_us.avg"] == pytest.approx(1.20)
     # train: two repeats -> the mean of the two; p10 is 0.97 x step
-    assert summary.loc[TRANSFORMER + "cuda", "step_ms_median"] == pytest.approx(102.0)
-    assert summary.loc[TRANSFORMER + "um", "step_ms_median"] == pytest.approx(122.0)
-    assert summary.loc[TRANSFORMER + "cuda", "step_ms_p10"] == pytest.approx(0.97 * 102.0)
+    assert summary.loc[TRANSFORMER + "cuda", "step_ms.median"] == pytest.approx(102.0)
+    assert summary.loc[TRANSFORMER + "um", "step_ms.median"] == pytest.approx(122.0)
+    assert summary.loc[TRANSFORMER + "cuda", "step_ms.p10"] == pytest.approx(0.97 * 102.0)
     assert len(summary) == 12 + 6  # 2 ops x 2 buffers x 3 sizes + 2 models x 3 policies
 
 
@@ -83,7 +78,7 @@ def test_invalid_failed_and_skipped_are_listed_and_never_averaged(
     assert "validated is false" in reasons
     assert "no CUDA GPU" in reasons
     # the bad records carry 777, 888 and 999 us: none may reach any statistic
-    assert summary[["latency_us_avg", "latency_us_min", "latency_us_max"]].max().max() < 100
+    assert summary[["latency_us.avg", "latency_us.min", "latency_us.max"]].max().max() < 100
     assert summary.loc[NUMPY8, "repeats"] == 3
     assert not summary.index.str.contains("hbw_preferred").any()
     meta = json.loads((out / "metadata.json").read_text())
@@ -128,7 +123,7 @@ def test_real_records_give_the_median_of_the_two_runs(tmp_path: Path) -> None:
         values = [r["latency_us"]["avg"] for r in raw
                   if (r["op"], r["buffer"], r["size_bytes"]) == (op, buffer, size)]
         key = f"collectives/{op}/{buffer}/float32/ranks=2/binding=none/size={size}"
-        assert summary.loc[key, "latency_us_avg"] == pytest.approx(statistics.median(values))
+        assert summary.loc[key, "latency_us.avg"] == pytest.approx(statistics.median(values))
 
 
 def test_train_points_are_keyed_by_the_size_asked_for(tmp_path: Path) -> None:

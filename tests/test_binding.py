@@ -89,6 +89,17 @@ def test_hbw_on_a_node_without_hbw_is_unavailable_not_malformed() -> None:
         plan_binding("hbw", 0, nodes=XEON_MAX, hbw=NO_HBW)
 
 
+def test_an_unavailable_binding_can_be_planned_as_skipped() -> None:
+    skipped = plan_binding("hbw", 3, nodes=XEON_MAX, hbw=NO_HBW, skip_unavailable=True)
+    assert (skipped.binding, skipped.local_rank, skipped.args) == ("hbw", 3, ())
+    assert skipped.command_prefix == []
+    env = skipped.environment()
+    assert env["HPCMEM_BINDING"] == "hbw" and env["HPCMEM_NUMACTL_ARGS"] == ""
+    assert "no high-bandwidth memory node" in env["HPCMEM_SKIP_REASON"]
+    bound = plan_binding("dram", 0, nodes=XEON_MAX, hbw=NO_HBW, skip_unavailable=True)
+    assert "HPCMEM_SKIP_REASON" not in bound.environment() and bound.skip_reason is None
+
+
 @pytest.mark.parametrize("binding", ["--membind=7", "--cpunodebind=0 --physcpubind=64"])
 def test_explicit_nodes_and_cpus_that_do_not_exist_are_refused(binding: str) -> None:
     with pytest.raises(BindingError, match="does not exist") as error:

@@ -18,7 +18,7 @@ BAD_OPTIONS = [
     (["--op", "bcast,bcast"], "--op: 'bcast,bcast' names an entry twice"),
     (["--buffer", "gpu"], "--buffer: 'gpu' is not one of numpy, hbw, hbw_preferred"),
     (["--dtype", "float16"], "--dtype: 'float16' is not one of float32, float64, int32, int64"),
-    (["--min-size", "1.5K"], "--min-size: '1.5K' is not a size (accepted: bytes with optional K"),
+    (["--min-size", "1.3"], "--min-size: '1.3' is not a size (accepted: a number with optional K"),
     (["--min-size", "6"], "--min-size: 6 bytes is not a positive multiple of one float32 element"),
     (["--min-size", "4", "--dtype", "int64"], "--min-size: 4 bytes is not a positive multiple"),
     (["--max-size", "lots"], "--max-size: 'lots' is not a size"),

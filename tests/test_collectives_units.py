@@ -13,27 +13,13 @@ import pytest
 from hpcmem.collectives import osu
 from hpcmem.collectives.benchmark import describe, exit_code, merge_placements
 from hpcmem.collectives.ops import OPS, SENTINEL, check, rank_input, split_counts
-from hpcmem.collectives.sizes import osu_counts, parse_size, size_steps
+from hpcmem.collectives.sizes import osu_counts, size_steps
 from hpcmem.collectives.timing import Latency
 from hpcmem.node import applied
 
 # osu_allreduce -f, OSU 7.x: the column header byte for byte
 OSU_HEADER = "# Size       Avg Latency(us)   Min Latency(us)   Max Latency(us)  Iterations"
 OSU_BARRIER_HEADER = "# Avg Latency(us)   Min Latency(us)   Max Latency(us)  Iterations"
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [("8", 8), ("4K", 4096), ("4k", 4096), ("1M", 1 << 20), ("1MiB", 1 << 20), ("2G", 2 << 30)],
-)
-def test_parse_size_units(text, expected):
-    assert parse_size(text) == expected
-
-
-@pytest.mark.parametrize("text", ["", "-8", "1.5K", "4X", "K", "8 bytes"])
-def test_parse_size_rejects(text):
-    with pytest.raises(ValueError, match="not a size"):
-        parse_size(text)
 
 
 def test_size_steps_double_up_to_max():

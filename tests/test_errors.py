@@ -14,7 +14,6 @@ from hpcmem import HpcmemError
 #: error classes owned by modules that are being rewritten elsewhere; each moves under
 #: HpcmemError with its rewrite, and then leaves this set
 NOT_YET_UNDER_HPCMEM_ERROR = {
-    "hpcmem.um.policy.PolicyError",
     "hpcmem.workflow.containers.ContainerError",
 }
 

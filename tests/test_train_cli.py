@@ -53,8 +53,8 @@ def test_help_documents_every_option_with_units_and_defaults(hpcmem_exe: str) ->
         (["--params", "0"], "--params: '0' is not a positive count"),
         (["--dtype", "fp16"], "--dtype: 'fp16' is not one of bf16, fp32"),
         (["--policy", "fast"], "'fast': not one of cuda, hpcmem, um, or a policy YAML file"),
-        (["--gpu-budget", "lots"], "--gpu-budget: 'lots' is not a byte count"),
-        (["--gpu-budget", "0"], "--gpu-budget: '0' must be a positive number of bytes"),
+        (["--gpu-budget", "lots"], "--gpu-budget: 'lots' is not a size (accepted: a number"),
+        (["--gpu-budget", "0"], "--gpu-budget: '0' is not a positive size"),
         (["--policy", "cuda", "--gpu-budget", "40G"],
          "--gpu-budget: needs a Unified Memory policy (um, hpcmem or a managed YAML file); "
          "'cuda' is PyTorch's own allocator"),

@@ -8,7 +8,7 @@ import pytest
 
 from hpcmem.results.records import validate_record
 from hpcmem.train.benchmark import run_point, shape_for_memory
-from hpcmem.train.record import TrainPoint
+from hpcmem.train.point import TrainPoint
 from hpcmem.train.sizing import footprint
 from hpcmem.um import load_policy
 

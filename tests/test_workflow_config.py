@@ -216,7 +216,7 @@ def test_injection_through_snakemake_stops_before_anything_runs(workdir, path, p
         ({"collectives": {"bindings": ["hbw", "socket0"]}},
          "config collectives.bindings: 'socket0' is not one of none, cores, hbw, dram, interleave"),
         ({"train": {"policies": ["fast"]}},
-         "config train.policies: 'fast' is not one of cuda, um, hpcmem"),
+         "config train.policies: 'fast' is not one of cuda, hpcmem, um"),
         ({"collectives": {"max_size": "3K"}},
          "config collectives.max_size: '3K' is not a power of two"),
         ({"collectives": {"min_size": "1M", "max_size": "4K"}},

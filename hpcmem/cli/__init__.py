@@ -1,8 +1,9 @@
 """The ``hpcmem`` command line: one subcommand per module in this package.
 
 Each command module exposes ``HELP`` (one line), ``add_arguments(parser)`` and
-``run(args) -> int``. Command modules import heavy dependencies (torch, mpi4py,
-pandas) inside ``run`` so that ``hpcmem --help`` stays fast.
+``run(args) -> int``; it maps arguments to the domain code and the domain's errors to
+exit codes (:func:`bad_input`: 2), nothing else. Command modules import heavy
+dependencies (torch, mpi4py, pandas) inside ``run`` so that ``hpcmem --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from hpcmem import __version__
 from hpcmem.errors import HpcmemError
@@ -29,6 +32,16 @@ COMMANDS: dict[str, str] = {
 
 class UsageError(HpcmemError):
     """A bad option value: printed as one line, exit code 2."""
+
+
+@contextmanager
+def bad_input(*errors: type[Exception], where: str = "") -> Iterator[None]:
+    """One of ``errors`` raised inside is bad input: a :class:`UsageError` (exit 2) whose
+    message starts with ``where`` (the option or argument the value came from), if given."""
+    try:
+        yield
+    except errors as error:
+        raise UsageError(f"{where}: {error}" if where else str(error)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

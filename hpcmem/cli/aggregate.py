@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hpcmem.cli import UsageError
+from hpcmem.cli import bad_input
 
 HELP = "summarize result records into summary.parquet and CSV tables"
 
@@ -33,10 +33,8 @@ def run(args: argparse.Namespace) -> int:
     """Aggregate, then say on stderr what was left out."""
     from hpcmem.results.aggregate import aggregate
 
-    try:
+    with bad_input(FileNotFoundError, PermissionError, ValueError, where="RESULTS"):
         result = aggregate(args.results, args.out)
-    except (FileNotFoundError, PermissionError, ValueError) as error:
-        raise UsageError(f"RESULTS: {error}") from None
     loaded = result.loaded
     counts = result.metadata["records"]
     print(

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import shutil
 
-from hpcmem.cli import UsageError
+from hpcmem.cli import UsageError, bad_input
 
 HELP = "run a command under this rank's numactl binding (none, cores, hbw, dram, interleave)"
 
@@ -60,33 +59,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Plan the binding, export it, and exec the command under numactl."""
-    from hpcmem.node.applied import BINDING_ENV, NUMACTL_ENV
-    from hpcmem.node.planned import (
-        BINDINGS,
-        SKIP_ENV,
-        BindingError,
-        BindingUnavailableError,
-        NumactlPlan,
-        plan_binding,
-    )
+    from hpcmem.node.planned import BindingError, plan_binding
 
     command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not command:
         raise UsageError("COMMAND: missing (hpcmem bind BINDING -- COMMAND ARGS...)")
-    try:
-        plan = plan_binding(args.binding, args.local_rank)
-    except BindingUnavailableError as error:
-        if not args.skip_unavailable:
-            raise UsageError(str(error)) from None
-        os.environ[SKIP_ENV] = str(error)
-        name = args.binding if args.binding in BINDINGS else "custom"
-        plan = NumactlPlan(name, args.local_rank or 0, ())  # not applied: no numactl
-    except BindingError as error:
-        raise UsageError(str(error)) from None
+    with bad_input(BindingError):
+        plan = plan_binding(args.binding, args.local_rank,
+                            skip_unavailable=args.skip_unavailable)
     if plan.args and shutil.which("numactl") is None:
         raise UsageError(f"binding {args.binding!r}: numactl not found (apt install numactl)")
-    os.environ[BINDING_ENV] = plan.binding
-    os.environ[NUMACTL_ENV] = shlex.join(plan.args)
+    os.environ.update(plan.environment())
     argv = [*plan.command_prefix, *command]
     try:
         os.execvp(argv[0], argv)

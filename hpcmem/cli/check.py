@@ -18,15 +18,11 @@ for cron and scrontab.
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import sqlite3
 
-from hpcmem.cli import UsageError
+from hpcmem.cli import UsageError, bad_input
 
 HELP = "compare a summary with references and the run history; exit 1 on a regression"
-
-_SYSTEM = re.compile(r"^[^:\s]+:[^:\s]+$")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,25 +49,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check, print the table, write the verdict; 1 on a regression."""
     from hpcmem.results.aggregate import read_summary
-    from hpcmem.results.check import check, format_table, write_verdict
+    from hpcmem.results.check import (
+        CheckError,
+        check,
+        format_table,
+        requested_system,
+        write_verdict,
+    )
     from hpcmem.results.references import ReferencesError, load_references
 
-    if args.last is not None and args.last < 1:
-        raise UsageError(f"--last: {args.last} is not a whole number >= 1")
-    system = args.system or os.environ.get("HPCMEM_SYSTEM")
-    if system is not None and not _SYSTEM.match(system):
-        raise UsageError(f"--system: {system!r} is not NAME:PARTITION (e.g. mycluster:gpu)")
-    try:
+    with bad_input(CheckError, where="--system"):
+        system = requested_system(args.system)
+    with bad_input(ReferencesError, where="--references"):
         references = load_references(args.references)
-    except ReferencesError as error:
-        raise UsageError(f"--references: {error}") from None
-    try:
+    with bad_input(FileNotFoundError, ValueError, where="SUMMARY"):
         summary = read_summary(args.summary)
-    except (FileNotFoundError, ValueError) as error:
-        raise UsageError(f"SUMMARY: {error}") from None
     try:
-        result = check(summary, references, system, history_folder=args.history,
-                       last=args.last, append=not args.no_append)
+        with bad_input(CheckError, where="--last"):
+            result = check(summary, references, system, history_folder=args.history,
+                           last=args.last, append=not args.no_append)
     except (sqlite3.Error, OSError) as error:
         problem = f"not a usable history store ({error})"
         raise UsageError(f"--history: {args.history}: {problem}") from None

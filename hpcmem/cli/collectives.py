@@ -25,27 +25,23 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from hpcmem.cli import UsageError
+from hpcmem.cli import UsageError, bad_input
 from hpcmem.collectives.buffers import BUFFER_KINDS
 from hpcmem.collectives.ops import DTYPES, OPS
+from hpcmem.collectives.options import DEFAULT_MAX_SIZE, DEFAULT_OPS
 from hpcmem.collectives.sizes import (
     LARGE_MESSAGE_SIZE,
     OSU_ITERATIONS,
     OSU_ITERATIONS_LARGE,
     OSU_WARMUP,
     OSU_WARMUP_LARGE,
-    parse_size,
-    size_steps,
 )
 
 if TYPE_CHECKING:
-    from hpcmem.collectives.benchmark import Options
+    from hpcmem.collectives.options import Options
 
 HELP = "latency of MPI collectives (OSU-style) on NumPy, HBW and MPI_Alloc_mem buffers"
 
-DEFAULT_OPS = "bcast,gather,allreduce"
-DEFAULT_MAX_SIZE = "1M"
-HUGEPAGE_ENV = "NUMPY_MADVISE_HUGEPAGE"
 _RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 
 
@@ -107,76 +103,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _names(option: str, text: str, accepted: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    names = tuple(name.strip() for name in text.split(","))
-    for name in names:
-        if name not in accepted:
-            raise UsageError(f"{option}: {name!r} is not one of {', '.join(accepted)}")
-    if len(set(names)) != len(names):
-        raise UsageError(f"{option}: {text!r} names an entry twice")
-    return names
-
-
-def _count(option: str, text: str | None, minimum: int) -> int | None:
-    if text is None:
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < minimum:
-        raise UsageError(f"{option}: {text!r} is not an integer >= {minimum}")
-    return value
-
-
-def _size(option: str, text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as error:
-        raise UsageError(f"{option}: {error}") from None
-
-
 def options_from_args(args: argparse.Namespace) -> Options:
-    """The validated :class:`hpcmem.collectives.Options`; UsageError names a bad option."""
-    import numpy as np
+    """The validated :class:`hpcmem.collectives.options.Options`; UsageError names a bad one."""
+    from hpcmem.collectives.options import OptionsError, make_options
 
-    from hpcmem.collectives.benchmark import Options
-    from hpcmem.node.planned import SKIP_ENV
-
-    ops = _names("--op", args.op, list(OPS))
-    kinds = _names("--buffer", args.buffer, BUFFER_KINDS)
-    if args.dtype not in DTYPES:
-        raise UsageError(f"--dtype: {args.dtype!r} is not one of {', '.join(DTYPES)}")
-    itemsize = np.dtype(args.dtype).itemsize
-    min_size = itemsize if args.min_size is None else _size("--min-size", args.min_size)
-    max_size = _size("--max-size", args.max_size)
-    if min_size < itemsize or min_size % itemsize:
-        raise UsageError(
-            f"--min-size: {min_size} bytes is not a positive multiple of one {args.dtype} "
-            f"element ({itemsize} bytes)"
+    with bad_input(OptionsError):
+        return make_options(
+            op=args.op, buffer=args.buffer, min_size=args.min_size, max_size=args.max_size,
+            iterations=args.iterations, warmup=args.warmup, dtype=args.dtype,
+            numpy_hugepage=args.numpy_hugepage, run_id=args.run_id,
         )
-    if max_size < min_size:
-        raise UsageError(
-            f"--max-size: {max_size} bytes is smaller than --min-size ({min_size} bytes)"
-        )
-    hugepage = args.numpy_hugepage
-    if hugepage is None:
-        hugepage = "off" if os.environ.get(HUGEPAGE_ENV, "0").strip() in ("0", "") else "on"
-    if hugepage not in ("on", "off"):
-        raise UsageError(f"--numpy-hugepage: {hugepage!r} is not one of on, off")
-    if args.run_id is not None and not args.run_id.strip():
-        raise UsageError(f"--run-id: {args.run_id!r} is blank; give a non-empty identifier")
-    return Options(
-        ops=ops,
-        buffers=kinds,
-        sizes=tuple(size_steps(min_size, max_size)),
-        dtype=args.dtype,
-        iterations=_count("--iterations", args.iterations, 1),
-        warmup=_count("--warmup", args.warmup, 0),
-        numpy_hugepage=hugepage == "on",
-        run_id=args.run_id,
-        skip_reason=os.environ.get(SKIP_ENV, "").strip() or None,
-    )
 
 
 def _launcher_rank() -> int | None:

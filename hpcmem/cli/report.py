@@ -10,9 +10,8 @@ with --verdict, the result of `hpcmem check --verdict-out`. Written atomically.
 from __future__ import annotations
 
 import argparse
-import json
 
-from hpcmem.cli import UsageError
+from hpcmem.cli import bad_input
 
 HELP = "render a summary as a self-contained HTML report with plots"
 
@@ -26,30 +25,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="verdict JSON written by `hpcmem check --verdict-out`")
 
 
-def _read_verdict(path: str) -> dict:
-    try:
-        with open(path) as handle:
-            verdict = json.load(handle)
-    except OSError as error:
-        raise UsageError(f"--verdict: {path}: cannot read ({error.strerror})") from None
-    except json.JSONDecodeError as error:
-        where = f"{path}:{error.lineno}"
-        raise UsageError(f"--verdict: {where}: not JSON ({error.msg})") from None
-    if not isinstance(verdict, dict) or "verdict" not in verdict or "figures" not in verdict:
-        raise UsageError(f"--verdict: {path}: not an `hpcmem check --verdict-out` file")
-    return verdict
-
-
 def run(args: argparse.Namespace) -> int:
     """Read the summary (and verdict) and write the report."""
     from hpcmem.results.aggregate import read_summary
+    from hpcmem.results.check import VerdictError, read_verdict
     from hpcmem.results.report import write_report
 
-    verdict = _read_verdict(args.verdict) if args.verdict else None
-    try:
+    with bad_input(VerdictError, where="--verdict"):
+        verdict = read_verdict(args.verdict) if args.verdict else None
+    with bad_input(FileNotFoundError, ValueError, where="SUMMARY"):
         summary = read_summary(args.summary)
-    except (FileNotFoundError, ValueError) as error:
-        raise UsageError(f"SUMMARY: {error}") from None
     write_report(args.out, summary, verdict)
     print(f"hpcmem report: wrote {args.out}")
     return 0

@@ -17,58 +17,24 @@ that escaped routing, losses). Without a CUDA GPU the command fails, or with
 
 Counts take decimal units (125M, 1.3B, 6B); byte sizes binary units (512M, 40G).
 Exit status: 0 done (or skipped), 1 no GPU or out of memory (a `failed` record is
-written), 2 bad option value or refused oversubscription.
+written), 2 bad option value or refused oversubscription, 3 --gpu-budget below the
+least one step needs (measured by the first step; the `failed` record and the message
+name the budget and that minimum, `budget_minimum_bytes`).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import re
 import sys
 from typing import Any
 
-from hpcmem.cli import UsageError
+from hpcmem.cli import bad_input
 from hpcmem.train.models import DEFAULT_VOCAB
 
+#: Exit status when --gpu-budget is below what one step measurably needs.
+EXIT_BUDGET_TOO_SMALL = 3
+
 HELP = "train a transformer LM or CNN under a memory policy and time its steps"
-
-MODELS = ("transformer", "cnn")
-DTYPES = ("bf16", "fp32")
-PRESETS = ("cuda", "um", "hpcmem")
-DEFAULTS = {
-    "transformer": {"params": "125M", "batch": 8, "dtype": "bf16", "seq_len": 2048,
-                    "vocab": DEFAULT_VOCAB},
-    "cnn": {"params": None, "batch": 256, "dtype": "fp32", "image_size": 224},
-}
-#: Options that shape only one model's data.
-MODEL_OPTIONS = {"transformer": ("seq_len", "vocab"), "cnn": ("image_size",)}
-_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMBGT]?)\s*$", re.IGNORECASE)
-_COUNT_UNITS = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
-
-
-def parse_count(option: str, text: str) -> int:
-    """A positive count with an optional decimal unit (``125M``, ``1.3B``, ``6B``)."""
-    match = _COUNT.match(text)
-    value = float(match.group(1)) * _COUNT_UNITS[match.group(2).upper()] if match else 0
-    if value < 1:
-        raise UsageError(
-            f"{option}: {text!r} is not a positive count "
-            "(accepted: a number with optional K, M, B or T, e.g. 125M, 1.3B, 6B)"
-        )
-    return int(value)
-
-
-def _positive(option: str, value: int, minimum: int = 1) -> int:
-    if value < minimum:
-        raise UsageError(f"{option}: {value} is not an integer >= {minimum}")
-    return value
-
-
-def _choice(option: str, value: str, accepted: tuple[str, ...]) -> str:
-    if value not in accepted:
-        raise UsageError(f"{option}: {value!r} is not one of {', '.join(accepted)}")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -128,73 +94,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _point(args: argparse.Namespace) -> Any:
-    """The validated point (raises UsageError naming the first bad option)."""
-    from hpcmem.train.record import TrainPoint
-    from hpcmem.um import parse_bytes
-
-    model = _choice("--model", args.model, MODELS)
-    defaults = DEFAULTS[model]
-    for other, names in MODEL_OPTIONS.items():
-        for name in names:
-            if other != model and getattr(args, name) is not None:
-                option = "--" + name.replace("_", "-")
-                raise UsageError(f"{option}: applies to --model {other} only, not {model}")
-
-    def value(name: str) -> Any:
-        given = getattr(args, name)
-        return defaults[name] if given is None else given
-
-    if args.params is not None and args.oversubscribe is not None:
-        raise UsageError("--params and --oversubscribe: give one of them, not both")
-    params = value("params")
-    if args.oversubscribe is not None:
-        params = None
-        if not math.isfinite(args.oversubscribe) or args.oversubscribe <= 0:
-            raise UsageError(f"--oversubscribe: {args.oversubscribe!r} is not a positive ratio")
-    budget = None
-    if args.gpu_budget is not None:
-        try:
-            budget = parse_bytes(args.gpu_budget, "--gpu-budget")
-        except ValueError as error:
-            raise UsageError(str(error)) from None
-    device = args.device
-    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
-        raise UsageError(f"--device: {device!r} is not one of cuda, cuda:N, cpu")
-    return TrainPoint(
-        model=model,
-        params_requested=None if params is None else parse_count("--params", params),
-        oversubscribe=args.oversubscribe,
-        batch=_positive("--batch", value("batch")),
-        seq_len=_positive("--seq-len", value("seq_len")) if model == "transformer" else None,
-        vocab=_positive("--vocab", value("vocab"), 2) if model == "transformer" else None,
-        image_size=_positive("--image-size", value("image_size"), 32) if model == "cnn" else None,
-        dtype=_choice("--dtype", value("dtype"), DTYPES),
-        policy=args.policy,
-        gpu_budget=budget,
-        steps=_positive("--steps", args.steps),
-        warmup=_positive("--warmup", args.warmup, 0),
-        seed=_positive("--seed", args.seed, 0),
-        device=device,
-    )
-
-
-def _policy(point: Any) -> Any:
-    """The point's loaded policy; a bad one, or one the point cannot use, is a UsageError."""
+    """The point the options describe and its loaded policy; UsageError names a bad option."""
+    from hpcmem.train.point import PointError, check_policy, make_point
     from hpcmem.um import load_policy
 
-    try:
+    with bad_input(PointError):
+        point = make_point(
+            model=args.model, params=args.params, oversubscribe=args.oversubscribe,
+            batch=args.batch, seq_len=args.seq_len, vocab=args.vocab,
+            image_size=args.image_size, dtype=args.dtype, policy=args.policy,
+            gpu_budget=args.gpu_budget, steps=args.steps, warmup=args.warmup, seed=args.seed,
+            device=args.device,
+        )
+    with bad_input(OSError, ValueError, where="--policy"):
         policy = load_policy(point.policy)
-    except (OSError, ValueError) as error:
-        message = str(error)
-        prefixed = message if message.startswith("--policy") else f"--policy: {message}"
-        raise UsageError(prefixed) from None
-    if point.device == "cpu" and policy.managed:
-        raise UsageError(f"--policy: {point.policy!r} needs a CUDA device; --device cpu "
-                         "(for tests) runs only with --policy cuda")
-    if point.gpu_budget is not None and not policy.managed:
-        raise UsageError(f"--gpu-budget: needs a Unified Memory policy (um, hpcmem or a "
-                         f"managed YAML file); {policy.name!r} is PyTorch's own allocator")
-    return policy
+    with bad_input(PointError):
+        check_policy(point, policy)
+    return point, policy
 
 
 def run(args: argparse.Namespace) -> int:
@@ -202,35 +118,31 @@ def run(args: argparse.Namespace) -> int:
     from hpcmem.train.sizing import OversubscriptionRefused, check_oversubscribe
     from hpcmem.um import oversubscription_allowed
 
-    point = _point(args)
-    try:
+    point, policy = _point(args)
+    with bad_input(ValueError):
         allowed = oversubscription_allowed(args.allow_oversubscription)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
     if point.oversubscribe is not None:
-        try:
+        with bad_input(OversubscriptionRefused):
             check_oversubscribe(point.oversubscribe, allowed)
-        except OversubscriptionRefused as error:
-            raise UsageError(str(error)) from None
 
-    policy = _policy(point)
     from hpcmem.train.benchmark import NoGPUError, run_point
     from hpcmem.train.sizing import SizingError
 
     try:
-        record = run_point(point, policy=policy, allow_oversubscription=allowed,
-                           skip_if_no_gpu=args.skip_if_no_gpu)
+        with bad_input(SizingError):
+            record = run_point(point, policy=policy, allow_oversubscription=allowed,
+                               skip_if_no_gpu=args.skip_if_no_gpu)
     except NoGPUError as error:
         print(f"hpcmem train: error: {error}", file=sys.stderr)
         return 1
-    except SizingError as error:
-        raise UsageError(str(error)) from None
     if args.output:
         from hpcmem.results.records import write_records
 
         write_records(args.output, [record])
     print(summary_line(record))
-    return 0 if record["status"] != "failed" else 1
+    if record["status"] != "failed":
+        return 0
+    return EXIT_BUDGET_TOO_SMALL if "budget_minimum_bytes" in record else 1
 
 
 def summary_line(record: dict[str, Any]) -> str:

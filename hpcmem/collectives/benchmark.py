@@ -23,29 +23,15 @@ import numpy as np
 
 from hpcmem.collectives import buffers, osu, timing
 from hpcmem.collectives.ops import OPS, SENTINEL, Op, check, rank_input
+from hpcmem.collectives.options import Options
 from hpcmem.collectives.sizes import osu_counts
 from hpcmem.node import applied
 from hpcmem.node.probe import mpi_library
 from hpcmem.results.records import common_fields
 
-__all__ = ["Options", "describe", "exit_code", "merge_placements", "run"]
+__all__ = ["describe", "exit_code", "merge_placements", "run"]
 
 ROOT = 0
-
-
-@dataclass(frozen=True)
-class Options:
-    """One collectives run: the sweep axes and the knobs, already validated."""
-
-    ops: tuple[str, ...]
-    buffers: tuple[str, ...]
-    sizes: tuple[int, ...]
-    dtype: str = "float32"
-    iterations: int | None = None  # None: OSU's default for each size
-    warmup: int | None = None
-    numpy_hugepage: bool = False
-    run_id: str | None = None
-    skip_reason: str | None = None  # set: run nothing, record every point as skipped
 
 
 @dataclass

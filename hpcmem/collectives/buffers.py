@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from hpcmem.errors import HpcmemError
+from hpcmem.hbw import HBW_KINDS
 
 __all__ = [
     "BUFFER_KINDS",
@@ -25,7 +26,8 @@ __all__ = [
     "set_numpy_hugepage",
 ]
 
-BUFFER_KINDS = ("numpy", "hbw", "hbw_preferred", "hbw_interleave", "mpi_alloc")
+#: NumPy's own heap, memkind's high-bandwidth kinds, MPI_Alloc_mem
+BUFFER_KINDS = ("numpy", *HBW_KINDS, "mpi_alloc")
 _THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 

@@ -1,8 +1,9 @@
-"""Message sizes: parsing ``8``, ``4K``, ``1M`` and OSU's iteration defaults per size."""
+"""Message sizes: the doubling steps of a sweep and OSU's iteration defaults per size.
+
+Sizes are read by :func:`hpcmem.units.parse_size`.
+"""
 
 from __future__ import annotations
-
-import re
 
 __all__ = [
     "LARGE_MESSAGE_SIZE",
@@ -11,7 +12,6 @@ __all__ = [
     "OSU_WARMUP",
     "OSU_WARMUP_LARGE",
     "osu_counts",
-    "parse_size",
     "size_steps",
 ]
 
@@ -21,22 +21,6 @@ OSU_ITERATIONS = 1000
 OSU_WARMUP = 200
 OSU_ITERATIONS_LARGE = 100
 OSU_WARMUP_LARGE = 10
-
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str) -> int:
-    """Bytes in ``text``: a count with an optional binary unit (``8``, ``4K``, ``1MiB``, ``2G``).
-
-    Raises ValueError naming the accepted forms.
-    """
-    match = _SIZE.match(text)
-    if not match:
-        raise ValueError(
-            f"{text!r} is not a size (accepted: bytes with optional K, M or G, e.g. 8, 4K, 1M)"
-        )
-    return int(match.group(1)) * _UNITS[match.group(2).upper()]
 
 
 def size_steps(min_size: int, max_size: int) -> list[int]:

@@ -17,7 +17,15 @@ import shlex
 from functools import cache
 from typing import Any
 
-__all__ = ["BINDING_ENV", "MEMPOLICY_MODES", "NUMACTL_ENV", "cpu_affinity", "current", "mempolicy"]
+__all__ = [
+    "BINDING_ENV",
+    "MEMPOLICY_MODES",
+    "NUMACTL_ENV",
+    "binding_label",
+    "cpu_affinity",
+    "current",
+    "mempolicy",
+]
 
 #: environment variable through which a binding wrapper reports its numactl arguments
 NUMACTL_ENV = "HPCMEM_NUMACTL_ARGS"
@@ -105,3 +113,18 @@ def current() -> dict[str, Any]:
         "cpus": cpu_affinity(),
         "mempolicy": mempolicy(),
     }
+
+
+def binding_label(binding: Any) -> str:
+    """A short, stable name for a binding as :func:`current` records it: its ``name``, else
+    rank 0's numactl arguments, else ``none`` (no wrapper reported any)."""
+    if not isinstance(binding, dict):
+        return "none"
+    if isinstance(binding.get("name"), str) and binding["name"]:
+        return binding["name"]
+    numactl = binding.get("numactl")
+    if isinstance(numactl, list):
+        return " ".join(map(str, numactl)) or "none"
+    if isinstance(numactl, str):
+        return numactl or "none"
+    return "none"

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from hpcmem.errors import HpcmemError
+from hpcmem.node.applied import BINDING_ENV, NUMACTL_ENV
 from hpcmem.node.topology import (
     HBWNodes,
     NumaNode,
@@ -84,11 +85,20 @@ class NumactlPlan:
     binding: str
     local_rank: int
     args: tuple[str, ...]
+    skip_reason: str | None = None  # set: this node cannot provide it; the command runs unbound
 
     @property
     def command_prefix(self) -> list[str]:
         """``numactl ARGS --`` to put before a command; empty for ``none``."""
         return ["numactl", *self.args, "--"] if self.args else []
+
+    def environment(self) -> dict[str, str]:
+        """The variables the bound command gets: the binding's name and numactl arguments
+        (read back by :func:`hpcmem.node.applied.current`) and the skip reason, if any."""
+        env = {BINDING_ENV: self.binding, NUMACTL_ENV: shlex.join(self.args)}
+        if self.skip_reason is not None:
+            env[SKIP_ENV] = self.skip_reason
+        return env
 
 
 def local_rank(environ: Mapping[str, str] | None = None) -> int:
@@ -192,6 +202,7 @@ def plan_binding(
     *,
     nodes: Sequence[NumaNode] | None = None,
     hbw: HBWNodes | None = None,
+    skip_unavailable: bool = False,
 ) -> NumactlPlan:
     """The numactl arguments of ``binding`` for local rank ``rank`` on this node.
 
@@ -199,11 +210,24 @@ def plan_binding(
     starting with ``--``. ``nodes`` and ``hbw`` default to this machine's topology
     (:func:`hpcmem.node.topology.numa_nodes`, :func:`hpcmem.node.topology.hbw_nodes`).
     Raises :class:`BindingError` naming the value and what is accepted, and its subclass
-    :class:`BindingUnavailableError` when a well-formed binding needs what this node lacks.
+    :class:`BindingUnavailableError` when a well-formed binding needs what this node lacks;
+    with ``skip_unavailable`` such a binding gives a plan without numactl arguments whose
+    ``skip_reason`` says why.
     """
     rank = local_rank() if rank is None else rank
     if rank < 0:
         raise BindingError(f"local rank {rank} is negative")
+    try:
+        return _plan(binding, rank, nodes, hbw)
+    except BindingUnavailableError as error:
+        if not skip_unavailable:
+            raise
+        name = binding if binding in BINDINGS else "custom"
+        return NumactlPlan(name, rank, (), skip_reason=str(error))
+
+
+def _plan(binding: str, rank: int, nodes: Sequence[NumaNode] | None, hbw: HBWNodes | None
+          ) -> NumactlPlan:
     nodes = numa_nodes() if nodes is None else nodes
     if binding in BINDINGS:
         if hbw is None and binding == "hbw":

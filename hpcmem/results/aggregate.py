@@ -4,19 +4,19 @@ Every record is validated against the record schema first. Valid ``ok`` records
 are grouped by point — the benchmark and its sweep coordinates — and reduced to
 medians over repeats. Invalid lines (not JSON, or schema violations) go to
 ``rejected.csv`` with ``file:line`` and the message; ``failed`` and ``skipped``
-records (and ``ok`` collectives whose result was not validated) go to
-``skipped.csv`` with their reason. Neither is ever averaged in.
+records (and ``ok`` records their benchmark's sanity check refuses, such as
+collectives whose result was not validated) go to ``skipped.csv`` with their reason.
+Neither is ever averaged in. Coordinates, point keys and metrics come from each
+benchmark's spec (:mod:`hpcmem.results.registry`): a metric's summary column is its name.
 
 Outputs in the ``--out`` folder, each written atomically (temp name + rename):
 
 ``summary.parquet`` / ``summary.csv``
     one row per point, medians over repeats, ``point`` is its key
-``collectives_latency.csv``
-    median average latency (µs): rows op, dtype, ranks, binding, size; one column per buffer kind
-``collectives_speedup.csv``
-    per op and size, each buffer kind's speedup over ``numpy`` buffers (numpy latency / latency)
-``train_step_time.csv``
-    median step time per policy and its ratio to the ``um`` and ``cuda`` presets
+the benchmarks' own tables
+    ``collectives_latency.csv`` (median average latency per buffer kind),
+    ``collectives_speedup.csv`` (each buffer kind's speedup over ``numpy`` buffers) and
+    ``train_step_time.csv`` (step time per policy, its ratio to the ``um`` and ``cuda`` presets)
 ``rejected.csv``, ``skipped.csv``, ``metadata.json``
     the records left out, with reasons, and the run metadata
 """
@@ -30,54 +30,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpcmem.results.records import atomic_open, utc_now, validate_record
+from hpcmem.results.records import atomic_open, read_lines, utc_now, validate_record
+from hpcmem.results.registry import BENCHMARKS
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
-    "COLLECTIVES_POINT",
-    "TRAIN_POINT",
     "AggregateResult",
     "Loaded",
     "Summary",
     "aggregate",
-    "binding_label",
+    "benchmark_points",
     "find_inputs",
     "load_records",
-    "point_key",
     "read_summary",
     "summarize",
     "write_outputs",
 ]
 
-#: Sweep coordinates that identify one point, per benchmark (in key order).
-COLLECTIVES_POINT = ("op", "buffer", "dtype", "ranks", "binding", "size_bytes")
-TRAIN_POINT = ("model", "params", "batch", "seq_len", "dtype", "gpu_budget", "policy")
-_COORDINATES = list(dict.fromkeys([*COLLECTIVES_POINT, *TRAIN_POINT]))
-
-_COLLECTIVES_METRICS = {
-    "latency_us_avg": ("latency_us", "avg"),
-    "latency_us_min": ("latency_us", "min"),
-    "latency_us_max": ("latency_us", "max"),
-    "algbw_GBps": ("algbw_GBps", None),
-    "busbw_GBps": ("busbw_GBps", None),
-    "hbw_fraction": ("placement", "hbw_fraction"),
-}
-_TRAIN_METRICS = {
-    "step_ms_median": ("step_ms", "median"),
-    "step_ms_p10": ("step_ms", "p10"),
-    "step_ms_p90": ("step_ms", "p90"),
-    "first_step_ms": ("first_step_ms", None),
-    "throughput": ("throughput", None),
-    "oversubscription": ("oversubscription", None),
-}
-_METRICS = {"collectives": _COLLECTIVES_METRICS, "train": _TRAIN_METRICS}
-_METRIC_NAMES = [*_COLLECTIVES_METRICS, *_TRAIN_METRICS]
-_INTEGER_COLUMNS = ["ranks", "size_bytes", "params", "batch", "seq_len", "gpu_budget", "repeats"]
+#: summary columns: every benchmark's coordinates and metrics (a benchmark's rows leave the
+#: others' empty)
+_COORDINATES = list(dict.fromkeys(c.name for b in BENCHMARKS.values() for c in b.coordinates))
+_METRICS = [m.name for b in BENCHMARKS.values() for m in b.metrics]
+_INTEGER_COLUMNS = [
+    *dict.fromkeys(c.name for b in BENCHMARKS.values() for c in b.coordinates if c.integer),
+    "repeats",
+]
 _SUMMARY_COLUMNS = [
     "point", "benchmark", *_COORDINATES,
-    "emulated", *_METRIC_NAMES, "repeats", "run_ids", "hosts", "systems",
+    "emulated", *_METRICS, "repeats", "run_ids", "hosts", "systems",
 ]
 _SKIPPED_COLUMNS = ["file", "line", "benchmark", "status", "point", "reason", "run_id", "host"]
 _REJECTED_COLUMNS = ["file", "line", "error"]
@@ -139,78 +121,11 @@ def find_inputs(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
     return list(found)
 
 
-def binding_label(binding: Any) -> str:
-    """A short, stable name for a record's binding: its ``name``, else rank 0's numactl
-    arguments, else ``none`` (no wrapper reported any)."""
-    if not isinstance(binding, dict):
-        return "none"
-    if isinstance(binding.get("name"), str) and binding["name"]:
-        return binding["name"]
-    numactl = binding.get("numactl")
-    if isinstance(numactl, list):
-        return " ".join(map(str, numactl)) or "none"
-    if isinstance(numactl, str):
-        return numactl or "none"
-    return "none"
-
-
-def _coordinates(record: dict[str, Any]) -> dict[str, Any]:
-    """The sweep coordinates of a record (missing ones are None)."""
-    benchmark = record.get("benchmark")
-    if benchmark == "collectives":
-        coords = {name: record.get(name) for name in COLLECTIVES_POINT}
-        coords["binding"] = binding_label(record.get("binding"))
-        return coords
-    if benchmark == "train":
-        coords = {name: record.get(name) for name in TRAIN_POINT}
-        # the size asked for is the sweep coordinate; ok records also carry the exact count
-        coords["params"] = record.get("params_requested") or record.get("params")
-        policy = record.get("policy")
-        coords["policy"] = policy.get("name") if isinstance(policy, dict) else policy
-        budget = record.get("gpu_budget")
-        if budget is None and isinstance(policy, dict):
-            budget = policy.get("gpu_budget")
-        coords["gpu_budget"] = budget
-        return coords
-    return {}
-
-
-def point_key(benchmark: str, coords: dict[str, Any]) -> str:
-    """The point's key, the prefix of every figure name ``hpcmem check`` uses.
-
-    ``collectives/<op>/<buffer>/<dtype>/ranks=<n>/binding=<name>/size=<bytes>`` and
-    ``train/<model>/params=<n>/batch=<n>/seq=<n>/<dtype>/budget=<bytes|none>/policy=<name>``.
-    A coordinate a (skipped) record lacks is written ``?``.
-    """
-
-    def show(value: Any) -> str:
-        return "?" if value is None else str(value)
-
-    c = coords
-    if benchmark == "collectives":
-        return (
-            f"collectives/{show(c['op'])}/{show(c['buffer'])}/{show(c['dtype'])}"
-            f"/ranks={show(c['ranks'])}"
-            f"/binding={show(c['binding'])}/size={show(c['size_bytes'])}"
-        )
-    budget = "none" if c["gpu_budget"] is None else str(c["gpu_budget"])
-    return (
-        f"train/{show(c['model'])}/params={show(c['params'])}/batch={show(c['batch'])}"
-        f"/seq={'none' if c['seq_len'] is None else c['seq_len']}/{show(c['dtype'])}"
-        f"/budget={budget}/policy={show(c['policy'])}"
-    )
-
-
-def _line_records(path: Path) -> Iterable[tuple[int, Any, str | None]]:
-    """``(line number, parsed JSON or None, error or None)`` for each non-empty line."""
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                yield number, json.loads(line), None
-            except json.JSONDecodeError as error:
-                yield number, None, f"not a JSON record ({error.msg}; column {error.colno})"
+def _point(record: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The record's coordinates and its point key."""
+    spec = BENCHMARKS[record["benchmark"]]
+    coordinates = spec.coordinates_of(record)
+    return coordinates, spec.point_key(coordinates)
 
 
 def load_records(files: Iterable[Path]) -> Loaded:
@@ -218,7 +133,7 @@ def load_records(files: Iterable[Path]) -> Loaded:
     loaded = Loaded()
     for path in files:
         loaded.files.append(str(path))
-        for number, record, error in _line_records(path):
+        for number, record, error in read_lines(path):
             where = {"file": str(path), "line": number}
             if error is None:
                 problems = validate_record(record)
@@ -232,13 +147,12 @@ def load_records(files: Iterable[Path]) -> Loaded:
                 loaded.ok.append(record)
             else:
                 status, why = reason
-                coords = _coordinates(record)
                 loaded.skipped.append(
                     {
                         **where,
                         "benchmark": record["benchmark"],
                         "status": status,
-                        "point": point_key(record["benchmark"], coords),
+                        "point": _point(record)[1],
                         "reason": why,
                         "run_id": record["run_id"],
                         "host": record["host"],
@@ -251,19 +165,16 @@ def _left_out_reason(record: dict[str, Any]) -> tuple[str, str] | None:
     """``(status, reason)`` when a valid record must not be averaged in, else None."""
     if record["status"] != "ok":
         return record["status"], record["reason"]
-    if record["benchmark"] == "collectives" and not record["validated"]:
-        return "failed", "status ok but validated is false: the result was not checked correct"
-    return None
+    why = BENCHMARKS[record["benchmark"]].sanity(record)
+    return None if why is None else ("failed", why)
 
 
 def _flatten(record: dict[str, Any]) -> dict[str, Any]:
     """One ok record as a flat row: coordinates, point key and metric values."""
-    benchmark = record["benchmark"]
-    coords = _coordinates(record)
-    row = {"benchmark": benchmark, "point": point_key(benchmark, coords), **coords}
-    for column, (outer, inner) in _METRICS[benchmark].items():
-        value = record.get(outer)
-        row[column] = value.get(inner) if inner and isinstance(value, dict) else value
+    coordinates, key = _point(record)
+    row = {"benchmark": record["benchmark"], "point": key, **coordinates}
+    for metric in BENCHMARKS[record["benchmark"]].metrics:
+        row[metric.name] = metric.of(record)
     placement = record.get("placement")
     row["emulated"] = placement.get("emulated") if isinstance(placement, dict) else None
     row["run_id"] = record["run_id"]
@@ -282,90 +193,38 @@ def summarize(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
     rows = pd.DataFrame(
         [_flatten(r) for r in records],
-        columns=["point", "benchmark", *_COORDINATES, "emulated", *_METRIC_NAMES, "run_id", "host",
+        columns=["point", "benchmark", *_COORDINATES, "emulated", *_METRICS, "run_id", "host",
                  "system"],
     )
-    rows[_METRIC_NAMES] = rows[_METRIC_NAMES].apply(pd.to_numeric, errors="coerce")
+    rows[_METRICS] = rows[_METRICS].apply(pd.to_numeric, errors="coerce")
     groups = rows.groupby("point", sort=False)
     summary = groups[["benchmark", *_COORDINATES]].first()
     summary["emulated"] = groups["emulated"].agg(lambda s: bool(s.fillna(False).astype(bool).any()))
-    summary[_METRIC_NAMES] = groups[_METRIC_NAMES].median()
+    summary[_METRICS] = groups[_METRICS].median()
     summary["repeats"] = groups.size()
     summary["run_ids"] = groups["run_id"].agg(_joined)
     summary["hosts"] = groups["host"].agg(_joined)
     summary["systems"] = groups["system"].agg(_joined)
     summary = summary.reset_index()[_SUMMARY_COLUMNS]
     summary[_INTEGER_COLUMNS] = summary[_INTEGER_COLUMNS].astype("Int64")
-    order = ["benchmark", "op", "model", "params", "buffer", "ranks", "binding", "size_bytes"]
+    order = ["benchmark", *_COORDINATES]
     return summary.sort_values(order, kind="stable", na_position="last").reset_index(drop=True)
-
-
-def latency_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Median average latency (µs) by op, dtype, ranks, binding and size; a column per buffer."""
-    import pandas as pd
-
-    coll = summary[summary["benchmark"] == "collectives"]
-    index = ["op", "dtype", "ranks", "binding", "size_bytes"]
-    if coll.empty:
-        return pd.DataFrame(columns=index)
-    table = coll.pivot_table(
-        index=index, columns="buffer", values="latency_us_avg", aggfunc="first", dropna=False
-    )
-    table.columns.name = None
-    return table.add_prefix("latency_us_").reset_index()
-
-
-def speedup_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per op and size, each non-numpy buffer's speedup over numpy (numpy latency / its latency)."""
-    import pandas as pd
-
-    columns = ["op", "dtype", "ranks", "binding", "size_bytes", "buffer", "latency_us",
-               "numpy_latency_us", "speedup"]
-    coll = summary[summary["benchmark"] == "collectives"]
-    base = coll[coll["buffer"] == "numpy"]
-    other = coll[coll["buffer"] != "numpy"]
-    if base.empty or other.empty:
-        return pd.DataFrame(columns=columns)
-    keys = ["op", "dtype", "ranks", "binding", "size_bytes"]
-    merged = other[[*keys, "buffer", "latency_us_avg"]].merge(
-        base[[*keys, "latency_us_avg"]], on=keys, suffixes=("", "_numpy")
-    )
-    merged = merged.rename(
-        columns={"latency_us_avg": "latency_us", "latency_us_avg_numpy": "numpy_latency_us"}
-    )
-    merged["speedup"] = merged["numpy_latency_us"] / merged["latency_us"]
-    return merged[columns].sort_values([*keys[:4], "buffer", "size_bytes"]).reset_index(drop=True)
-
-
-def step_time_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Median step time per policy and its ratio to the ``um`` and ``cuda`` presets."""
-    keys = [c for c in TRAIN_POINT if c != "policy"]
-    columns = [*keys, "policy", "step_ms_median", "step_ms_p10", "step_ms_p90",
-               "first_step_ms", "repeats"]
-    train = summary.loc[summary["benchmark"] == "train", columns].copy()
-    for preset in ("um", "cuda"):
-        ref = train.loc[train["policy"] == preset, [*keys, "step_ms_median"]]
-        ref = ref.rename(columns={"step_ms_median": f"_{preset}"})
-        train = train.merge(ref, on=keys, how="left")
-        train[f"ratio_to_{preset}"] = train["step_ms_median"] / train[f"_{preset}"]
-        train = train.drop(columns=f"_{preset}")
-    return train.reset_index(drop=True)
 
 
 def run_metadata(loaded: Loaded) -> dict[str, Any]:
     """Run metadata over every valid record: runs, hosts, versions, container, Slurm jobs."""
 
-    def unique(name: str, inner: str | None = None) -> list[Any]:
+    def unique(name: str) -> list[Any]:
         seen: list[Any] = []
         for record in loaded.valid:
             value = record.get(name)
-            if inner is not None:
-                value = value.get(inner) if isinstance(value, dict) else None
             if value is not None and value not in seen:
                 seen.append(value)
         return seen
 
     stamps = sorted(r["timestamp"] for r in loaded.valid)
+    per_benchmark = {key: unique(name) for spec in BENCHMARKS.values()
+                     for key, name in spec.metadata.items()}
     return {
         "run_ids": unique("run_id"),
         "hosts": unique("host"),
@@ -374,10 +233,7 @@ def run_metadata(loaded: Loaded) -> dict[str, Any]:
         "containers": unique("container"),
         "slurm_job_ids": unique("slurm_job_id"),
         "systems": unique("system"),
-        "mpi_libraries": unique("mpi_library"),
-        "gpus": unique("gpu"),
-        "torch": unique("torch"),
-        "cuda": unique("cuda"),
+        **per_benchmark,
         "hbw_emulated": any(
             isinstance(r.get("placement"), dict) and r["placement"].get("emulated")
             for r in loaded.ok
@@ -393,6 +249,11 @@ def run_metadata(loaded: Loaded) -> dict[str, Any]:
         "inputs": loaded.files,
         "aggregated_at": utc_now(),
     }
+
+
+def benchmark_points(summary: pd.DataFrame, benchmark: str) -> pd.DataFrame:
+    """The summary rows of one benchmark."""
+    return summary[summary["benchmark"] == benchmark].reset_index(drop=True)
 
 
 def write_outputs(out_dir: Path, summary: pd.DataFrame, loaded: Loaded,
@@ -411,11 +272,11 @@ def write_outputs(out_dir: Path, summary: pd.DataFrame, loaded: Loaded,
     tables = {
         "rejected.csv": pd.DataFrame(loaded.rejected, columns=_REJECTED_COLUMNS),
         "skipped.csv": pd.DataFrame(loaded.skipped, columns=_SKIPPED_COLUMNS),
-        "collectives_latency.csv": latency_table(summary),
-        "collectives_speedup.csv": speedup_table(summary),
-        "train_step_time.csv": step_time_table(summary),
-        "summary.csv": summary,
     }
+    for spec in BENCHMARKS.values():
+        points = benchmark_points(summary, spec.name)
+        tables.update({name: make(points) for name, make in spec.tables.items()})
+    tables["summary.csv"] = summary
     contents = {name: frame.to_csv(index=False).encode() for name, frame in tables.items()}
     contents["metadata.json"] = (json.dumps(metadata, indent=2, sort_keys=True) + "\n").encode()
     contents["summary.parquet"] = parquet.getvalue()

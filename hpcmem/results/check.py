@@ -11,9 +11,12 @@ reference key with no figure in the summary is listed as ``MISSING`` (not a
 failure: sweeps change). The run is appended to the history after checking.
 
 The system (``cluster:partition``) whose references and history apply is chosen per
-point: the one asked for (``--system``), else the Slurm partition the point's records
-were measured in, else where the check itself runs. A run whose points ran in two
-partitions is judged, and appended to the history, once per partition.
+point: the one asked for (``--system``, ``HPCMEM_SYSTEM``), else the Slurm partition the
+point's records were measured in, else where the check itself runs. A run whose points
+ran in two partitions is judged, and appended to the history, once per partition.
+
+The verdict file (``hpcmem check --verdict-out``) is written by :func:`write_verdict` and
+read back by :func:`read_verdict` (``hpcmem report --verdict``).
 """
 
 from __future__ import annotations
@@ -21,27 +24,46 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hpcmem.errors import HpcmemError
 from hpcmem.results.aggregate import Summary
 from hpcmem.results.history import History, HistoryMedian, RunInfo
 from hpcmem.results.records import atomic_open, slurm_system, utc_now
-from hpcmem.results.references import FIGURES, References
+from hpcmem.results.references import References
+from hpcmem.results.registry import BENCHMARKS, metric
+from hpcmem.results.spec import LOWER
 
 __all__ = [
+    "CheckError",
     "CheckResult",
     "Row",
+    "VerdictError",
     "check",
+    "check_system",
     "default_system",
     "evaluate",
     "format_table",
     "point_systems",
+    "read_verdict",
+    "requested_system",
     "summary_figures",
     "write_verdict",
 ]
+
+_SYSTEM = re.compile(r"^[^:\s]+:[^:\s]+$")
+
+
+class CheckError(HpcmemError, ValueError):
+    """A check setting that is not accepted; the message names the value."""
+
+
+class VerdictError(HpcmemError, ValueError):
+    """A file that is not a readable verdict of :func:`write_verdict`."""
 
 
 @dataclass
@@ -86,6 +108,20 @@ class CheckResult:
         return counts
 
 
+def check_system(system: str) -> str:
+    """``system`` when it reads ``NAME:PARTITION``; CheckError otherwise."""
+    if not _SYSTEM.match(system):
+        raise CheckError(f"{system!r} is not NAME:PARTITION (e.g. mycluster:gpu)")
+    return system
+
+
+def requested_system(option: str | None) -> str | None:
+    """The system asked for: ``--system`` (``option``), else ``HPCMEM_SYSTEM``, checked by
+    :func:`check_system`; None when neither is set (then each point has its own)."""
+    system = option or os.environ.get("HPCMEM_SYSTEM")
+    return None if system is None else check_system(system)
+
+
 def default_system() -> str:
     """Where this process runs: Slurm's ``cluster:partition``, else ``<host>:default``."""
     return slurm_system() or f"{os.uname().nodename.split('.')[0]}:default"
@@ -107,22 +143,21 @@ def summary_figures(summary: Summary, references: References, systems: dict[str,
                     ) -> list[tuple[str, float, str, str]]:
     """``(figure, value, unit, system)`` for every checked figure of the summary's points.
 
-    Default figures are always checked; the others only when a reference names them.
+    Metrics their spec marks ``checked`` always are; the others only when a reference
+    names them. A metric that does not apply to a point (bandwidth of a barrier) is none.
     """
     figures = []
     for point in summary.points.to_dict("records"):
         system = systems[point["point"]]
-        for metric, figure in FIGURES.items():
-            if figure.benchmark != point["benchmark"]:
-                continue
-            value = point[figure.column]
+        for measured in BENCHMARKS[point["benchmark"]].metrics:
+            value = point[measured.name]
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 continue
-            if metric.startswith(("busbw", "algbw")) and not point["size_bytes"]:
-                continue  # barrier: no bandwidth
-            name = f"{point['point']}/{metric}"
-            if figure.default or references.lookup(system, name) is not None:
-                figures.append((name, float(value), figure.unit, system))
+            if not measured.applies(point):
+                continue
+            name = f"{point['point']}/{measured.name}"
+            if measured.checked or references.lookup(system, name) is not None:
+                figures.append((name, float(value), measured.unit, system))
     return figures
 
 
@@ -134,16 +169,19 @@ def _outside(value: float, low: float | None, high: float | None) -> str | None:
     return None
 
 
-def _describe(side: str, metric: str, against: str) -> str:
-    lower_is_better = FIGURES[metric].lower_is_better
-    slow = (side == "above") == lower_is_better
+def _describe(side: str, name: str, against: str) -> str:
+    better = metric(name).better
+    bound = f"({side} the {'upper' if side == 'above' else 'lower'} bound)"
+    if better is None:
+        return f"{'higher' if side == 'above' else 'lower'} than {against} {bound}"
+    slow = (side == "above") == (better == LOWER)
     what = "slower than" if slow else "suspiciously faster than"
-    return f"{what} {against} ({side} the {'upper' if side == 'above' else 'lower'} bound)"
+    return f"{what} {against} {bound}"
 
 
 def _judge(name: str, value: float, unit: str, references: References, system: str,
            history: HistoryMedian | None, min_runs: int) -> Row:
-    metric = name.rsplit("/", 1)[1]
+    metric_name = name.rsplit("/", 1)[1]
     row = Row(name, value, unit, None, None, None, None, 0, "NEW", "", system)
     notes, compared, failed = [], False, False
     reference = references.lookup(system, name)
@@ -153,7 +191,7 @@ def _judge(name: str, value: float, unit: str, references: References, system: s
         compared = True
         if side := _outside(value, row.lower_bound, row.upper_bound):
             failed = True
-            notes.append(_describe(side, metric, "the reference"))
+            notes.append(_describe(side, metric_name, "the reference"))
     if history is not None:
         row.history_median, row.history_runs = history.value, history.runs
         if history.runs < min_runs:
@@ -166,7 +204,7 @@ def _judge(name: str, value: float, unit: str, references: References, system: s
             if side := _outside(value, low, high):
                 failed = True
                 change = (value / history.value - 1) * 100 if history.value else math.inf
-                notes.append(f"{_describe(side, metric, 'the history')}: "
+                notes.append(f"{_describe(side, metric_name, 'the history')}: "
                              f"{change:+.0f}% vs median")
     row.verdict = "FAIL" if failed else ("PASS" if compared else "NEW")
     row.note = "; ".join(notes)
@@ -234,7 +272,10 @@ def check(summary: Summary, references: References, system: str | None = None, *
     """Check ``summary``; with a history folder, compare and then append this run to it.
 
     ``system`` applies to every point; None chooses per point (:func:`point_systems`).
+    ``last`` (default: the references' ``history.last``) must be a whole number >= 1.
     """
+    if last is not None and last < 1:
+        raise CheckError(f"{last} is not a whole number >= 1")
     run_id = "+".join(sorted(summary.metadata.get("run_ids") or [])) or "unknown"
     last = last or references.history_last
     systems = point_systems(summary, system)
@@ -303,3 +344,17 @@ def write_verdict(path: str | os.PathLike[str], result: CheckResult, references_
     with atomic_open(Path(path)) as handle:
         json.dump(document, handle, indent=1)
         handle.write("\n")
+
+
+def read_verdict(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The verdict :func:`write_verdict` wrote; VerdictError names what is wrong with it."""
+    try:
+        with open(path) as handle:
+            verdict = json.load(handle)
+    except OSError as error:
+        raise VerdictError(f"{path}: cannot read ({error.strerror})") from None
+    except json.JSONDecodeError as error:
+        raise VerdictError(f"{path}:{error.lineno}: not JSON ({error.msg})") from None
+    if not isinstance(verdict, dict) or "verdict" not in verdict or "figures" not in verdict:
+        raise VerdictError(f"{path}: not an `hpcmem check --verdict-out` file")
+    return verdict

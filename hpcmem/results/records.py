@@ -1,8 +1,9 @@
-"""Result records: the common fields every benchmark writes, and atomic JSONL output.
+"""Result records: the fields every benchmark writes, the record schema, JSONL read and write.
 
-One JSON object per line (DESIGN.md "Result record"). Files are written under a
+One JSON object per line (docs/design.md describes the record). Files are written under a
 temporary name in the same folder and renamed into place when complete, so a
-killed job never leaves a half-written file that looks valid.
+killed job never leaves a half-written file that looks valid. Every record names the
+commit it was made from: the checkout's, or ``HPCMEM_GIT_SHA`` where there is no checkout.
 """
 
 from __future__ import annotations
@@ -24,23 +25,52 @@ from typing import IO, Any
 from hpcmem import __version__
 from hpcmem.node.probe import current_container
 
+__all__ = [
+    "GIT_SHA_ENV",
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "atomic_open",
+    "common_fields",
+    "git_sha",
+    "read_lines",
+    "read_records",
+    "record_schema",
+    "utc_now",
+    "validate_record",
+    "write_records",
+]
+
 SCHEMA_VERSION = 1
-BENCHMARKS = ("collectives", "train")
 STATUSES = ("ok", "failed", "skipped")
+#: the commit a record was made from, for a process that runs outside a git checkout
+GIT_SHA_ENV = "HPCMEM_GIT_SHA"
 
 
 @cache
 def record_schema() -> dict[str, Any]:
-    """The JSON Schema of one result record (``hpcmem/results/schemas/record.schema.json``)."""
+    """The JSON Schema of one result record: the common fields
+    (``hpcmem/results/schemas/record.schema.json``) and, for an ``ok`` record, its
+    benchmark's own fields as its spec declares them."""
+    from hpcmem.results.registry import BENCHMARKS
+
     text = resources.files("hpcmem.results.schemas").joinpath("record.schema.json").read_text()
-    return json.loads(text)
+    schema = json.loads(text)
+    for spec in BENCHMARKS.values():
+        ok = {"benchmark": {"const": spec.name}, "status": {"const": "ok"}}
+        schema["allOf"].append({"if": {"properties": ok}, "then": spec.ok_schema()})
+    return schema
+
+
+@cache
+def _validator() -> Any:
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(record_schema())
 
 
 def validate_record(record: dict[str, Any]) -> list[str]:
     """Every schema violation of ``record`` as a readable line; empty when valid."""
-    import jsonschema
-
-    validator = jsonschema.Draft202012Validator(record_schema())
+    validator = _validator()
     return [
         f"{'/'.join(map(str, error.absolute_path)) or '<record>'}: {error.message}"
         for error in sorted(validator.iter_errors(record), key=lambda e: list(e.absolute_path))
@@ -48,14 +78,15 @@ def validate_record(record: dict[str, Any]) -> list[str]:
 
 
 @cache
-def git_sha() -> str | None:
-    """The commit of the hpcmem checkout, or ``HPCMEM_GIT_SHA``, or None."""
-    if sha := os.environ.get("HPCMEM_GIT_SHA"):
+def git_sha(checkout: str | os.PathLike[str] | None = None) -> str | None:
+    """``HPCMEM_GIT_SHA`` when set, else the commit of ``checkout`` (default: the one hpcmem
+    is imported from), else None (an installed copy, and no commit passed in)."""
+    if sha := os.environ.get(GIT_SHA_ENV, "").strip():
         return sha
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).resolve().parent,
+            cwd=checkout or Path(__file__).resolve().parent,
             capture_output=True,
             text=True,
             timeout=5,
@@ -87,6 +118,8 @@ def common_fields(
     run_id: str | None = None,
 ) -> dict[str, Any]:
     """The fields every record carries, filled from this process and its environment."""
+    from hpcmem.results.registry import BENCHMARKS
+
     if benchmark not in BENCHMARKS:
         raise ValueError(f"benchmark {benchmark!r} is not one of {', '.join(BENCHMARKS)}")
     if status not in STATUSES:
@@ -138,15 +171,24 @@ def write_records(path: str | os.PathLike[str], records: Iterable[dict[str, Any]
             handle.write(json.dumps(record, sort_keys=True) + "\n")
 
 
-def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """All records of one JSONL file; a line that is not JSON raises ValueError naming it."""
-    records = []
-    with open(path) as handle:
+def read_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any, str | None]]:
+    """``(line number, parsed JSON, None)`` for each non-empty line of a JSONL file, or
+    ``(line number, None, error)`` for a line that is not JSON."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue
             try:
-                records.append(json.loads(line))
+                yield number, json.loads(line), None
             except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{number}: not a JSON record ({error.msg})") from None
+                yield number, None, f"not a JSON record ({error.msg}; column {error.colno})"
+
+
+def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """All records of one JSONL file; a line that is not JSON raises ValueError naming it."""
+    records = []
+    for number, record, error in read_lines(path):
+        if error is not None:
+            raise ValueError(f"{path}:{number}: {error}")
+        records.append(record)
     return records

@@ -12,7 +12,8 @@ The YAML file (``config/references.yaml`` documents the format in its header)::
         "<figure>": [target, lower, upper, unit]
 
 A figure is ``<point key>/<metric>`` (the point key as ``hpcmem aggregate`` writes
-it); a pattern may use ``*`` (any characters, ``/`` included) and ``?``. The
+it, the metric as its benchmark's spec names it, with the spec's unit); a pattern may
+use ``*`` (any characters, ``/`` included) and ``?``. The
 value must lie in ``[target * (1 + lower), target * (1 + upper)]``; ``null``
 leaves that side open. Lookup order for a figure: the exact ``system:partition``,
 then ``system:*``, then ``*:*``; within one, an exact key before patterns, and
@@ -28,40 +29,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpcmem.errors import HpcmemError
+from hpcmem.results.registry import BENCHMARKS, metric
 
 __all__ = [
-    "FIGURES",
-    "Figure",
     "Reference",
     "References",
     "ReferencesError",
     "load_references",
     "parse_references",
 ]
-
-
-@dataclass(frozen=True)
-class Figure:
-    """A metric of a summary row that can be checked, with its unit and direction."""
-
-    benchmark: str
-    column: str
-    unit: str
-    lower_is_better: bool
-    default: bool
-
-
-#: metric name (last part of a figure key) -> how to read it from the summary
-FIGURES: dict[str, Figure] = {
-    "latency_us.avg": Figure("collectives", "latency_us_avg", "us", True, True),
-    "latency_us.min": Figure("collectives", "latency_us_min", "us", True, False),
-    "latency_us.max": Figure("collectives", "latency_us_max", "us", True, False),
-    "busbw_GBps": Figure("collectives", "busbw_GBps", "GB/s", False, True),
-    "algbw_GBps": Figure("collectives", "algbw_GBps", "GB/s", False, False),
-    "step_ms.median": Figure("train", "step_ms_median", "ms", True, True),
-    "step_ms.p90": Figure("train", "step_ms_p90", "ms", True, False),
-    "first_step_ms": Figure("train", "first_step_ms", "ms", True, True),
-}
 
 
 class ReferencesError(HpcmemError, ValueError):
@@ -141,16 +117,17 @@ def _tolerances(lower: Any, upper: Any, where: str) -> tuple[float | None, float
 def _check_pattern(pattern: Any, where: str) -> str:
     if not isinstance(pattern, str) or "/" not in pattern:
         raise ReferencesError(f"{where}: figure {pattern!r} is not '<point key>/<metric>'")
-    benchmark, metric = pattern.split("/", 1)[0], pattern.rsplit("/", 1)[1]
-    if benchmark not in ("collectives", "train", "*"):
+    benchmark, name = pattern.split("/", 1)[0], pattern.rsplit("/", 1)[1]
+    if benchmark not in (*BENCHMARKS, "*"):
+        accepted = ", ".join(f"{b}/" for b in (*BENCHMARKS, "*"))
         raise ReferencesError(
-            f"{where}: figure {pattern!r} starts with {benchmark!r} "
-            "(accepted: collectives/, train/ or */)"
+            f"{where}: figure {pattern!r} starts with {benchmark!r} (accepted: {accepted})"
         )
-    accepted = [m for m, f in FIGURES.items() if benchmark in ("*", f.benchmark)]
-    if metric not in accepted:
+    specs = BENCHMARKS.values() if benchmark == "*" else [BENCHMARKS[benchmark]]
+    accepted = [m.name for spec in specs for m in spec.metrics]
+    if name not in accepted:
         raise ReferencesError(
-            f"{where}: unknown metric {metric!r} (accepted for {benchmark}: {', '.join(accepted)})"
+            f"{where}: unknown metric {name!r} (accepted for {benchmark}: {', '.join(accepted)})"
         )
     return pattern
 
@@ -163,7 +140,7 @@ def _reference(pattern: str, value: Any, where: str) -> Reference:
     if target <= 0:
         raise ReferencesError(f"{where} (target): {target:g} must be > 0")
     lower, upper = _tolerances(value[1], value[2], where)
-    unit = FIGURES[pattern.rsplit("/", 1)[1]].unit
+    unit = metric(pattern.rsplit("/", 1)[1]).unit  # _check_pattern accepted the metric
     if value[3] != unit:
         raise ReferencesError(f"{where} (unit): {value[3]!r} is not this figure's unit {unit!r}")
     return Reference(pattern, target, lower, upper, unit)

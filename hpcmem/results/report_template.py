@@ -5,9 +5,12 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 from string import Template
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["PAGE", "badge", "section", "table"]
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["PAGE", "badge", "folded_frame", "section", "table"]
 
 PAGE = Template("""<!DOCTYPE html>
 <html lang="en">
@@ -103,3 +106,14 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]],
         for row in rows
     )
     return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>"
+
+
+def folded_frame(frame: pd.DataFrame, title: str) -> str:
+    """A summary table folded under ``title``: numbers right-aligned, missing values as -."""
+    import pandas as pd
+
+    kinds = ["num" if frame[c].dtype.kind in "fiu" else "text" for c in frame.columns]
+    rows = [[None if pd.isna(v) else v for v in row]
+            for row in frame.astype(object).itertuples(index=False)]
+    body = table(list(frame.columns), rows, kinds)
+    return f"<details><summary>{html.escape(title)}</summary>{body}</details>"

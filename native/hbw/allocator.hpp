@@ -1,4 +1,4 @@
-// The memory kinds behind one small interface: memkind today, UMF later (DESIGN.md).
+// The memory kinds behind one small interface: memkind today, UMF later (docs/design.md).
 #pragma once
 
 #include <cstddef>

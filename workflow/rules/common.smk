@@ -4,21 +4,20 @@ import datetime
 import itertools
 import json
 import os
-import subprocess
 import sys
 
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 from snakemake.utils import validate
 
-from hpcmem.collectives.sizes import parse_size as size_bytes
+from hpcmem.node.planned import BINDINGS
+from hpcmem.results.records import git_sha
+from hpcmem.um import PRESETS
+from hpcmem.units import parse_size as size_bytes
 from hpcmem.workflow.containers import ContainerError, resolve_container
 
 
 validate(config, schema="../schemas/config.schema.yaml")
-
-BUILTIN_BINDINGS = ("none", "cores", "hbw", "dram", "interleave")
-PRESET_POLICIES = ("cuda", "um", "hpcmem")
 
 
 def parse_size(value, key):
@@ -67,14 +66,14 @@ if parse_size(config["collectives"]["min_size"], "collectives.min_size") > parse
 check_names(
     "collectives.bindings",
     config["collectives"]["bindings"],
-    BUILTIN_BINDINGS,
+    BINDINGS,
     config["collectives"]["custom_bindings"],
     "collectives.custom_bindings",
 )
 check_names(
     "train.policies",
     config["train"]["policies"],
-    PRESET_POLICIES,
+    tuple(PRESETS),
     config["train"]["policy_files"],
     "train.policy_files",
 )
@@ -87,19 +86,14 @@ SOURCE_DIR = os.path.dirname(workflow.basedir)
 PYTHON = sys.executable
 
 
-def get_git_sha():
-    """The commit of SOURCE_DIR, or '' outside a git checkout (records carry it)."""
-    try:
-        out = subprocess.run(
-            ["git", "-C", SOURCE_DIR, "rev-parse", "HEAD"], capture_output=True, text=True
-        )
-    except OSError:
-        return ""
-    return out.stdout.strip() if out.returncode == 0 else ""
-
-
-#: the commit being built and run: the installed wheel lies outside the checkout
-GIT_SHA = get_git_sha()
+#: the commit being built and run (HPCMEM_GIT_SHA where the source is not a git checkout):
+#: the installed wheel lies outside the checkout, so the jobs are told which commit they run
+GIT_SHA = git_sha(SOURCE_DIR) or ""
+if not GIT_SHA:
+    logger.warning(
+        f"hpcmem: {SOURCE_DIR} is not a git checkout and HPCMEM_GIT_SHA is not set: "
+        "the records of this run will name no commit"
+    )
 #: where the benchmark jobs run: in images through Apptainer/Singularity (run_collectives and
 #: run_train call `apptainer exec` themselves, one container per rank) or natively; resolved
 #: here so that container.enabled: true without a runtime stops before any job is submitted.

@@ -1,0 +1,105 @@
+"""The collectives' part of the HTML report: latency and bus bandwidth against message size
+per op and buffer kind (log-log), and each buffer kind's speedup over NumPy buffers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from hpcmem.collectives.buffers import BUFFER_KINDS
+from hpcmem.collectives.tables import LATENCY, latency_table, speedup_table
+from hpcmem.results.plots import PALETTE, embed, log_size_axis, log_value_axis, new_figure
+from hpcmem.results.report_template import folded_frame
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["latency_figures", "section", "speedup_figure"]
+
+BUS_BANDWIDTH = "busbw_GBps"
+#: line style and marker per binding, so buffer kinds keep their colour across bindings
+_BINDING_STYLES = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
+
+
+def _color(buffer: str) -> str:
+    """Each buffer kind's own colour, the same in every figure."""
+    index = BUFFER_KINDS.index(buffer) if buffer in BUFFER_KINDS else len(BUFFER_KINDS)
+    return PALETTE[index % len(PALETTE)]
+
+
+def _series_label(buffer: str, binding: str, bindings: int) -> str:
+    return buffer if bindings == 1 else f"{buffer} · {binding}"
+
+
+def latency_figures(points: pd.DataFrame) -> Iterator[str]:
+    """Per op and rank count: latency and bus bandwidth against size, one line per buffer."""
+    sized = points[points["size_bytes"] > 0]
+    for (op, dtype, ranks), group in sized.groupby(["op", "dtype", "ranks"], sort=True,
+                                                    dropna=False):
+        figure, (lat, bw) = new_figure(11, 3.9, columns=2)
+        bindings = sorted(group["binding"].unique())
+        for (buffer, binding), line in group.groupby(["buffer", "binding"], sort=True):
+            line = line.sort_values("size_bytes")
+            index = bindings.index(binding) % len(_BINDING_STYLES)
+            linestyle, marker = _BINDING_STYLES[index]
+            style = {"color": _color(buffer), "marker": marker, "markersize": 3.5,
+                     "linestyle": linestyle, "linewidth": 1.6,
+                     "label": _series_label(buffer, binding, len(bindings))}
+            lat.plot(line["size_bytes"], line[LATENCY], **style)
+            bw.plot(line["size_bytes"], line[BUS_BANDWIDTH], **style)
+        for axes in (lat, bw):
+            log_size_axis(axes, group["size_bytes"])
+            log_value_axis(axes)
+        lat.set_ylabel("average latency (µs)")
+        lat.set_title(f"{op} ({dtype}): latency, {ranks} ranks", fontsize=11)
+        bw.set_ylabel("bus bandwidth (GB/s)")
+        bw.set_title(f"{op} ({dtype}): bus bandwidth, {ranks} ranks", fontsize=11)
+        title = "buffer" if len(bindings) == 1 else "buffer · binding"
+        lat.legend(title=title, fontsize=9, title_fontsize=9)
+        yield embed(
+            figure,
+            f"{op} latency and bus bandwidth against message size, {ranks} ranks",
+            f"{op}, {ranks} ranks: median over repeats of the average latency across ranks (µs) "
+            "and bus bandwidth (GB/s, nccl-tests convention), log-log.",
+        )
+
+
+def speedup_figure(points: pd.DataFrame) -> str | None:
+    """Each buffer kind's speedup over NumPy buffers against size, one line per op."""
+    speed = speedup_table(points)
+    speed = speed[speed["size_bytes"] > 0]
+    if speed.empty:
+        return None
+    figure, (axes,) = new_figure(11, 3.9)
+    bindings, dtypes = speed["binding"].nunique(), speed["dtype"].nunique(dropna=False)
+    for (op, dtype, ranks, binding, buffer), line in speed.groupby(
+        ["op", "dtype", "ranks", "binding", "buffer"], sort=True, dropna=False
+    ):
+        line = line.sort_values("size_bytes")
+        label = f"{op} · {buffer} · {ranks} ranks" + (f" · {binding}" if bindings > 1 else "")
+        label += f" · {dtype}" if dtypes > 1 else ""
+        axes.plot(line["size_bytes"], line["speedup"], marker="o", markersize=3.5,
+                  linewidth=1.6, label=label)
+    axes.axhline(1.0, color="#555", linewidth=1, linestyle="--")
+    log_size_axis(axes, speed["size_bytes"])
+    if speed["speedup"].max() / speed["speedup"].min() > 4:
+        log_value_axis(axes)  # symmetric for gains and losses; linear when the range is small
+    axes.set_ylabel("speedup over numpy buffers (\u00d7)")
+    axes.set_title("latency of numpy buffers / latency of the buffer kind", fontsize=11)
+    axes.legend(fontsize=9, ncols=2)
+    return embed(figure, "speedup of each buffer kind over numpy buffers by message size",
+                  "Above 1: the buffer kind is faster than plain NumPy buffers at that size "
+                  "(ratio of median average latencies, dimensionless).")
+
+
+def section(points: pd.DataFrame) -> str:
+    """The collectives' figures and latency table, or a note when there are none."""
+    figures = list(latency_figures(points))
+    if not figures:
+        return '<p class="note">No collectives points in this summary.</p>'
+    speed = speedup_figure(points)
+    return "\n".join([
+        *figures,
+        *(["<h3>Speedup over NumPy buffers</h3>", speed] if speed else []),
+        folded_frame(latency_table(points), "Latency table (µs, median over repeats)"),
+    ])

@@ -1,0 +1,70 @@
+"""What the collectives benchmark's records hold, declared once for the results pipeline.
+
+A point is (op, buffer kind, dtype, ranks, binding, message size); its key reads
+``collectives/<op>/<buffer>/<dtype>/ranks=<n>/binding=<name>/size=<bytes>``. Latency is
+checked in every run, bus bandwidth too where the op moves data (not barrier).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hpcmem.collectives import report, tables
+from hpcmem.collectives.buffers import BUFFER_KINDS
+from hpcmem.collectives.ops import DTYPES, OPS
+from hpcmem.node.applied import binding_label
+from hpcmem.results.spec import HIGHER, LOWER, Benchmark, Coordinate, Metric
+
+__all__ = ["COLLECTIVES"]
+
+
+def _moves_data(point: Any) -> bool:
+    """Bandwidth exists only where messages have a size (barrier has none)."""
+    return bool(point["size_bytes"])
+
+
+COLLECTIVES = Benchmark(
+    name="collectives",
+    title="Collectives",
+    coordinates=(
+        Coordinate("op"),
+        Coordinate("buffer"),
+        Coordinate("dtype"),
+        Coordinate("ranks", "ranks", integer=True),
+        Coordinate("binding", "binding", read=lambda record: binding_label(record.get("binding"))),
+        Coordinate("size_bytes", "size", integer=True),
+    ),
+    metrics=(
+        Metric("latency_us.avg", "us", LOWER, checked=True),
+        Metric("latency_us.min", "us", LOWER),
+        Metric("latency_us.max", "us", LOWER),
+        Metric("busbw_GBps", "GB/s", HIGHER, checked=True, applies=_moves_data),
+        Metric("algbw_GBps", "GB/s", HIGHER, applies=_moves_data),
+        Metric("placement.hbw_fraction", "fraction", HIGHER,
+               schema={"type": ["number", "null"], "minimum": 0, "maximum": 1}),
+    ),
+    fields={
+        "required": ["op", "buffer", "placement", "ranks", "size_bytes", "iterations",
+                     "warmup", "validated", "mpi_library"],
+        "properties": {
+            "op": {"enum": list(OPS)},
+            "buffer": {"enum": list(BUFFER_KINDS)},
+            "dtype": {"enum": list(DTYPES)},
+            "placement": {"type": "object", "required": ["nodes", "emulated"],
+                          "properties": {"nodes": {"type": "object"},
+                                         "emulated": {"type": "boolean"}}},
+            "ranks": {"type": "integer", "minimum": 1},
+            "size_bytes": {"type": "integer", "minimum": 0},
+            "iterations": {"type": "integer", "minimum": 1},
+            "warmup": {"type": "integer", "minimum": 0},
+            "validated": {"type": "boolean"},
+            "mpi_library": {"type": "string"},
+        },
+    },
+    metadata={"mpi_libraries": "mpi_library"},
+    sanity=lambda record: None if record["validated"] else (
+        "status ok but validated is false: the result was not checked correct"),
+    tables={"collectives_latency.csv": tables.latency_table,
+            "collectives_speedup.csv": tables.speedup_table},
+    section=report.section,
+)

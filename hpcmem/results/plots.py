@@ -1,0 +1,78 @@
+"""matplotlib helpers of the report: figures embedded as PNG, log axes labelled for people."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+from typing import TYPE_CHECKING, Any
+
+from hpcmem.units import format_size
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["DPI", "PALETTE", "embed", "log_size_axis", "log_value_axis", "new_figure"]
+
+DPI = 100
+#: colours of the lines and bars of one figure, in order
+PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3")
+
+
+def new_figure(width: float, height: float, columns: int = 1, rows: int = 1
+                ) -> tuple[Figure, Any]:
+    """A constrained-layout figure and its axes, flattened row by row."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    return figure, figure.subplots(rows, columns, squeeze=False).ravel()
+
+
+def embed(figure: Figure, alt: str, caption: str) -> str:
+    """The figure as an ``<img>`` with a base64 PNG data URI, inside a ``<figure>``."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=DPI)
+    width, height = (round(v * DPI) for v in figure.get_size_inches())
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return (
+        f'<figure><img src="data:image/png;base64,{data}" width="{width}" height="{height}" '
+        f'alt="{html.escape(alt)}"><figcaption>{html.escape(caption)}</figcaption></figure>'
+    )
+
+
+def log_size_axis(axes: Any, sizes: Any) -> None:
+    """A log2 x axis labelled in bytes, at most about ten ticks over the sizes plotted."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    low, high = (int(math.log2(v)) for v in (min(sizes), max(sizes)))
+    step = max(1, math.ceil((high - low + 1) / 10))
+    axes.set_xscale("log", base=2)
+    axes.xaxis.set_major_locator(FixedLocator([2.0**k for k in range(low, high + 1, step)]))
+    axes.xaxis.set_minor_locator(NullLocator())
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda size, _pos: format_size(size)))
+    axes.set_xlabel("message size (bytes)")
+    axes.grid(True, which="major", alpha=0.3)
+
+
+def _plain(value: float, _pos: Any = None) -> str:
+    return f"{value:g}"
+
+
+def log_value_axis(axes: Any) -> None:
+    """A log y axis with plain numbers, labelling minor ticks when it spans few decades."""
+    from matplotlib.ticker import FuncFormatter
+
+    axes.set_yscale("log")
+    axes.yaxis.set_major_formatter(FuncFormatter(_plain))
+    low, high = axes.get_ylim()
+    decades = math.log10(high / low)
+    labelled = (2, 3, 4, 5, 6, 7, 8, 9) if decades < 1 else (2, 5) if decades < 3.5 else ()
+    if labelled:
+        def minor(value: float, _pos: Any = None) -> str:
+            digit = round(value / 10 ** math.floor(math.log10(value)))
+            return f"{value:g}" if digit in labelled else ""
+
+        axes.yaxis.set_minor_formatter(FuncFormatter(minor))
+        axes.grid(True, which="minor", axis="y", alpha=0.15)
+    axes.grid(True, which="major", axis="y", alpha=0.3)

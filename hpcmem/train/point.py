@@ -1,0 +1,146 @@
+"""One training point as asked for: its sweep coordinates and run settings, validated.
+
+Points come from ``hpcmem train``, so a value that is not accepted raises
+:class:`PointError` naming that command's option, the value and what is accepted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from hpcmem.errors import HpcmemError
+from hpcmem.train.models import DEFAULT_VOCAB, MODELS
+from hpcmem.train.sizing import DTYPES
+from hpcmem.units import UnitError, parse_count, parse_size
+
+__all__ = ["DEFAULTS", "MODEL_OPTIONS", "PointError", "TrainPoint", "check_policy", "make_point"]
+
+#: What each model uses for the options left out.
+DEFAULTS = {
+    "transformer": {"params": "125M", "batch": 8, "dtype": "bf16", "seq_len": 2048,
+                    "vocab": DEFAULT_VOCAB},
+    "cnn": {"params": None, "batch": 256, "dtype": "fp32", "image_size": 224},
+}
+#: Options that shape only one model's data.
+MODEL_OPTIONS = {"transformer": ("seq_len", "vocab"), "cnn": ("image_size",)}
+_DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+
+
+class PointError(HpcmemError, ValueError):
+    """A training option whose value is not accepted; the message names the option."""
+
+
+@dataclass(frozen=True)
+class TrainPoint:
+    """What was asked for: the sweep coordinates and run settings of one training point."""
+
+    model: str
+    params_requested: int | None
+    oversubscribe: float | None
+    batch: int
+    seq_len: int | None  # transformer only
+    vocab: int | None  # transformer only
+    image_size: int | None  # cnn only
+    dtype: str
+    policy: str  # preset name or YAML path
+    gpu_budget: int | None
+    steps: int
+    warmup: int
+    seed: int
+    device: str
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _at_least(name: str, value: int, minimum: int = 1) -> int:
+    if value < minimum:
+        raise PointError(f"{_option(name)}: {value} is not an integer >= {minimum}")
+    return value
+
+
+def _one_of(name: str, value: str, accepted: tuple[str, ...]) -> str:
+    if value not in accepted:
+        raise PointError(f"{_option(name)}: {value!r} is not one of {', '.join(accepted)}")
+    return value
+
+
+def make_point(
+    *,
+    model: str = "transformer",
+    params: str | None = None,
+    oversubscribe: float | None = None,
+    batch: int | None = None,
+    seq_len: int | None = None,
+    vocab: int | None = None,
+    image_size: int | None = None,
+    dtype: str | None = None,
+    policy: str = "hpcmem",
+    gpu_budget: str | None = None,
+    steps: int = 20,
+    warmup: int = 3,
+    seed: int = 0,
+    device: str = "cuda:0",
+) -> TrainPoint:
+    """The point these options describe; None takes the model's default (:data:`DEFAULTS`).
+
+    ``params`` is a count (``125M``, ``1.3B``) and ``gpu_budget`` a size (``40G``).
+    Raises :class:`PointError` naming the first option that is not accepted.
+    """
+    given = {"seq_len": seq_len, "vocab": vocab, "image_size": image_size}
+    model = _one_of("model", model, MODELS)
+    for other, names in MODEL_OPTIONS.items():
+        for name in names:
+            if other != model and given[name] is not None:
+                raise PointError(f"{_option(name)}: applies to --model {other} only, not {model}")
+    defaults = DEFAULTS[model]
+
+    def value(name: str, chosen: Any) -> Any:
+        return defaults[name] if chosen is None else chosen
+
+    if params is not None and oversubscribe is not None:
+        raise PointError("--params and --oversubscribe: give one of them, not both")
+    if oversubscribe is not None and (not math.isfinite(oversubscribe) or oversubscribe <= 0):
+        raise PointError(f"--oversubscribe: {oversubscribe!r} is not a positive ratio")
+    count = None if oversubscribe is not None else value("params", params)
+    try:
+        params_requested = None if count is None else parse_count(count)
+    except UnitError as error:
+        raise PointError(f"--params: {error}") from None
+    try:
+        budget = None if gpu_budget is None else parse_size(gpu_budget, positive=True)
+    except UnitError as error:
+        raise PointError(f"--gpu-budget: {error}") from None
+    if not _DEVICE.fullmatch(device):
+        raise PointError(f"--device: {device!r} is not one of cuda, cuda:N, cpu")
+    transformer, cnn = model == "transformer", model == "cnn"
+    return TrainPoint(
+        model=model,
+        params_requested=params_requested,
+        oversubscribe=oversubscribe,
+        batch=_at_least("batch", value("batch", batch)),
+        seq_len=_at_least("seq_len", value("seq_len", seq_len)) if transformer else None,
+        vocab=_at_least("vocab", value("vocab", vocab), 2) if transformer else None,
+        image_size=_at_least("image_size", value("image_size", image_size), 32) if cnn else None,
+        dtype=_one_of("dtype", value("dtype", dtype), tuple(DTYPES)),
+        policy=policy,
+        gpu_budget=budget,
+        steps=_at_least("steps", steps),
+        warmup=_at_least("warmup", warmup, 0),
+        seed=_at_least("seed", seed, 0),
+        device=device,
+    )
+
+
+def check_policy(point: TrainPoint, policy: Any) -> None:
+    """Refuse a loaded ``hpcmem.um`` policy the point cannot run under, before any GPU work."""
+    if point.device == "cpu" and policy.managed:
+        raise PointError(f"--policy: {point.policy!r} needs a CUDA device; --device cpu "
+                         "(for tests) runs only with --policy cuda")
+    if point.gpu_budget is not None and not policy.managed:
+        raise PointError(f"--gpu-budget: needs a Unified Memory policy (um, hpcmem or a "
+                         f"managed YAML file); {policy.name!r} is PyTorch's own allocator")

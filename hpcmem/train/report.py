@@ -1,0 +1,77 @@
+"""The training part of the HTML report: step time per Unified Memory policy, one panel per
+model point, with the p10-p90 spread and the ratio to the ``um`` preset."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from hpcmem.results.plots import PALETTE, embed, new_figure
+from hpcmem.results.report_template import folded_frame
+from hpcmem.train.tables import MODEL_POINT, STEP, step_time_table
+from hpcmem.um import PRESETS
+from hpcmem.units import format_count, format_size
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["section", "training_figure"]
+
+
+def _color(policy: str) -> str:
+    """Each preset's own colour, the same in every panel; policy files share the next one."""
+    presets = list(PRESETS)
+    index = presets.index(policy) if policy in presets else len(presets)
+    return PALETTE[index % len(PALETTE)]
+
+
+def training_figure(points: pd.DataFrame) -> str | None:
+    """Median step time per policy with the p10-p90 spread, one panel per model point."""
+    import pandas as pd
+
+    steps = step_time_table(points)
+    if steps.empty:
+        return None
+    groups = list(steps.groupby(MODEL_POINT, sort=True, dropna=False))
+    columns = min(len(groups), 3)
+    rows = math.ceil(len(groups) / columns)
+    figure, panels = new_figure(4.2 * columns, 3.9 * rows, columns=columns, rows=rows)
+    for axes in panels[len(groups):]:
+        axes.set_visible(False)
+    for axes, (key, group) in zip(panels, groups, strict=False):
+        model, params, batch, _seq_len, dtype, budget = key
+        policies = list(group["policy"])
+        median = group[STEP].to_numpy(dtype=float)
+        spread = [median - group["step_ms.p10"].to_numpy(dtype=float),
+                  group["step_ms.p90"].to_numpy(dtype=float) - median]
+        colors = [_color(p) for p in policies]
+        axes.bar(policies, median, yerr=spread, capsize=5, color=colors, width=0.6,
+                 error_kw={"elinewidth": 1, "ecolor": "#333"})
+        tops = group["step_ms.p90"].to_numpy(dtype=float)
+        for x, (value, top, ratio) in enumerate(
+            zip(median, tops, group["ratio_to_um"], strict=True)
+        ):
+            text = f"{value:.1f} ms" + ("" if pd.isna(ratio) else f"\n{ratio:.2f}\u00d7 um")
+            axes.annotate(text, (x, top), textcoords="offset points", xytext=(0, 4),
+                          ha="center", va="bottom", fontsize=8)
+        axes.margins(y=0.2)
+        title = f"{model}, {format_count(params)} params, batch {batch}, {dtype}"
+        if not pd.isna(budget):
+            title += f", budget {format_size(float(budget))}"
+        axes.set_title(title, fontsize=10)
+        axes.set_ylabel("step time (ms)")
+        axes.set_xlabel("memory policy")
+        axes.grid(True, axis="y", alpha=0.3)
+    return embed(figure, "training step time per memory policy",
+                  "Median step time (ms) per policy, with its ratio to the um policy (UM "
+                  "without advice); whiskers span p10-p90 of step times (medians over repeats).")
+
+
+def section(points: pd.DataFrame) -> str:
+    """The training figure and step-time table, or a note when there are no points."""
+    figure = training_figure(points)
+    if figure is None:
+        return ('<p class="note">No training points in this summary '
+                "(see the skipped points below for why).</p>")
+    table = folded_frame(step_time_table(points), "Step time table (ms, median over repeats)")
+    return f"{figure}\n{table}"
