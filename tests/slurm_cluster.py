@@ -2,9 +2,13 @@
 
 The cluster (munged, MariaDB, slurmdbd, slurmctld, slurmd) is started by
 ``tools/slurm/cluster.sh`` under ``.slurm/`` for the session and stopped at its
-end, also when tests fail. Concurrent pytest sessions on one machine share the
-cluster: each holds a lease, and the last one out stops it. When a test that
-uses the cluster fails, its report lists the daemon logs.
+end, also when tests fail. It is set up as production clusters are (SITE): two
+partitions (batch, the default, and hbm) on its one node, account hpc, a QOS bench
+besides the default normal, and AccountingStorageEnforce=associations,limits,qos,
+so jobs with an unknown partition, account or QOS are refused or never start.
+Concurrent pytest sessions on one machine share the cluster: each holds a lease,
+and the last one out stops it. When a test that uses the cluster fails, its report
+lists the daemon logs.
 """
 
 from __future__ import annotations
@@ -22,8 +26,15 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER_SH = REPO / "tools" / "slurm" / "cluster.sh"
 STATE_DIR = Path(os.environ.get("HPCMEM_SLURM_STATE", REPO / ".slurm"))
+#: the cluster.sh settings of the site-like test cluster
+SITE = {
+    "HPCMEM_SLURM_PARTITION": "batch,hbm",
+    "HPCMEM_SLURM_ACCOUNT": "hpc",
+    "HPCMEM_SLURM_QOS": "bench",
+    "HPCMEM_SLURM_ENFORCE": "associations,limits,qos",
+}
 
-__all__ = ["SlurmCluster", "cluster_command", "pid_alive", "slurm_cluster"]
+__all__ = ["SITE", "SlurmCluster", "cluster_command", "pid_alive", "slurm_cluster"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +42,11 @@ class SlurmCluster:
     """A running test cluster: its configuration, environment and logs."""
 
     state_dir: Path
+    #: the default partition, and the second one
+    partition: str = "batch"
+    other_partition: str = "hbm"
+    account: str = "hpc"
+    qos: str = "bench"
 
     @property
     def conf(self) -> Path:
@@ -56,10 +72,13 @@ class SlurmCluster:
         )
 
 
-def cluster_command(action: str, state_dir: Path = STATE_DIR) -> subprocess.CompletedProcess:
-    """``tools/slurm/cluster.sh ACTION STATE_DIR``; raises with its stderr on failure."""
+def cluster_command(action: str, state_dir: Path = STATE_DIR,
+                    env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``tools/slurm/cluster.sh ACTION STATE_DIR`` with the site-like settings (``env`` on
+    top); raises with its stderr on failure."""
     result = subprocess.run(
-        [str(CLUSTER_SH), action, str(state_dir)], capture_output=True, text=True, timeout=180
+        [str(CLUSTER_SH), action, str(state_dir)], capture_output=True, text=True, timeout=180,
+        env={**os.environ, **SITE, **(env or {})},
     )
     if result.returncode != 0 and action != "status":
         raise RuntimeError(
@@ -92,7 +111,7 @@ def pid_alive(pid: int) -> bool:
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
-    """Start (or join) the one-node test cluster for the session; stop it afterwards."""
+    """Start (or join) the site-like one-node test cluster for the session; stop it after."""
     if os.geteuid() != 0:
         pytest.fail("the Slurm test cluster runs its daemons as root: run `make test` as root")
     lease = None

@@ -36,14 +36,16 @@ def write_refs(path: Path, figures: dict, history: dict | None = None,
     return path
 
 
-def run_check(summary: Path, refs: Path, *extra: str) -> tuple[int, str, str]:
+def run_check(summary: Path, refs: Path, *extra: str, system: str | None = "site:part"
+              ) -> tuple[int, str, str]:
+    """``hpcmem check`` for ``system`` (None: without --system)."""
     import io
     from contextlib import redirect_stderr, redirect_stdout
 
     out, err = io.StringIO(), io.StringIO()
+    option = ["--system", system] if system else []
     with redirect_stdout(out), redirect_stderr(err):
-        code = main(["check", str(summary), "--references", str(refs), "--system", "site:part",
-                     *extra])
+        code = main(["check", str(summary), "--references", str(refs), *option, *extra])
     return code, out.getvalue(), err.getvalue()
 
 
@@ -107,6 +109,40 @@ def test_system_lookup_prefers_the_exact_partition(summary: Path, tmp_path: Path
     code, out, _ = run_check(summary, path)
     assert "PASS" in row_of(out, f"{HBW8}/latency_us.avg")
     assert code == 1  # other latencies, matched by the site:part pattern, are far from 1.0
+
+
+def test_each_point_is_judged_for_the_partition_it_ran_in(tmp_path: Path, monkeypatch) -> None:
+    # hbw points measured in Slurm partition lab:hbm, numpy points in lab:batch
+    records = tmp_path / "records"
+    records.mkdir()
+    for source in (FIXTURES / "collectives").glob("*.jsonl"):
+        lines = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
+        for record in lines:
+            record["system"] = "lab:hbm" if record["buffer"] == "hbw" else "lab:batch"
+        (records / source.name).write_text("".join(json.dumps(r) + "\n" for r in lines))
+    aggregate([records], tmp_path / "s")
+    refs = tmp_path / "r.yaml"
+    refs.write_text(yaml.safe_dump({"references": {
+        "*:*": {"collectives/*/size=8/latency_us.avg": [100.0, -0.1, 0.1, "us"]},
+        "lab:hbm": {f"{HBW8}/latency_us.avg": [1.0, -0.1, 0.1, "us"]},
+    }}))
+    monkeypatch.delenv("HPCMEM_SYSTEM", raising=False)
+    for variable in ("SLURM_CLUSTER_NAME", "SLURM_JOB_PARTITION"):
+        monkeypatch.delenv(variable, raising=False)
+    code, out, _ = run_check(tmp_path / "s", refs, "--history", str(tmp_path / "h"), system=None)
+    assert "PASS" in row_of(out, f"{HBW8}/latency_us.avg")  # lab:hbm's reference applied
+    numpy8 = HBW8.replace("/hbw/", "/numpy/")
+    assert "FAIL" in row_of(out, f"{numpy8}/latency_us.avg")  # lab:batch falls back to *:*
+    assert code == 1 and "run fixture" in out.splitlines()[-1]
+    assert "system lab:batch,lab:hbm" in out.splitlines()[-1]
+    with sqlite3.connect(tmp_path / "h" / "history.sqlite") as db:
+        systems = {row[0] for row in db.execute("SELECT system FROM runs")}
+        (hbm_figures,) = db.execute("SELECT count(*) FROM figures WHERE system = 'lab:hbm' "
+                                    "AND figure LIKE '%/numpy/%'").fetchone()
+    assert systems == {"lab:batch", "lab:hbm"} and hbm_figures == 0
+    # --system still applies one system to every point
+    code, out, _ = run_check(tmp_path / "s", refs)
+    assert "system site:part" in out.splitlines()[-1]
 
 
 def test_failed_points_invalid_records_and_missing_references(tmp_path: Path) -> None:

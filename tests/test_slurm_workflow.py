@@ -1,13 +1,17 @@
-"""`snakemake --profile profiles/slurm` end to end on the real one-node Slurm cluster.
+"""The workflow on the site-like test cluster, as a cluster admin runs it the first time
+(docs/slurm-site.md): a site profile outside the checkout, `hpcmem preflight` clean, the
+sweep (collectives in partition hbm, everything else in batch, account hpc, QOS bench, as
+sacct shows), the nightly and its report.
 
 The sweep (allreduce on numpy and emulated-HBW buffers, bindings cores and hbw, 2 ranks
 under srun with PMIx) runs through sbatch: build, install, collectives, training (skipped
-without a GPU), aggregate, check, report. One collectives job is cancelled with scancel
-mid-run; a rerun with --rerun-incomplete redoes that point alone. Then a point whose
-binding cannot be applied fails: Snakemake names its Slurm log, and nothing is aggregated.
+without a GPU), aggregate, check, report. When one benchmark job is left, it is cancelled
+with scancel: the run ends within a minute naming the job, and the rerun the workflow
+prints redoes that point alone. A point whose binding cannot be applied fails naming its
+Slurm log. The verdict is judged for the partition the benchmarks ran in (hbm), not the
+check job's. The nightly keeps its own history; SIGTERM to it mid-sweep ends it within a
+minute (exit 2, verdict `could not run`, no job queued, no lock) and the next nightly runs.
 
-The profile is profiles/slurm/config.yaml with its SITE lines set for the test cluster
-(account, no GPU partition, two cores, quick status checks), as an admin would set them.
 The workflow runs from a snapshot of the working tree, as a cluster runs one checkout.
 """
 
@@ -15,29 +19,33 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
-import shutil
 import signal
+import sqlite3
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from slurm_cluster import SlurmCluster
+from slurm_site import BIN, REPO, run_logged, site_profile, snapshot
 
 from hpcmem.results.records import read_records, validate_record
 
 pytestmark = pytest.mark.slurm
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 RUN = Path("results", "e2e")
 POINTS = [(buffer, binding) for buffer in ("numpy", "hbw") for binding in ("cores", "hbw")]
-#: the sweep: every point runs for a few seconds, long enough to be cancelled mid-run
+TRAIN = Path("train", "transformer", "125M", "hpcmem", "budget_none.jsonl")
+#: benchmark points of the sweep: the collectives points and one training point
+ALL_POINTS = len(POINTS) + 1
+#: the site's sweep: every point runs for a few seconds, long enough to be cancelled
 SWEEP = {
+    "container": {"enabled": False},
     "collectives": {
         "ops": ["allreduce"],
         "buffers": ["numpy", "hbw"],
@@ -46,7 +54,7 @@ SWEEP = {
         "emulate_hbw": "0",
         "min_size": 8,
         "max_size": 64,
-        "iterations": 200000,
+        "iterations": 20000,
         "warmup": 10,
     },
     "train": {"models": ["transformer"], "params": ["125M"], "policies": ["hpcmem"],
@@ -55,57 +63,27 @@ SWEEP = {
 #: the message sizes of SWEEP: 8 to 64 bytes
 SIZES = (8, 16, 32, 64)
 #: a point whose numactl binding names a node that does not exist: its job fails
-FAILING = {
-    "collectives": {
-        "bindings": ["cores", "hbw", "nowhere"],
-        "custom_bindings": {"nowhere": "--membind=7"},
-    }
-}
-
-
-def site_profile(folder: Path) -> Path:
-    """profiles/slurm with its SITE settings for the one-node test cluster."""
-    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
-    profile["default-resources"]["slurm_account"] = "hpcmem"
-    profile["set-resources"]["build_wheel"]["cpus_per_task"] = 2
-    train = profile["set-resources"]["run_train"]
-    train.update(slurm_partition="debug", gpu=0, cpus_per_task=1, mem_mb=2000)
-    profile.update({"slurm-init-seconds-before-status-checks": 2, "retries": 0})
-    folder.mkdir(parents=True)
-    (folder / "config.yaml").write_text(yaml.safe_dump(profile))
-    return folder
-
-
-def snapshot(folder: Path) -> Path:
-    """A copy of the working tree without .git: jobs see one fixed source tree, so commits
-    that land in this (shared) checkout during the test cannot change their parameters."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO, capture_output=True, check=True,
-    ).stdout.decode().split("\0")  # fmt: skip
-    for name in filter(None, listed):
-        source = REPO / name
-        if source.is_file():
-            (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, folder / name)
-    return folder
+FAILING = 'collectives={bindings: [cores, hbw, nowhere], custom_bindings: {nowhere: "--membind=7"}}'
+#: what the SIGTERM'd nightly adds to the sweep: two more points
+MORE = {"collectives": {"bindings": ["cores", "hbw", "none"]}}
+#: benchmark rules: one job per point
+BENCHMARKS = ("run_collectives", "run_train")
 
 
 @dataclass
 class Workflow:
-    """A working directory with the test config, run through the Slurm profile."""
+    """A working directory, the site profile outside the tree, and the source snapshot."""
 
     cluster: SlurmCluster
     workdir: Path
     profile: Path
     source: Path
 
-    def command(self, *configs: str, extra: tuple[str, ...] = ()) -> list[str]:
-        files = [str(self.workdir / "config" / name) for name in ("config.yaml", *configs)]
+    def command(self, *extra: str) -> list[str]:
         return [
             str(BIN / "snakemake"), "--profile", str(self.profile),
             "--snakefile", str(self.source / "workflow" / "Snakefile"),
-            "--directory", str(self.workdir), "--configfile", *files, *extra,
+            "--directory", str(self.workdir), *extra,
         ]  # fmt: skip
 
     def env(self) -> dict[str, str]:
@@ -113,20 +91,35 @@ class Workflow:
         env["PATH"] = f"{BIN}:{env['PATH']}"
         return env
 
-    def start(self, *configs: str, extra: tuple[str, ...] = ()) -> subprocess.Popen:
-        return subprocess.Popen(
-            self.command(*configs, extra=extra), stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, env=self.env(), cwd=REPO,
-        )  # fmt: skip
+    def start(self, command: list[str], **extra_env: str) -> subprocess.Popen:
+        """``command`` in a session of its own (as Slurm signals a job's processes)."""
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env={**self.env(), **extra_env}, cwd=self.workdir,
+                                start_new_session=True)  # fmt: skip
 
-    def run(self, *configs: str, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            self.command(*configs, extra=extra), stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, env=self.env(), cwd=REPO, timeout=300,
-        )  # fmt: skip
+    def run(self, *extra: str) -> subprocess.CompletedProcess:
+        return run_logged(self.command(*extra), self.cluster, cwd=self.workdir)
 
     def point(self, buffer: str, binding: str) -> Path:
         return self.workdir / RUN / "collectives" / "allreduce" / buffer / "ranks2" / binding
+
+    def records(self) -> list[Path]:
+        """Record files of finished benchmark points."""
+        return sorted(path for kind in ("collectives", "train")
+                      for path in (self.workdir / RUN / kind).glob("**/*.jsonl"))
+
+    def nightly_env(self) -> dict[str, str]:
+        venv = self.source / ".venv"
+        if not venv.exists():
+            venv.symlink_to(REPO / ".venv")
+        return {"HPCMEM_PROFILE": str(self.profile), "HPCMEM_WORKDIR": str(self.workdir),
+                "HPCMEM_RUN_ID": "e2e"}
+
+    def nightly(self, *extra: str) -> subprocess.CompletedProcess:
+        """tools/nightly.sh of the snapshot on the site profile, for run e2e."""
+        return subprocess.run([str(self.source / "tools" / "nightly.sh"), *extra],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**self.env(), **self.nightly_env()}, timeout=300)
 
 
 def fingerprint(paths: list[Path]) -> dict[Path, tuple[int, str]]:
@@ -134,108 +127,137 @@ def fingerprint(paths: list[Path]) -> dict[Path, tuple[int, str]]:
     return {p: (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest()) for p in paths}
 
 
-def cancel_a_running_point(flow: Workflow, snakemake: subprocess.Popen) -> tuple[str, Path]:
-    """Once Snakemake has seen a point finish, scancel the collectives job that is running."""
-    deadline = time.monotonic() + 240
+def benchmark_jobs(cluster: SlurmCluster) -> list[tuple[str, str, str]]:
+    """``(job id, state, comment)`` of the queued benchmark jobs."""
+    queued = cluster.run("squeue", "-h", "-o", "%i|%T|%k").stdout.splitlines()
+    jobs = [tuple(line.split("|", 2)) for line in queued]
+    return [job for job in jobs if job[2].startswith(tuple(f"rule_{r}" for r in BENCHMARKS))]
+
+
+def wait_for(condition, what: str, process: subprocess.Popen, timeout: float = 240):
+    """Poll ``condition`` until it returns something; fail when ``process`` ends first."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if snakemake.poll() is not None:
-            raise AssertionError(f"the workflow ended early:\n{snakemake.communicate()[0]}")
-        logs = flow.workdir.glob(".snakemake/log/*.snakemake.log")
-        seen_done = any("(Rule: run_collectives)" in log.read_text() for log in logs)
-        running = [p for p in POINTS if _measuring(flow.point(*p).with_suffix(".osu.txt.tmp"))]
-        jobs = flow.cluster.run("squeue", "-h", "-t", "RUNNING", "-o", "%i|%k").stdout.splitlines()
-        collectives = [j.split("|")[0] for j in jobs if "run_collectives" in j]
-        if seen_done and len(running) == 1 and len(collectives) == 1:
-            assert flow.cluster.run("scancel", collectives[0]).returncode == 0
-            return collectives[0], flow.point(*running[0])
+        if process.poll() is not None:
+            raise AssertionError(f"ended before {what}:\n{process.communicate()[0]}")
+        if found := condition():
+            return found
         time.sleep(0.3)
-    raise AssertionError("no collectives point was running after another had finished")
+    raise AssertionError(f"no {what} within {timeout}s")
 
 
-def _measuring(osu: Path) -> bool:
-    """The ranks have printed the OSU header and are still measuring (sizes left to do)."""
+def interrupt_when(process: subprocess.Popen, condition, what: str, interrupt
+                   ) -> tuple[Any, str, float]:
+    """Wait for ``condition`` while ``process`` runs, call ``interrupt`` with what it
+    returned, and wait for the process to end: (found, its output, seconds it took)."""
     try:
-        lines = osu.read_text().splitlines()
-    except FileNotFoundError:
-        return False
-    rows = [line for line in lines if line and not line.startswith("#")]
-    return bool(lines) and len(rows) < len(SIZES)
+        found = wait_for(condition, what, process)
+        interrupt(found)
+        began = time.monotonic()
+        output, _ = process.communicate(timeout=120)
+        return found, output, time.monotonic() - began
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
 
 
 @pytest.fixture(scope="module")
 def flow(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Workflow:
-    """The sweep, with one job cancelled mid-run; returns the working directory afterwards."""
+    """The working directory (the default configuration, run_id e2e) and the site profile."""
     work = tmp_path_factory.mktemp("slurm-workflow")
-    shutil.copytree(REPO / ".test" / "config", work / "config")
-    (work / "config" / "slurm.yaml").write_text(yaml.safe_dump(SWEEP))
-    (work / "config" / "failing.yaml").write_text(yaml.safe_dump(FAILING))
-    return Workflow(slurm_cluster, work, site_profile(work / "profile"), snapshot(work / "src"))
-
-
-def wait_cancelled(cluster: SlurmCluster, job_id: str, timeout: float = 60) -> None:
-    """Wait until sacct reports ``job_id`` cancelled."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = cluster.run("sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State").stdout
-        if state.startswith("CANCELLED"):
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"job {job_id} was not cancelled within {timeout}s")
+    (work / "work").mkdir()
+    (work / "work" / "config").mkdir()
+    for name in ("config.yaml", "references.yaml"):
+        (work / "work" / "config" / name).write_text((REPO / ".test" / "config" / name)
+                                                     .read_text())
+    profile = site_profile(work / "site-profile", slurm_cluster, SWEEP)
+    return Workflow(slurm_cluster, work / "work", profile, snapshot(work / "src"))
 
 
 @pytest.fixture(scope="module")
-def cancelled(flow: Workflow) -> dict:
-    """Run the sweep, scancel one collectives job mid-run, then stop Snakemake with Ctrl-C.
+def first_run(flow: Workflow) -> dict:
+    """Preflight, then the sweep; when one benchmark job is left, scancel it."""
+    preflight = run_logged([str(BIN / "hpcmem"), "preflight", "--profile", str(flow.profile),
+                            "--snakefile", str(flow.source / "workflow" / "Snakefile"),
+                            "--directory", str(flow.workdir)], flow.cluster, cwd=flow.workdir)
+    snakemake = flow.start(flow.command())
 
-    sacct reports a job cancelled by a user as 'CANCELLED by UID', which the executor
-    plugin (2.8) does not recognise: it would wait for that job forever. The admin stops
-    the workflow (Ctrl-C cancels its other jobs) and reruns it with --rerun-incomplete.
-    """
-    snakemake = flow.start("slurm.yaml")
-    try:
-        job_id, point = cancel_a_running_point(flow, snakemake)
-        wait_cancelled(flow.cluster, job_id)
-        snakemake.send_signal(signal.SIGINT)
-        output, _ = snakemake.communicate(timeout=120)
-    finally:
-        if snakemake.poll() is None:
-            snakemake.kill()
-            snakemake.communicate()
-    return {"job_id": job_id, "point": point, "output": output, "rc": snakemake.returncode}
+    def last_one_running():
+        jobs = benchmark_jobs(flow.cluster)
+        done = len(flow.records())
+        if len(jobs) == 1 and jobs[0][1] == "RUNNING" and done == ALL_POINTS - 1:
+            return jobs[0]
+        return None
 
+    def scancel(job: tuple[str, str, str]) -> None:
+        assert flow.cluster.run("scancel", job[0]).returncode == 0
 
-def test_a_cancelled_job_is_recovered_without_redoing_finished_points(flow, cancelled) -> None:
-    assert cancelled["rc"] != 0, cancelled["output"]
-    point: Path = cancelled["point"]
-    assert not point.with_suffix(".jsonl").exists()  # nothing half-written looks finished
-    assert not point.with_suffix(".osu.txt").exists()
-    finished = sorted(flow.workdir.glob(f"{RUN}/collectives/**/*.jsonl"))
-    assert 1 <= len(finished) < len(POINTS)
-    before = fingerprint(finished + [p.with_suffix(".osu.txt") for p in finished])
-
-    rerun = flow.run("slurm.yaml", extra=("--rerun-incomplete",))
-    assert rerun.returncode == 0, rerun.stdout
-    assert rerun.stdout.count("rule run_collectives:") == len(POINTS) - len(finished)
-    assert f"output: {point.relative_to(flow.workdir).with_suffix('.jsonl')}" in rerun.stdout
-    assert fingerprint(list(before)) == before
-    assert "hpcmem: verdict" in rerun.stdout
+    (job_id, _, comment), output, took = interrupt_when(
+        snakemake, last_one_running, "one benchmark job left", scancel)
+    return {"preflight": preflight, "job_id": job_id, "comment": comment, "took": took,
+            "output": output, "rc": snakemake.returncode}
 
 
-def test_records_carry_slurm_job_ids_and_the_applied_binding(flow, cancelled) -> None:
+def test_the_first_run_passes_the_preflight(first_run: dict) -> None:
+    preflight = first_run["preflight"]
+    assert preflight.returncode == 0, preflight.stdout
+    assert "hpcmem preflight: ok: 7 rules fit cluster 'hpcmem': partitions batch, hbm; " \
+        "accounts hpc; QOS bench" in preflight.stdout
+    assert "hpcmem preflight: 7 rules fit cluster 'hpcmem'" in first_run["output"]
+
+
+def test_a_cancelled_job_ends_the_run_naming_it(flow: Workflow, first_run: dict) -> None:
+    output, job_id, comment = first_run["output"], first_run["job_id"], first_run["comment"]
+    assert first_run["rc"] == 1, output
+    assert first_run["took"] < 60, f"the run went on for {first_run['took']:.0f}s"
+    # sacct says who cancelled it ("by 0": root), squeue only that it was
+    named = re.escape(f"Slurm job {job_id} ({comment}) was CANCELLED") + "( by 0)?"
+    assert re.search(f"hpcmem watchdog: {named}: ending the run", output), output
+    assert re.search(f"hpcmem: the run was ended: {named}. Finished points are kept: rerun "
+                     "the same command with --config run_id=e2e to redo the rest", output)
+    assert not benchmark_jobs(flow.cluster)
+    assert not list((flow.workdir / ".snakemake" / "locks").glob("*"))
+
+
+@pytest.fixture(scope="module")
+def rerun(flow: Workflow, first_run: dict) -> dict:
+    """The rerun the workflow printed; fingerprints of the points finished before it."""
+    finished = flow.records()
+    before = fingerprint(finished)
+    result = flow.run("--config", "run_id=e2e")
+    return {"before": before, "result": result}
+
+
+def test_the_rerun_redoes_only_the_cancelled_point(flow: Workflow, first_run: dict,
+                                                   rerun: dict) -> None:
+    output = rerun["result"].stdout
+    assert rerun["result"].returncode == 0, output
+    ran = re.findall(r"^rule (\w+):", output, re.MULTILINE)
+    assert [rule for rule in ran if rule in BENCHMARKS] == [first_run["comment"].split("_wild")[0]
+                                                            .removeprefix("rule_")]
+    assert fingerprint(list(rerun["before"])) == rerun["before"]
+    assert len(flow.records()) == ALL_POINTS
+    assert "hpcmem: verdict" in output
+
+
+def test_records_carry_job_partition_account_and_qos(flow: Workflow, rerun: dict) -> None:
     job_ids = set()
     for buffer, binding in POINTS:
         records = read_records(flow.point(buffer, binding).with_suffix(".jsonl"))
         assert records and [validate_record(r) for r in records] == [[]] * len(records)
         assert {r["status"] for r in records} == {"ok"}
         assert all(r["validated"] and r["ranks"] == 2 for r in records)
-        assert all(r["container"] is None for r in records)  # auto, and no runtime here
+        assert all(r["container"] is None for r in records)  # container.enabled: false
+        assert {r["system"] for r in records} == {"hpcmem:hbm"}
         assert sorted(r["size_bytes"] for r in records) == list(SIZES)
         (job_id,) = {r["slurm_job_id"] for r in records}
         job_ids.add(job_id)
-        steps = flow.cluster.run("sacct", "-n", "-P", "-j", job_id, "-o", "JobID,NTasks,State")
+        steps = flow.cluster.run("sacct", "-n", "-P", "-j", job_id,
+                                 "-o", "JobID,NTasks,State,Partition,Account,QOS")
         rows = [line.split("|") for line in steps.stdout.splitlines()]
-        assert rows[0] == [job_id, "", "COMPLETED"], steps.stdout
-        assert [f"{job_id}.0", "2", "COMPLETED"] in rows, steps.stdout  # the srun step: 2 ranks
+        assert rows[0] == [job_id, "", "COMPLETED", "hbm", "hpc", "bench"], steps.stdout
+        assert [f"{job_id}.0", "2", "COMPLETED"] in [row[:3] for row in rows], steps.stdout
         ranks = records[0]["binding"]["per_rank"]
         assert {r["name"] for r in ranks} == {binding}
         if binding == "cores":
@@ -247,23 +269,29 @@ def test_records_carry_slurm_job_ids_and_the_applied_binding(flow, cancelled) ->
         if buffer == "hbw":
             assert all(r["placement"]["emulated"] for r in records)
     assert len(job_ids) == len(POINTS)
-    assert cancelled["job_id"] not in job_ids
+    (train,) = read_records(flow.workdir / RUN / TRAIN)
+    assert train["status"] == "skipped" and train["system"] == "hpcmem:batch"
+    shown = flow.cluster.run("sacct", "-n", "-X", "-P", "-j", train["slurm_job_id"],
+                             "-o", "Partition,Account,QOS").stdout.strip()
+    assert shown == "batch|hpc|bench"
 
 
-def test_aggregate_check_and_report_ran_on_the_cluster(flow, cancelled) -> None:
+def test_the_verdict_is_judged_for_the_benchmarks_partition(flow: Workflow, rerun: dict
+                                                            ) -> None:
     run = flow.workdir / RUN
-    summary = json.dumps(sorted(p.name for p in (run / "summary").iterdir()))
-    assert "summary.parquet" in summary
+    assert "summary.parquet" in json.dumps(sorted(p.name for p in (run / "summary").iterdir()))
     assert (run / "check" / "exit_status").read_text().strip() == "0"
     assert "data:image/png;base64," in (run / "report" / "report.html").read_text()
-    (train,) = read_records(run / "train" / "transformer" / "125M" / "hpcmem" / "budget_none.jsonl")
-    assert train["status"] == "skipped" and train["slurm_job_id"]
+    verdict = json.loads((run / "check" / "verdict.json").read_text())
+    assert verdict["system"] == "hpcmem:hbm"  # the check job itself ran in batch
+    assert {row["system"] for row in verdict["figures"]} == {"hpcmem:hbm"}
 
 
-def test_a_failing_job_names_its_slurm_log_and_nothing_is_aggregated(flow, cancelled) -> None:
+def test_a_failing_job_names_its_slurm_log_and_nothing_is_aggregated(flow: Workflow,
+                                                                     rerun: dict) -> None:
     summary = flow.workdir / RUN / "summary" / "summary.parquet"
     before = fingerprint([summary])
-    result = flow.run("slurm.yaml", "failing.yaml")
+    result = flow.run("--config", "run_id=e2e", FAILING)
     assert result.returncode == 1, result.stdout
     failed = re.search(r"SLURM-job '(\d+)' failed, SLURM status is: 'FAILED'", result.stdout)
     assert failed, result.stdout
@@ -281,39 +309,84 @@ def test_a_failing_job_names_its_slurm_log_and_nothing_is_aggregated(flow, cance
     assert fingerprint([summary]) == before
 
 
-def nightly(flow: Workflow, *configs: str) -> subprocess.CompletedProcess:
-    """tools/nightly.sh of the snapshot, on the test profile, for run e2e."""
-    venv = flow.source / ".venv"
-    if not venv.exists():
-        venv.symlink_to(REPO / ".venv")
-    env = flow.env()
-    env.update(HPCMEM_PROFILE=str(flow.profile), HPCMEM_WORKDIR=str(flow.workdir),
-               HPCMEM_RUN_ID="e2e")  # fmt: skip
-    names = ("config.yaml", "slurm.yaml", *configs)
-    files = [str(flow.workdir / "config" / name) for name in names]
-    return subprocess.run(
-        [str(flow.source / "tools" / "nightly.sh"), "--configfile", *files],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=300,
-    )  # fmt: skip
+def history_runs(folder: Path) -> set[tuple[str, str, str]]:
+    """``(run_id, system, verdict)`` of every run in a history store."""
+    with sqlite3.connect(folder / "history.sqlite") as db:
+        return set(db.execute("SELECT run_id, system, verdict FROM runs"))
 
 
-def test_nightly_sweep_exits_1_on_a_regression(flow, cancelled) -> None:
-    calm = nightly(flow)
-    assert calm.returncode == 0, calm.stdout
-    assert "nightly: run e2e within tolerance" in calm.stdout
-    history = flow.workdir / "results" / "history"
-    assert any(history.iterdir())
+@pytest.fixture(scope="module")
+def calm_nightly(flow: Workflow, rerun: dict) -> subprocess.CompletedProcess:
+    """The nightly of run e2e, on the sweep the ad-hoc runs measured."""
+    return flow.nightly()
 
+
+def test_the_nightly_keeps_its_own_history_and_prints_where_the_report_is(
+    flow: Workflow, calm_nightly: subprocess.CompletedProcess
+) -> None:
+    assert calm_nightly.returncode == 0, calm_nightly.stdout
+    lines = calm_nightly.stdout.splitlines()
+    assert lines[-3:] == [f"nightly: report  {flow.workdir / RUN}/report/report.html",
+                          f"nightly: verdict {flow.workdir / RUN}/check/verdict.txt",
+                          "nightly: run e2e within tolerance"]
+    results = flow.workdir / "results"
+    assert history_runs(results / "history") == {("e2e", "hpcmem:hbm", "PASS")}  # ad hoc
+    assert history_runs(results / "nightly-history") == {("e2e", "hpcmem:hbm", "PASS")}
+
+
+@pytest.fixture(scope="module")
+def terminated(flow: Workflow, calm_nightly: subprocess.CompletedProcess) -> dict:
+    """The nightly with two more points, SIGTERM'd (all its processes, as Slurm does at a
+    time limit or scancel) while a new point runs; then the next nightly, which is also
+    checked against strict references (a regression)."""
+    (flow.workdir / "config" / "more.yaml").write_text(yaml.safe_dump(MORE))
+    configs = ("--configfile", str(flow.profile / "sweep.yaml"),
+               str(flow.workdir / "config" / "more.yaml"))
+    nightly = flow.start([str(flow.source / "tools" / "nightly.sh"), *configs],
+                         **flow.nightly_env())
+
+    def new_point_running():
+        return [job for job in benchmark_jobs(flow.cluster)
+                if job[1] == "RUNNING" and job[2].startswith("rule_run_collectives")
+                and job[2].endswith("_none")]
+
+    _, output, took = interrupt_when(nightly, new_point_running, "a new point running",
+                                     lambda _: os.killpg(nightly.pid, signal.SIGTERM))
+    queued = benchmark_jobs(flow.cluster)
+    locks = list((flow.workdir / ".snakemake" / "locks").glob("*"))
+    verdict = json.loads((flow.workdir / RUN / "check" / "verdict.json").read_text())
     (flow.workdir / "config" / "strict-references.yaml").write_text(
         'references:\n  "*:*":\n    "collectives/*/latency_us.avg": [0.001, null, 0.0, us]\n'
     )
     (flow.workdir / "config" / "strict.yaml").write_text(
         yaml.safe_dump({"check": {"references": "config/strict-references.yaml"}})
     )
-    regression = nightly(flow, "strict.yaml")
-    assert regression.returncode == 1, regression.stdout
-    assert "nightly: REGRESSION in run e2e" in regression.stdout
+    following = flow.nightly(*configs, str(flow.workdir / "config" / "strict.yaml"))
+    return {"rc": nightly.returncode, "output": output, "took": took, "queued": queued,
+            "locks": locks, "verdict": verdict, "next": following}
+
+
+def test_sigterm_ends_the_nightly_cleanly(flow: Workflow, terminated: dict) -> None:
+    output = terminated["output"]
+    assert terminated["rc"] == 2, output
+    assert terminated["took"] < 60, f"the nightly took {terminated['took']:.0f}s to end"
+    assert terminated["queued"] == [] and terminated["locks"] == []
+    assert terminated["verdict"]["verdict"] == "could not run"
+    assert "SIGTERM" in terminated["verdict"]["reason"]
+    assert output.splitlines()[-1] == f"nightly: verdict {flow.workdir / RUN}/check/verdict.txt"
+
+
+def test_the_next_nightly_runs_without_unlock_and_exits_1_on_a_regression(
+    flow: Workflow, terminated: dict
+) -> None:
+    following = terminated["next"]
+    assert following.returncode == 1, following.stdout
+    assert "LockException" not in following.stdout
+    assert "nightly: REGRESSION in run e2e" in following.stdout
+    verdict = json.loads((flow.workdir / RUN / "check" / "verdict.json").read_text())
+    assert verdict["verdict"] == "FAIL"
     assert "FAIL" in (flow.workdir / RUN / "check" / "verdict.txt").read_text()
+    assert len(flow.records()) == ALL_POINTS + 2  # MORE's two points
 
 
 def test_scrontab_and_cron_entries_agree_and_slurm_accepts_the_options(
@@ -322,11 +395,14 @@ def test_scrontab_and_cron_entries_agree_and_slurm_accepts_the_options(
     # Debian 12's Slurm ships no scrontab binary: sbatch --test-only checks the #SCRON options
     scron = (REPO / "profiles" / "slurm" / "nightly.scrontab").read_text().splitlines()
     options = [line.removeprefix("#SCRON").strip() for line in scron if line.startswith("#SCRON")]
+    assert not [option for option in options if option.startswith(("--partition", "-p"))]
     (schedule,) = [line for line in scron if line and not line.startswith("#")]
     cron = (REPO / "profiles" / "slurm" / "nightly.cron").read_text().splitlines()
     (cron_line,) = [line for line in cron if re.match(r"[\d*]", line)]
     assert schedule.split()[:5] == cron_line.split()[:5]  # same time
-    assert schedule.split()[5] == cron_line.split()[5] == "$HOME/hpcmem/tools/nightly.sh"
+    command = "HPCMEM_PROFILE=hpcmem $HOME/hpcmem/tools/nightly.sh"
+    assert " ".join(schedule.split()[5:]) == command
+    assert " ".join(cron_line.split()[5:7]) == command
     test = slurm_cluster.run("sbatch", "--test-only", *options, "--wrap", "true")
     assert test.returncode == 0, test.stderr
     assert "to start at" in test.stderr

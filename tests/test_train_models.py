@@ -138,3 +138,27 @@ def test_activation_estimate_tracks_what_autograd_saves(model: str, shape) -> No
     measured = _saved_activation_bytes(network, _batch(model, shape, 4))
     estimate = shape.activation_bytes(4, act_bytes=4)
     assert 0.8 <= estimate / measured <= 1.35, (estimate, measured)
+
+
+def test_the_chunked_loss_is_the_cross_entropy_and_the_same_wherever_it_runs() -> None:
+    from hpcmem.train.models import loss_chunk_rows
+    from hpcmem.train.networks import chunked_cross_entropy
+
+    torch.manual_seed(0)
+    vocab = 2**20 // 4  # 128 tokens per chunk at 128 MiB of fp32 logits: 3 chunks below
+    rows = 3 * loss_chunk_rows(vocab) - 5
+    hidden = torch.randn(rows, 16, requires_grad=True)
+    head = torch.randn(16, vocab, requires_grad=True)
+    targets = torch.randint(vocab, (rows,))
+    loss = chunked_cross_entropy(hidden, head, targets)
+    loss.backward()
+    grads = hidden.grad.clone(), head.grad.clone()
+    hidden.grad = head.grad = None
+    plain = torch.nn.functional.cross_entropy(hidden @ head, targets)
+    plain.backward()
+    assert torch.allclose(loss, plain, rtol=1e-5)
+    assert torch.allclose(grads[0], hidden.grad, rtol=1e-4, atol=1e-7)
+    assert torch.allclose(grads[1], head.grad, rtol=1e-4, atol=1e-9)
+    hidden.grad = head.grad = None
+    again = chunked_cross_entropy(hidden, head, targets)
+    assert torch.equal(again, loss)  # the chunking depends on shapes only

@@ -10,7 +10,6 @@ from hpcmem.um import (
     default_headroom,
     managed_limit,
     oversubscription_allowed,
-    parse_bytes,
     plan_budget,
 )
 
@@ -63,28 +62,6 @@ def test_budget_rejects_negative_values():
         plan_budget(-1, ORDER, {}, ALL_GPU)
     with pytest.raises(ValueError, match="demand of params: -3 bytes"):
         plan_budget(1, ORDER, {"params": -3}, ALL_GPU)
-
-
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [
-        ("4096", 4096),
-        ("512M", 512 * 2**20),
-        ("40G", 40 * GiB),
-        ("40GiB", 40 * GiB),
-        ("1.5T", int(1.5 * 2**40)),
-        ("2k", 2048),
-        (123, 123),
-    ],
-)
-def test_parse_bytes(text, value):
-    assert parse_bytes(text) == value
-
-
-@pytest.mark.parametrize("text", ["", "lots", "-1G", "0", "G"])
-def test_parse_bytes_errors_name_the_option(text):
-    with pytest.raises(ValueError, match=r"^--gpu-budget: "):
-        parse_bytes(text)
 
 
 def test_headroom_and_limit():

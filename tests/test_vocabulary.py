@@ -62,14 +62,33 @@ def test_record_schema_enums_are_the_package_constants():
     assert train["dtype"]["enum"] == list(TRAIN_DTYPES)
 
 
-def test_every_metric_is_required_at_its_path_in_an_ok_record():
+def test_every_metric_is_declared_at_its_path_and_required_unless_optional():
     for spec in BENCHMARKS.values():
         schema = _ok_part(spec.name)
         for measured in spec.metrics:
             outer, _, inner = measured.name.partition(".")
-            assert outer in schema["required"], measured.name
+            assert outer in schema["properties"], measured.name
+            assert (outer in schema["required"]) == measured.required, measured.name
             if inner:
                 assert inner in schema["properties"][outer]["required"], measured.name
+
+
+def test_an_optional_metric_may_be_absent_but_not_malformed():
+    from hpcmem.train.spec import TRAIN
+
+    optional = [m for m in TRAIN.metrics if not m.required]
+    assert {m.name for m in optional} >= {"bytes_h2d", "bytes_d2h", "peak_gpu_resident_bytes",
+                                          "pcie_bound_ms"}
+    import jsonschema
+
+    schema = TRAIN.ok_schema()
+    base = {"model": "cnn", "params": 1, "batch": 1, "dtype": "fp32", "policy": {"name": "um"},
+            "bytes_by_type": {}, "gpu": "g", "torch": "t", "cuda": None, "first_step_ms": 1.0,
+            "step_ms": {"median": 1.0, "p10": 1.0, "p90": 1.0}, "throughput": 1.0,
+            "oversubscription": 0.1}
+    jsonschema.validate(base, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**base, "bytes_h2d": -1}, schema)
 
 
 def test_metrics_are_named_once_with_a_unit_and_a_direction():

@@ -1,27 +1,41 @@
 #!/usr/bin/env bash
 # The nightly performance sweep, for scrontab (profiles/slurm/nightly.scrontab) or cron
-# (profiles/slurm/nightly.cron): the workflow on the Slurm profile under a dated run_id;
-# its check step compares the run with config/references.yaml and the history, and appends
-# the run to the history. Prints the verdict table.
+# (profiles/slurm/nightly.cron): the workflow on the site profile under a dated run_id, its
+# check comparing the run with the references and with earlier nightly runs only (the
+# nightly keeps its own history, apart from ad-hoc runs). Prints the verdict table, then
+# where the report and the verdict are.
 #
-#   tools/nightly.sh [SNAKEMAKE ARGS...]      e.g. --configfile /etc/hpcmem/site.yaml
+#   HPCMEM_PROFILE=hpcmem tools/nightly.sh [SNAKEMAKE ARGS...]
 #
-# Exit status: 0 every figure within tolerance, 1 a regression, 2 the sweep itself failed
-# (a job failed, the cluster or the configuration is broken: see the Snakemake log).
-# Environment: HPCMEM_RUN_ID (default nightly-YYYYMMDD, UTC), HPCMEM_PROFILE (default
-# profiles/slurm), HPCMEM_WORKDIR (default the checkout), HPCMEM_OUTPUT_DIR (default
-# results: the config's output_dir).
+# Exit status: 0 every figure within tolerance, 1 a regression, 2 the sweep could not run
+# (preflight problems, a failed or cancelled job, SIGTERM from a time limit or scancel):
+# then the verdict says `could not run` and why, no job of the sweep is left queued and
+# the working directory is not left locked, so the next night starts as usual.
+# Environment: HPCMEM_PROFILE (the site profile, a name or folder; default $SNAKEMAKE_PROFILE),
+# HPCMEM_RUN_ID (default nightly-YYYYMMDD, UTC), HPCMEM_WORKDIR (default the checkout),
+# HPCMEM_OUTPUT_DIR (default results: the config's output_dir), HPCMEM_NIGHTLY_HISTORY
+# (default OUTPUT_DIR/nightly-history under the working directory).
 set -uo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RUN_ID="${HPCMEM_RUN_ID:-nightly-$(date -u +%Y%m%d)}"
-PROFILE="${HPCMEM_PROFILE:-$REPO/profiles/slurm}"
+PROFILE="${HPCMEM_PROFILE:-${SNAKEMAKE_PROFILE:-}}"
 WORKDIR="${HPCMEM_WORKDIR:-$REPO}"
-RUN="$WORKDIR/${HPCMEM_OUTPUT_DIR:-results}/$RUN_ID"
+OUTPUT_DIR="${HPCMEM_OUTPUT_DIR:-results}"
+HISTORY="${HPCMEM_NIGHTLY_HISTORY:-$OUTPUT_DIR/nightly-history}"
+RUN="$WORKDIR/$OUTPUT_DIR/$RUN_ID"
 SNAKEMAKE="$REPO/.venv/bin/snakemake"
+PYTHON="$REPO/.venv/bin/python"
+# the sweep's jobs are named <prefix>_<uuid>: found again by name to cancel what is left
+JOB_PREFIX="$(printf %s "hpcmem-$RUN_ID" | tr -c 'A-Za-z0-9_-' _ | cut -c1-50)"
 
 if [[ ! -x "$SNAKEMAKE" ]]; then
   echo "nightly: $SNAKEMAKE not found: run \`make setup\` in $REPO first" >&2
+  exit 2
+fi
+if [[ -z "$PROFILE" ]]; then
+  echo "nightly: no site profile: set HPCMEM_PROFILE (or SNAKEMAKE_PROFILE) to the profile" \
+    "copied from profiles/slurm (docs/slurm-site.md)" >&2
   exit 2
 fi
 # Run from scrontab, this script is itself a Slurm job: keep its allocation's variables
@@ -31,22 +45,77 @@ for variable in $(compgen -e | grep -E '^(SLURM|SBATCH|SRUN)_' | grep -v '^SLURM
 done
 export PATH="$REPO/.venv/bin:$PATH"
 
-echo "nightly: run $RUN_ID with $PROFILE in $WORKDIR ($(date -u +%FT%TZ))"
-"$SNAKEMAKE" --profile "$PROFILE" --snakefile "$REPO/workflow/Snakefile" \
-  --directory "$WORKDIR" --config "run_id=$RUN_ID" "$@"
-workflow_status=$?
+# The verdict of a night that produced none: `could not run` and why (JSON and text).
+could_not_run() {
+  local reason="$1"
+  mkdir -p "$RUN/check"
+  "$PYTHON" - "$RUN/check" "$RUN_ID" "$reason" <<'PY'
+import datetime, json, os, sys
+folder, run_id, reason = sys.argv[1:]
+verdict = {"verdict": "could not run", "run_id": run_id, "reason": reason,
+           "checked_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "counts": {"PASS": 0, "FAIL": 0, "NEW": 0, "MISSING": 0}, "figures": []}
+texts = {"verdict.json": json.dumps(verdict, indent=1) + "\n",
+         "verdict.txt": f"# COULD NOT RUN: run {run_id}: {reason}\n"}
+for name, text in texts.items():
+    with open(os.path.join(folder, f".{name}.tmp"), "w") as handle:
+        handle.write(text)
+    os.replace(os.path.join(folder, f".{name}.tmp"), os.path.join(folder, name))
+PY
+  echo "nightly: COULD NOT RUN run $RUN_ID: $reason" >&2
+  echo "nightly: verdict $RUN/check/verdict.txt"
+  exit 2
+}
 
+# Jobs of this sweep still queued or running (after Snakemake has gone).
+leftover_jobs() {
+  squeue -h --me -o '%i %j' 2>/dev/null | awk -v p="${JOB_PREFIX}_" 'index($2, p) == 1 {print $1}'
+}
+
+# A verdict `could not run` left by an earlier attempt at this run would look current.
+if grep -qs '"verdict": "could not run"' "$RUN/check/verdict.json"; then
+  rm -f "$RUN/check/verdict.json" "$RUN/check/verdict.txt"
+fi
+
+echo "nightly: run $RUN_ID with profile $PROFILE in $WORKDIR ($(date -u +%FT%TZ))"
+terminated=""
+"$SNAKEMAKE" --profile "$PROFILE" --snakefile "$REPO/workflow/Snakefile" \
+  --directory "$WORKDIR" --slurm-jobname-prefix "$JOB_PREFIX" \
+  --config "run_id=$RUN_ID" "output_dir=$OUTPUT_DIR" "check={history: $HISTORY}" "$@" &
+snakemake_pid=$!
+# SIGTERM (a time limit, scancel of the nightly) or Ctrl-C: Snakemake cancels the sweep's
+# jobs and exits (the workflow treats SIGTERM like Ctrl-C; one signal is enough).
+stop() {
+  terminated="$1"
+  kill -TERM "$snakemake_pid" 2>/dev/null
+}
+trap 'stop TERM' TERM
+trap 'stop INT' INT
+workflow_status=0
+while kill -0 "$snakemake_pid" 2>/dev/null; do
+  wait "$snakemake_pid"
+  workflow_status=$?
+done
+trap - TERM INT
+
+if [[ -n "$terminated" ]]; then
+  for job in $(leftover_jobs); do scancel "$job" 2>/dev/null; done
+  for _ in $(seq 30); do [[ -z "$(leftover_jobs)" ]] && break; sleep 1; done
+  if ((workflow_status > 128)) && compgen -G "$WORKDIR/.snakemake/locks/*" >/dev/null; then
+    "$SNAKEMAKE" --snakefile "$REPO/workflow/Snakefile" --directory "$WORKDIR" --unlock -q
+  fi
+  could_not_run "stopped by SIG$terminated during the sweep; its Slurm jobs were cancelled"
+fi
 status_file="$RUN/check/exit_status"
 if [[ ! -s "$status_file" ]]; then
-  echo "nightly: the sweep failed (snakemake exit $workflow_status) before its check ran" >&2
-  exit 2
+  could_not_run "the sweep failed (snakemake exit $workflow_status) before its check ran: see the log above"
 fi
 verdict="$(cat "$status_file")"
 if [[ "$verdict" == 0 && $workflow_status -ne 0 ]]; then
-  echo "nightly: the sweep failed (snakemake exit $workflow_status)" >&2
-  exit 2
+  could_not_run "the sweep failed (snakemake exit $workflow_status): see the log above"
 fi
-echo "nightly: report $RUN/report/report.html"
+echo "nightly: report  $RUN/report/report.html"
+echo "nightly: verdict $RUN/check/verdict.txt"
 if [[ "$verdict" != 0 ]]; then
   echo "nightly: REGRESSION in run $RUN_ID: see $RUN/check/verdict.txt" >&2
   exit 1

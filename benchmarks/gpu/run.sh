@@ -1,29 +1,40 @@
 #!/usr/bin/env bash
 # Build the Unified Memory library, run the GPU tests, then the training benchmarks, on a GPU node.
 #
-#   benchmarks/gpu/run.sh [smoke|bench|all]      (default: all)
+#   benchmarks/gpu/run.sh [tests|bench|all]      (default: all)
 #
-# smoke: build + `pytest -m gpu` + a tiny run of every benchmark variant (a few minutes).
-# bench: build + the benchmarks: ResNet-50 (input-heavy, fp32, batch 256) and transformers of
-#        about 0.35B, 1.3B and 5.3B parameters (bf16 autocast, AdamW), policies cuda/um/hpcmem,
-#        3 repeats interleaved; a GPU-budget run (footprint 2.5x the budget) and FSDP2 CPU
-#        offload on the 0.35B model, 2 repeats interleaved.
-#        HPCMEM_BENCH_SECONDS (500) caps the benchmark part; HPCMEM_BENCH_MODELS picks groups
-#        ("cnn 0.35B budget 1.3B 6B", the default: all).
-# Output goes to $OUT (default benchmarks/results/gpu-<UTC date>): build.log, pytest.log,
-# bench.log, train.jsonl (DESIGN.md records), summary.md, env.txt. The oversubscription guard
-# stays on: nothing here asks for more managed memory than the GPU has free.
+# tests: build + `pytest -m gpu`.
+# bench: build + the benchmark groups in HPCMEM_BENCH_GROUPS (default: all of them, in order):
+#   primitives  copy and prefetch rates, CPU AdamW, recompute-or-offload per block (primitives.json)
+#   budget      0.35B transformer (bf16, 16 x 1024 tokens): cuda, FSDP2 + CPUOffloadPolicy with
+#               and without save_on_cpu, and hpcmem with gpu_budget = 100, 50, 40, 25, 20 and 10%
+#               of the footprint (2.5x, 5x, 10x and the budget curve), interleaved
+#   budget-1.3B the same for the 1.3B transformer at 2 x 1024 tokens (budget curve)
+#   0.35B 1.3B  transformers without a budget: cuda, um, hpcmem
+#   cnn         ResNet-50 without a budget (fp32, batch 256, CPU-written batches): cuda, um, hpcmem
+#   pinned      ResNet-50 bf16, batch 128, pinned batches (as DataLoader(pin_memory=True)):
+#               cuda, hpcmem, then the jobs hpcmem, um, hpcmem, cuda, hpcmem in one process
+# HPCMEM_TEST_SECONDS (300) caps the tests; HPCMEM_BENCH_SECONDS (480) the benchmark part; HPCMEM_BENCH_REPEATS (2) the repeats;
+# HPCMEM_BUDGETS the budget fractions of the 0.35B group; HPCMEM_FSDP and HPCMEM_FSDP_1_3B the
+# FSDP2 variants of the budget groups (plain, activations; empty: none).
+# Output goes to $OUT (default benchmarks/results/gpu-<UTC date>): env.txt, pytest.log,
+# bench.log (build output included), train.jsonl, summary.md, primitives.json,
+# budget_curve.png. The oversubscription guard stays on: nothing here asks for more managed
+# memory than the GPU has free.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 MODE=${1:-all}
-case "$MODE" in smoke|bench|all) ;; *) echo "run.sh: mode '$MODE' is not one of smoke, bench, all" >&2; exit 2 ;; esac
+case "$MODE" in tests|bench|all) ;; *) echo "run.sh: mode '$MODE' is not one of tests, bench, all" >&2; exit 2 ;; esac
 OUT=${OUT:-benchmarks/results/gpu-$(date -u +%Y%m%d)}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 unset HPCMEM_ALLOW_OVERSUBSCRIPTION
-export HPCMEM_GIT_SHA=${HPCMEM_GIT_SHA:-$(git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)}
+# every record names its commit: from the checkout, or passed in where the copy has no .git
+export HPCMEM_GIT_SHA=${HPCMEM_GIT_SHA:-$(git rev-parse --verify -q HEAD 2>/dev/null)}
+[[ -n $HPCMEM_GIT_SHA ]] ||
+  { echo "run.sh: no commit known: run it in a git checkout or set HPCMEM_GIT_SHA" >&2; exit 2; }
 # Python packages the GPU image lacks (e.g. jsonschema), carried as wheels in .whl/.
 if compgen -G ".whl/*.whl" >/dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/hpcmem-site .whl/*.whl &&
@@ -32,35 +43,39 @@ fi
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "command: benchmarks/gpu/run.sh $MODE"
+  echo "command: benchmarks/gpu/run.sh $MODE (HPCMEM_BENCH_GROUPS=${HPCMEM_BENCH_GROUPS:-all})"
   echo "git: $HPCMEM_GIT_SHA"
   nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
   "$PY" -c 'import torch, sys; print("python", sys.version.split()[0]); print("torch", torch.__version__, "cuda", torch.version.cuda)'
+  nproc | sed 's/^/cpus /'
   nvcc --version | tail -1
 } >"$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
-echo "== build (native/um)"
+echo "== build (native/um)" | tee "$OUT/bench.log"
 start=$SECONDS
 if ! { cmake -S native/um -B build/um-gpu -DCMAKE_BUILD_TYPE=Release \
          -DPython_EXECUTABLE="$(command -v "$PY")" -Dpybind11_DIR="$("$PY" -m pybind11 --cmakedir)" &&
        cmake --build build/um-gpu -j "$(nproc)" &&
-       cmake --install build/um-gpu --prefix hpcmem; } >"$OUT/build.log" 2>&1; then
-  tail -20 "$OUT/build.log"; echo "run.sh: build failed (see $OUT/build.log)" >&2; exit 1
+       cmake --install build/um-gpu --prefix hpcmem; } >>"$OUT/bench.log" 2>&1; then
+  tail -20 "$OUT/bench.log"; echo "run.sh: build failed (see $OUT/bench.log)" >&2; exit 1
 fi
-echo "built in $((SECONDS - start)) s"
+echo "built in $((SECONDS - start)) s" | tee -a "$OUT/bench.log"
 
 status=0
 if [[ $MODE != bench ]]; then
   echo "== pytest -m gpu"
   mapfile -t gpu_tests < <(grep -l "pytest.mark.gpu" tests/test_*.py)
-  timeout 240 "$PY" -m pytest -q -m gpu -p no:cacheprovider "${gpu_tests[@]}" >"$OUT/pytest.log" 2>&1 || status=1
-  tail -15 "$OUT/pytest.log"
+  timeout "${HPCMEM_TEST_SECONDS:-300}" "$PY" -m pytest -q -m gpu -p no:cacheprovider -W ignore::UserWarning \
+    "${gpu_tests[@]}" >"$OUT/pytest.log" 2>&1 || status=1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | tail -15
 fi
+[[ $MODE == tests ]] && exit $status
 
-MODELS=" ${HPCMEM_BENCH_MODELS:-cnn 0.35B budget 1.3B 6B} "  # which benchmark groups to run
-want() { [[ $MODELS == *" $1 "* ]]; }
-DEADLINE=$((SECONDS + ${HPCMEM_BENCH_SECONDS:-500}))  # whole benchmark part, then the summary
+GROUPS_WANTED=" ${HPCMEM_BENCH_GROUPS:-primitives budget budget-1.3B pinned cnn 0.35B 1.3B} "
+want() { [[ $GROUPS_WANTED == *" $1 "* ]]; }
+REPEATS=${HPCMEM_BENCH_REPEATS:-2}
+DEADLINE=$((SECONDS + ${HPCMEM_BENCH_SECONDS:-480}))  # whole benchmark part, then the summary
 bench() {  # bench SECONDS ARGS...: one model, all its variants, capped so the summary still runs
   local cap=$1; shift
   (( cap > DEADLINE - SECONDS - 10 )) && cap=$((DEADLINE - SECONDS - 10))
@@ -69,30 +84,29 @@ bench() {  # bench SECONDS ARGS...: one model, all its variants, capped so the s
   [[ ${PIPESTATUS[0]} == 0 ]] || { echo "bench $* ended with status ${PIPESTATUS[0]}" | tee -a "$OUT/bench.log"; status=1; }
 }
 
-if [[ $MODE == smoke ]]; then
-  echo "== smoke benchmarks"
-  bench 60 --model cnn --batch 32 --dtype fp32 --steps 2 --warmup 1 --repeats 1
-  bench 90 --model transformer --params 125000000 --batch 4 --seq-len 512 --steps 2 --warmup 1 \
-    --repeats 1 --budget-ratio 2.5 --fsdp
-else
-  echo "== benchmarks"
-  want cnn && bench 80 --model cnn --batch 256 --dtype fp32 --steps 8 --warmup 2 --repeats 3
-  want 0.35B && bench 80 --model transformer --params 350000000 --batch 16 --seq-len 1024 \
-    --steps 8 --warmup 2 --repeats 3
-  want budget && bench 130 --model transformer --params 350000000 --batch 16 --seq-len 1024 \
-    --steps 4 --warmup 2 --repeats 2 --policies "" --budget-ratio 2.5 --fsdp
-  want 1.3B && bench 90 --model transformer --params 1300000000 --batch 8 --seq-len 1024 \
-    --steps 6 --warmup 2 --repeats 3
-  # The largest: per-type pools keep params + AdamW's foreach temporaries (params pool) and the
-  # activations + autocast weight copies (activations pool) apart, so the managed footprint is
-  # the sum of both peaks: 5.89B at batch 1 needed 138.5 GB of a 141.5 GB guard limit (cuda:
-  # 120 GB reserved) and later repeats were refused. 5.34B at batch 1 leaves a margin.
-  want 6B && bench 150 --model transformer --params 5500000000 --batch 1 --seq-len 1024 \
-    --steps 4 --warmup 2 --repeats 3
+echo "== benchmarks: $GROUPS_WANTED"
+if want primitives; then
+  timeout 90 "$PY" benchmarks/gpu/primitives.py "$OUT/primitives.json" >>"$OUT/bench.log" 2>&1 ||
+    { echo "primitives failed (see bench.log)"; status=1; }
+fi
+TRANSFORMER=(--model transformer --seq-len 1024 --steps 4 --warmup 2 --budget-warmup 4)
+want budget && bench 240 "${TRANSFORMER[@]}" --group budget --params 350000000 --batch 16 --repeats "$REPEATS" \
+  --policies cuda --budgets "${HPCMEM_BUDGETS:-0.4,0.2,0.1,1,0.5,0.25}" \
+  --fsdp "${HPCMEM_FSDP:-plain,activations}"
+want budget-1.3B && bench 200 "${TRANSFORMER[@]}" --group budget --params 1300000000 --batch 2 --repeats 1 \
+  --policies cuda --budgets 1,0.5,0.25,0.1 --fsdp "${HPCMEM_FSDP_1_3B:-plain,activations}"
+if want pinned; then
+  bench 80 --model cnn --batch 128 --dtype bf16 --steps 8 --warmup 2 --repeats "$REPEATS" --pinned-inputs \
+    --policies cuda,hpcmem --group pinned
+  bench 80 --model cnn --batch 128 --dtype bf16 --steps 8 --warmup 2 --repeats 1 --pinned-inputs \
+    --policies hpcmem,um,hpcmem,cuda,hpcmem --group sequence
 fi
 
+want 0.35B && bench 80 "${TRANSFORMER[@]}" --params 350000000 --batch 16 --repeats 3
+want 1.3B && bench 90 "${TRANSFORMER[@]}" --params 1300000000 --batch 8 --repeats 3
+want cnn && bench 80 --model cnn --batch 256 --dtype fp32 --steps 8 --warmup 2 --repeats 3
 if [[ -s $OUT/train.jsonl ]]; then
   echo "== summary"
-  "$PY" benchmarks/gpu/summarize.py "$OUT/train.jsonl" | tee "$OUT/summary.md"
+  "$PY" benchmarks/gpu/summarize.py "$OUT/train.jsonl" --plot "$OUT/budget_curve.png" | tee "$OUT/summary.md"
 fi
 exit $status

@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "aggregate": "aggregate",
     "report": "report",
     "check": "check",
+    "preflight": "preflight",
 }
 
 

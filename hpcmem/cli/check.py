@@ -3,7 +3,8 @@
 Each figure, named <point key>/<metric> (for example
 collectives/allreduce/hbw/float32/ranks=2/binding=none/size=8/latency_us.avg),
 is compared with its reference [target, lower, upper, unit] for the
-system:partition (falling back to system:* and *:*), and with the median of the
+system:partition the point was measured in (its Slurm partition; --system for all
+points; falling back to system:* and *:*), and with the median of the
 last N runs in the history store (--history DIR; this run is appended after
 checking, once per run_id).
 Prints a verdict table; --verdict-out writes it as JSON for `hpcmem report --verdict`.
@@ -23,6 +24,7 @@ from hpcmem.cli import UsageError, bad_input
 
 HELP = "compare a summary with references and the run history; exit 1 on a regression"
 
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``hpcmem check``."""
     parser.add_argument("summary", metavar="SUMMARY",
@@ -35,8 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="compare with the median of the last N runs "
                         "(default: the references file's history.last, else 5)")
     parser.add_argument("--system", metavar="NAME:PARTITION",
-                        help="system and partition whose references apply (default: "
-                        "$HPCMEM_SYSTEM, else Slurm's cluster:partition, else HOST:default)")
+                        help="system and partition whose references apply to every point "
+                        "(default: $HPCMEM_SYSTEM, else per point the Slurm cluster:partition "
+                        "its records were measured in, else where the check runs: Slurm's "
+                        "cluster:partition or HOST:default)")
     parser.add_argument("--verdict-out", metavar="FILE", help="write the verdict as JSON")
     parser.add_argument("--no-append", action="store_true",
                         help="compare with the history but do not append this run to it")
@@ -48,15 +52,14 @@ def run(args: argparse.Namespace) -> int:
     from hpcmem.results.check import (
         CheckError,
         check,
-        check_system,
-        default_system,
         format_table,
+        requested_system,
         write_verdict,
     )
     from hpcmem.results.references import ReferencesError, load_references
 
     with bad_input(CheckError, where="--system"):
-        system = check_system(args.system or default_system())
+        system = requested_system(args.system)
     with bad_input(ReferencesError, where="--references"):
         references = load_references(args.references)
     with bad_input(FileNotFoundError, ValueError, where="SUMMARY"):

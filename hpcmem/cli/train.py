@@ -17,7 +17,9 @@ that escaped routing, losses). Without a CUDA GPU the command fails, or with
 
 Counts take decimal units (125M, 1.3B, 6B); byte sizes binary units (512M, 40G).
 Exit status: 0 done (or skipped), 1 no GPU or out of memory (a `failed` record is
-written), 2 bad option value or refused oversubscription.
+written), 2 bad option value or refused oversubscription, 3 --gpu-budget below the
+least one step needs (measured by the first step; the `failed` record and the message
+name the budget and that minimum, `budget_minimum_bytes`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from typing import Any
 
 from hpcmem.cli import bad_input
 from hpcmem.train.models import DEFAULT_VOCAB
+
+#: Exit status when --gpu-budget is below what one step measurably needs.
+EXIT_BUDGET_TOO_SMALL = 3
 
 HELP = "train a transformer LM or CNN under a memory policy and time its steps"
 
@@ -135,7 +140,9 @@ def run(args: argparse.Namespace) -> int:
 
         write_records(args.output, [record])
     print(summary_line(record))
-    return 0 if record["status"] != "failed" else 1
+    if record["status"] != "failed":
+        return 0
+    return EXIT_BUDGET_TOO_SMALL if "budget_minimum_bytes" in record else 1
 
 
 def summary_line(record: dict[str, Any]) -> str:

@@ -59,7 +59,7 @@ _INTEGER_COLUMNS = [
 ]
 _SUMMARY_COLUMNS = [
     "point", "benchmark", *_COORDINATES,
-    "emulated", *_METRICS, "repeats", "run_ids", "hosts",
+    "emulated", *_METRICS, "repeats", "run_ids", "hosts", "systems",
 ]
 _SKIPPED_COLUMNS = ["file", "line", "benchmark", "status", "point", "reason", "run_id", "host"]
 _REJECTED_COLUMNS = ["file", "line", "error"]
@@ -179,6 +179,7 @@ def _flatten(record: dict[str, Any]) -> dict[str, Any]:
     row["emulated"] = placement.get("emulated") if isinstance(placement, dict) else None
     row["run_id"] = record["run_id"]
     row["host"] = record["host"]
+    row["system"] = record.get("system")
     return row
 
 
@@ -192,7 +193,8 @@ def summarize(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
     rows = pd.DataFrame(
         [_flatten(r) for r in records],
-        columns=["point", "benchmark", *_COORDINATES, "emulated", *_METRICS, "run_id", "host"],
+        columns=["point", "benchmark", *_COORDINATES, "emulated", *_METRICS, "run_id", "host",
+                 "system"],
     )
     rows[_METRICS] = rows[_METRICS].apply(pd.to_numeric, errors="coerce")
     groups = rows.groupby("point", sort=False)
@@ -202,6 +204,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     summary["repeats"] = groups.size()
     summary["run_ids"] = groups["run_id"].agg(_joined)
     summary["hosts"] = groups["host"].agg(_joined)
+    summary["systems"] = groups["system"].agg(_joined)
     summary = summary.reset_index()[_SUMMARY_COLUMNS]
     summary[_INTEGER_COLUMNS] = summary[_INTEGER_COLUMNS].astype("Int64")
     order = ["benchmark", *_COORDINATES]
@@ -229,6 +232,7 @@ def run_metadata(loaded: Loaded) -> dict[str, Any]:
         "hpcmem_versions": unique("hpcmem_version"),
         "containers": unique("container"),
         "slurm_job_ids": unique("slurm_job_id"),
+        "systems": unique("system"),
         **per_benchmark,
         "hbw_emulated": any(
             isinstance(r.get("placement"), dict) and r["placement"].get("emulated")

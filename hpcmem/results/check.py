@@ -10,6 +10,11 @@ a benchmark that stopped producing correct results is a regression. An exact
 reference key with no figure in the summary is listed as ``MISSING`` (not a
 failure: sweeps change). The run is appended to the history after checking.
 
+The system (``cluster:partition``) whose references and history apply is chosen per
+point: the one asked for (``--system``, ``HPCMEM_SYSTEM``), else the Slurm partition the
+point's records were measured in, else where the check itself runs. A run whose points
+ran in two partitions is judged, and appended to the history, once per partition.
+
 The verdict file (``hpcmem check --verdict-out``) is written by :func:`write_verdict` and
 read back by :func:`read_verdict` (``hpcmem report --verdict``).
 """
@@ -28,7 +33,7 @@ from typing import Any
 from hpcmem.errors import HpcmemError
 from hpcmem.results.aggregate import Summary
 from hpcmem.results.history import History, HistoryMedian, RunInfo
-from hpcmem.results.records import atomic_open, utc_now
+from hpcmem.results.records import atomic_open, slurm_system, utc_now
 from hpcmem.results.references import References
 from hpcmem.results.registry import BENCHMARKS, metric
 from hpcmem.results.spec import LOWER
@@ -43,7 +48,9 @@ __all__ = [
     "default_system",
     "evaluate",
     "format_table",
+    "point_systems",
     "read_verdict",
+    "requested_system",
     "summary_figures",
     "write_verdict",
 ]
@@ -73,6 +80,8 @@ class Row:
     history_runs: int
     verdict: str
     note: str
+    #: the system whose references and history the figure was judged against
+    system: str = ""
 
 
 @dataclass
@@ -106,25 +115,40 @@ def check_system(system: str) -> str:
     return system
 
 
+def requested_system(option: str | None) -> str | None:
+    """The system asked for: ``--system`` (``option``), else ``HPCMEM_SYSTEM``, checked by
+    :func:`check_system`; None when neither is set (then each point has its own)."""
+    system = option or os.environ.get("HPCMEM_SYSTEM")
+    return None if system is None else check_system(system)
+
+
 def default_system() -> str:
-    """``HPCMEM_SYSTEM``, else Slurm's ``cluster:partition``, else ``<host>:default``."""
-    if system := os.environ.get("HPCMEM_SYSTEM"):
-        return system
-    cluster, partition = os.environ.get("SLURM_CLUSTER_NAME"), os.environ.get("SLURM_JOB_PARTITION")
-    if cluster and partition:
-        return f"{cluster}:{partition.split(',')[0]}"
-    return f"{os.uname().nodename.split('.')[0]}:default"
+    """Where this process runs: Slurm's ``cluster:partition``, else ``<host>:default``."""
+    return slurm_system() or f"{os.uname().nodename.split('.')[0]}:default"
 
 
-def summary_figures(summary: Summary, references: References, system: str
-                    ) -> list[tuple[str, float, str]]:
-    """``(figure, value, unit)`` for every checked figure of the summary's points.
+def point_systems(summary: Summary, system: str | None = None) -> dict[str, str]:
+    """Per point key, the system whose references and history apply: ``system`` when
+    given, else the one partition its records were measured in, else default_system()."""
+    here = default_system()
+    systems = {}
+    for point in summary.points.to_dict("records"):
+        recorded = str(point.get("systems") or "")
+        systems[point["point"]] = system or (recorded if recorded and "," not in recorded
+                                             else here)
+    return systems
+
+
+def summary_figures(summary: Summary, references: References, systems: dict[str, str]
+                    ) -> list[tuple[str, float, str, str]]:
+    """``(figure, value, unit, system)`` for every checked figure of the summary's points.
 
     Metrics their spec marks ``checked`` always are; the others only when a reference
     names them. A metric that does not apply to a point (bandwidth of a barrier) is none.
     """
     figures = []
     for point in summary.points.to_dict("records"):
+        system = systems[point["point"]]
         for measured in BENCHMARKS[point["benchmark"]].metrics:
             value = point[measured.name]
             if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -133,7 +157,7 @@ def summary_figures(summary: Summary, references: References, system: str
                 continue
             name = f"{point['point']}/{measured.name}"
             if measured.checked or references.lookup(system, name) is not None:
-                figures.append((name, float(value), measured.unit))
+                figures.append((name, float(value), measured.unit, system))
     return figures
 
 
@@ -158,7 +182,7 @@ def _describe(side: str, name: str, against: str) -> str:
 def _judge(name: str, value: float, unit: str, references: References, system: str,
            history: HistoryMedian | None, min_runs: int) -> Row:
     metric_name = name.rsplit("/", 1)[1]
-    row = Row(name, value, unit, None, None, None, None, 0, "NEW", "")
+    row = Row(name, value, unit, None, None, None, None, 0, "NEW", "", system)
     notes, compared, failed = [], False, False
     reference = references.lookup(system, name)
     if reference is not None:
@@ -197,25 +221,32 @@ def _problem_rows(summary: Summary) -> Iterable[Row]:
                   "FAIL", f"invalid record: {item['error']}")
 
 
-def evaluate(summary: Summary, references: References, system: str,
-             history: dict[str, HistoryMedian], min_runs: int | None = None) -> list[Row]:
+def evaluate(summary: Summary, references: References, systems: dict[str, str],
+             history: dict[str, dict[str, HistoryMedian]], min_runs: int | None = None
+             ) -> list[Row]:
     """Every verdict row: figures, failed points, invalid records, missing references.
 
-    A figure is judged against its history median only when that median is taken
-    over at least ``min_runs`` runs (default: the references' ``history.min_runs``).
+    ``systems`` maps point keys to systems (:func:`point_systems`), ``history`` systems
+    to their figures' medians. A figure is judged against its history median only when
+    that median is taken over at least ``min_runs`` runs (default: the references'
+    ``history.min_runs``).
     """
     min_runs = min_runs or references.history_min_runs
-    figures = summary_figures(summary, references, system)
-    rows = [_judge(n, v, u, references, system, history.get(n), min_runs)
-            for n, v, u in figures]
+    figures = summary_figures(summary, references, systems)
+    rows = [_judge(n, v, u, references, s, history.get(s, {}).get(n), min_runs)
+            for n, v, u, s in figures]
     rows.extend(_problem_rows(summary))
-    seen = {name for name, _, _ in figures}
-    for key in references.exact_keys(system):
-        if key not in seen:
-            ref = references.lookup(system, key)
-            assert ref is not None
-            rows.append(Row(key, None, ref.unit, ref.target, *ref.bounds(), None, 0, "MISSING",
-                            "a reference names it but the summary has no such figure"))
+    seen = {name for name, _, _, _ in figures}
+    for system in sorted(set(systems.values())):
+        for key in references.exact_keys(system):
+            if key not in seen:
+                ref = references.lookup(system, key)
+                assert ref is not None
+                seen.add(key)
+                rows.append(Row(key, None, ref.unit, ref.target, *ref.bounds(), None, 0,
+                                "MISSING",
+                                "a reference names it but the summary has no such figure",
+                                system))
     return rows
 
 
@@ -235,29 +266,34 @@ def _run_info(summary: Summary, system: str, run_id: str, verdict: str) -> RunIn
     )
 
 
-def check(summary: Summary, references: References, system: str, *,
+def check(summary: Summary, references: References, system: str | None = None, *,
           history_folder: str | os.PathLike[str] | None = None, last: int | None = None,
           append: bool = True) -> CheckResult:
     """Check ``summary``; with a history folder, compare and then append this run to it.
 
+    ``system`` applies to every point; None chooses per point (:func:`point_systems`).
     ``last`` (default: the references' ``history.last``) must be a whole number >= 1.
     """
     if last is not None and last < 1:
         raise CheckError(f"{last} is not a whole number >= 1")
     run_id = "+".join(sorted(summary.metadata.get("run_ids") or [])) or "unknown"
     last = last or references.history_last
+    systems = point_systems(summary, system)
+    used = sorted(set(systems.values())) or [system or default_system()]
     store = History(history_folder) if history_folder is not None else None
-    medians = store.medians(system, last, exclude_run=run_id) if store else {}
+    medians = {s: store.medians(s, last, exclude_run=run_id) for s in used} if store else {}
     # asking for fewer runs than min_runs (--last 1) means: judge on what was asked for
-    rows = evaluate(summary, references, system, medians,
+    rows = evaluate(summary, references, systems, medians,
                     min_runs=min(references.history_min_runs, last))
-    result = CheckResult(rows, system, run_id, str(history_folder) if store else None, last,
-                         appended=False)
+    result = CheckResult(rows, ",".join(used), run_id,
+                         str(history_folder) if store else None, last, appended=False)
     if store is not None and append:
-        values = {r.figure: (r.value, r.unit) for r in rows if r.value is not None}
-        if values:
-            result.appended = store.append(_run_info(summary, system, run_id, result.verdict),
-                                           values)
+        for name in used:
+            values = {r.figure: (r.value, r.unit) for r in rows
+                      if r.value is not None and r.system == name}
+            if values:
+                appended = store.append(_run_info(summary, name, run_id, result.verdict), values)
+                result.appended = result.appended or appended
     return result
 
 

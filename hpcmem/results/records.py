@@ -102,6 +102,13 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def slurm_system() -> str | None:
+    """``cluster:partition`` of the Slurm job this process runs in, or None outside Slurm."""
+    cluster = os.environ.get("SLURM_CLUSTER_NAME")
+    partition = os.environ.get("SLURM_JOB_PARTITION")
+    return f"{cluster}:{partition.split(',')[0]}" if cluster and partition else None
+
+
 def common_fields(
     benchmark: str,
     *,
@@ -124,6 +131,7 @@ def common_fields(
         "timestamp": utc_now(),
         "host": socket.gethostname(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "system": slurm_system(),
         "git_sha": git_sha(),
         "hpcmem_version": __version__,
         "container": current_container(),

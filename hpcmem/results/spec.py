@@ -69,6 +69,7 @@ class Metric:
     better: str | None  # LOWER, HIGHER, or None for a measured property with no direction
     checked: bool = False  # every run checks it; otherwise only when a reference names it
     applies: Callable[[Record], bool] = _always  # does a summary point have this figure?
+    required: bool = True  # must every ok record carry it (False: only some runs measure it)
     schema: Mapping[str, Any] = field(default_factory=lambda: dict(NONNEGATIVE))
 
     def of(self, record: Record) -> Any:
@@ -119,7 +120,7 @@ class Benchmark:
             "properties", {})
         for metric in self.metrics:
             outer, _, inner = metric.name.partition(".")
-            if outer not in required:
+            if metric.required and outer not in required:
                 required.append(outer)
             if not inner:
                 properties[outer] = dict(metric.schema)

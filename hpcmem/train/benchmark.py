@@ -159,27 +159,44 @@ def run_point(
 
 
 def train_point(
-    point: TrainPoint, shape: Any, data: Any, memory: Any, *, device: Any, binding: dict[str, Any]
+    point: TrainPoint,
+    shape: Any,
+    data: Any,
+    memory: Any,
+    *,
+    device: Any,
+    binding: dict[str, Any],
+    unconstrained_ms: float | None = None,
+    pinned_inputs: bool = False,
 ) -> dict[str, Any]:
     """Train ``point`` (model ``shape``, batches from ``data``) under ``memory``, a
     ``hpcmem.um.UnifiedMemory``, and return its record; ``memory`` is closed afterwards.
-    Running out of memory (the guard's refusal included) gives a ``failed`` record."""
+    Running out of memory (the guard's refusal included), or a budget below what the probe
+    step measured, gives a ``failed`` record;
+    ``unconstrained_ms`` (the step time without a budget) goes into a budgeted record's
+    PCIe bound; ``pinned_inputs`` stages pinned batches (see ``hpcmem.train.loop.train``)."""
     import torch
 
     from hpcmem.train.loop import train
     from hpcmem.train.sizing import footprint
+    from hpcmem.um.stream import BudgetTooSmall
 
     policy = memory.policy.to_record()
     try:
         result = train(shape, data, memory, device=device, dtype=point.dtype,
-                       steps=point.steps, warmup=point.warmup, seed=point.seed)
+                       steps=point.steps, warmup=point.warmup, seed=point.seed,
+                       pinned_inputs=pinned_inputs)
     except torch.OutOfMemoryError as error:
         first_line = str(error).strip().splitlines()[0]
         return unfinished_record(point, "failed", f"out of memory: {first_line}",
                                  policy=policy, binding=binding)
+    except BudgetTooSmall as error:
+        record = unfinished_record(point, "failed", str(error), policy=policy, binding=binding)
+        record["budget_minimum_bytes"] = error.minimum
+        return record
     finally:
         memory.close()
-    return ok_record(
+    record = ok_record(
         point,
         shape=shape,
         result=result,
@@ -187,4 +204,8 @@ def train_point(
         footprint=footprint(shape, point.batch, point.dtype),
         environment=environment(device),
         binding=binding,
+        unconstrained_ms=unconstrained_ms,
     )
+    if pinned_inputs:
+        record["pinned_inputs"] = True
+    return record

@@ -123,42 +123,43 @@ def _new_batch(
     memory: Any,
     device: torch.device,
     staging: _Staging,
+    pinned_inputs: bool,
 ) -> dict[str, torch.Tensor]:
-    """Allocate a batch on ``device`` in the inputs scope and have the CPU write it.
+    """The next batch on ``device``, written by the CPU.
 
-    Managed (and CPU) memory is written in place by the CPU, then prefetched if
-    the inputs policy says ``before_use``; device memory is written into
-    ``staging`` (pinned host buffers, made once) and copied over on the stream,
-    as PyTorch's data loader does with ``pin_memory``. Safe while the device
-    runs the current step: the new batch's memory is not the current batch's,
-    and the staging buffers are refilled only after their last copy is done.
+    Under a managed policy (unless ``pinned_inputs``) the CPU writes it in place into
+    managed memory of the inputs pool, then it is prefetched if the inputs policy says
+    ``before_use``. Otherwise the CPU writes ``staging`` (pinned host buffers, made once) and
+    ``memory.stage`` copies them over on the stream, as PyTorch's data loader does with
+    ``pin_memory``. Safe while the device runs the current step: the new batch's memory is
+    not the current batch's, and the staging buffers are refilled only after their last
+    copy is done.
     """
     import torch
 
     from hpcmem.um import host_view
 
-    with memory.inputs():
-        batch = {
-            field.name: torch.empty(field.shape, dtype=getattr(torch, field.dtype), device=device)
-            for field in data.fields()
-        }
-    if device.type == "cpu":
-        data.fill(batch)
-    elif memory.managed:
+    fields = {f.name: (f.shape, getattr(torch, f.dtype)) for f in data.fields()}
+    if device.type == "cpu" or (memory.managed and not pinned_inputs):
+        with memory.inputs():
+            batch = {name: torch.empty(shape, dtype=dtype, device=device)
+                     for name, (shape, dtype) in fields.items()}
+        if device.type == "cpu":
+            data.fill(batch)
+            return batch
         data.fill({name: host_view(tensor) for name, tensor in batch.items()})
         if memory.policy.inputs.prefetch == "before_use":
             for tensor in batch.values():
                 memory.prefetch(tensor)
-    else:
-        if not staging.buffers:
-            staging.buffers.update({name: torch.empty_like(t, device="cpu", pin_memory=True)
-                                    for name, t in batch.items()})
-            staging.copied = torch.cuda.Event()
-        staging.copied.synchronize()  # the previous batch has left the buffers
-        data.fill(staging.buffers)
-        for name, tensor in batch.items():
-            tensor.copy_(staging.buffers[name], non_blocking=True)
-        staging.copied.record()
+        return batch
+    if not staging.buffers:
+        staging.buffers.update({name: torch.empty(shape, dtype=dtype, pin_memory=True)
+                                for name, (shape, dtype) in fields.items()})
+        staging.copied = torch.cuda.Event()
+    staging.copied.synchronize()  # the previous batch has left the buffers
+    data.fill(staging.buffers)
+    batch = {name: memory.stage(buffer) for name, buffer in staging.buffers.items()}
+    staging.copied.record()
     return batch
 
 
@@ -172,8 +173,13 @@ def train(
     steps: int,
     warmup: int,
     seed: int,
+    pinned_inputs: bool = False,
 ) -> TrainResult:
-    """Train ``shape`` on ``data`` for ``warmup + steps`` steps under ``memory`` (UnifiedMemory)."""
+    """Train ``shape`` on ``data`` for ``warmup + steps`` steps under ``memory`` (UnifiedMemory).
+
+    ``pinned_inputs``: batches come in pinned host memory and are staged with
+    ``memory.stage`` under every policy (as from ``DataLoader(pin_memory=True)``).
+    """
     import torch
 
     from hpcmem.train.networks import build
@@ -202,7 +208,7 @@ def train(
     for step in range(total):
         start = time.perf_counter()
         if batch is None:  # the first step has no earlier step to hide its batch behind
-            batch = _new_batch(data, memory, device, staging)
+            batch = _new_batch(data, memory, device, staging, pinned_inputs)
         with memory.activations():
             with autocast:
                 loss = model(batch)
@@ -212,11 +218,15 @@ def train(
         losses[step] = loss.detach()
         # A prefetching data loader: the CPU makes the next batch while the device still
         # works through this step's kernels; the step ends when both are done.
-        upcoming = _new_batch(data, memory, device, staging) if step + 1 < total else None
+        upcoming = (
+            _new_batch(data, memory, device, staging, pinned_inputs) if step + 1 < total else None
+        )
         del loss
         batch = upcoming  # this step's batch goes back to the inputs pool
         _synchronize(device)
         times_ms.append((time.perf_counter() - start) * 1e3)
+        if step + 1 == warmup:  # counts and peaks of the timed steps only
+            memory.reset_stats()
     return TrainResult(
         step_ms=times_ms,
         warmup=warmup,

@@ -17,6 +17,7 @@ __all__ = [
     "CNNShape",
     "TransformerShape",
     "cnn_shape",
+    "loss_chunk_rows",
     "transformer_shape",
 ]
 
@@ -33,8 +34,15 @@ CNN_CLASSES = 1000
 CNN_BLOCKS = (3, 4, 6, 3)
 #: Base width of ResNet-50's first stage.
 CNN_BASE_WIDTH = 64
+#: fp32 logits per chunk of the language model's loss (never the whole batch's at once).
+LOSS_CHUNK_BYTES = 128 * 2**20
 #: Base widths ``--params`` chooses from: any below 256, multiples of 8 (tensor cores) above.
 CNN_WIDTHS = (*range(4, 256), *range(256, 4097, 8))
+
+
+def loss_chunk_rows(vocab: int) -> int:
+    """Tokens per chunk of the language model's loss: ``LOSS_CHUNK_BYTES`` of fp32 logits."""
+    return max(1, LOSS_CHUNK_BYTES // (vocab * 4))
 
 
 @dataclass(frozen=True)
@@ -62,12 +70,13 @@ class TransformerShape:
         input, q, k, v, the attention output and its projection input, the MLP
         input, and the 4xd GELU input and output (15 values). Attention runs
         through fused scaled-dot-product kernels, so no seq_len^2 term. The head
-        adds the logits in the compute dtype, their fp32 log-softmax and the
-        fp32 gradient (batch x seq_len x vocab each).
+        adds, for one chunk of the loss (:func:`loss_chunk_rows` tokens), the logits
+        in the compute dtype, their fp32 log-softmax and the fp32 gradient.
         """
         tokens = batch * self.seq_len
         blocks = self.n_layers * tokens * self.d_model * (8 + 15 * act_bytes)
-        head = tokens * self.d_model * (4 + act_bytes) + tokens * self.vocab * (act_bytes + 8)
+        chunk = min(tokens, loss_chunk_rows(self.vocab))
+        head = tokens * self.d_model * (4 + act_bytes) + chunk * self.vocab * (act_bytes + 8)
         return blocks + head
 
 

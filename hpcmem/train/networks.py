@@ -9,10 +9,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
-from hpcmem.train.models import CNNShape, TransformerShape
+from hpcmem.train.models import CNNShape, TransformerShape, loss_chunk_rows
 
-__all__ = ["ResNet", "TransformerLM", "build"]
+__all__ = ["ResNet", "TransformerLM", "build", "chunked_cross_entropy"]
 
 INIT_STD = 0.02
 
@@ -66,8 +67,29 @@ class TransformerLM(nn.Module):
         x = self.tokens(inputs) + self.positions(positions)
         for block in self.blocks:
             x = block(x)
-        logits = self.ln_f(x) @ self.tokens.weight.t()
-        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+        hidden = self.ln_f(x).flatten(0, 1)
+        return chunked_cross_entropy(hidden, self.tokens.weight.t(), targets.flatten())
+
+
+def chunked_cross_entropy(
+    hidden: torch.Tensor, head: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """Mean cross-entropy of ``hidden @ head`` against ``targets``, ``LOSS_CHUNK_BYTES`` of
+    logits at a time: each chunk's logits are made again in backward (checkpointed), so a
+    50k-word vocabulary never needs the whole batch's logits at once. The chunking depends
+    on the shapes alone, so a run gives the same loss whatever memory it runs in."""
+    rows = loss_chunk_rows(head.shape[1])
+    total = hidden.new_zeros((), dtype=torch.float32)
+    for start in range(0, hidden.shape[0], rows):
+        end = start + rows
+        total = total + checkpoint(
+            _loss_sum, hidden[start:end], head, targets[start:end], use_reentrant=False
+        )
+    return total / targets.numel()
+
+
+def _loss_sum(hidden: torch.Tensor, head: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy((hidden @ head).float(), targets, reduction="sum")
 
 
 class _Bottleneck(nn.Module):

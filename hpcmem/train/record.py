@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from hpcmem.train.models import CNNShape, TransformerShape
     from hpcmem.train.sizing import Footprint
 
-__all__ = ["THROUGHPUT_UNITS", "ok_record", "unfinished_record"]
+__all__ = ["THROUGHPUT_UNITS", "ok_record", "stream_fields", "unfinished_record"]
 
 #: Throughput unit per model.
 THROUGHPUT_UNITS = {"transformer": "tokens/s", "cnn": "images/s"}
@@ -45,6 +45,29 @@ def unfinished_record(
     }
 
 
+def stream_fields(memory: dict[str, Any], unconstrained_ms: float | None) -> dict[str, Any]:
+    """What a run under a GPU budget moved and held, and its PCIe bound.
+
+    ``bytes_h2d``/``bytes_d2h``: bytes the streaming mode copied per timed step;
+    ``peak_gpu_resident_bytes``: the most bytes placed on the GPU at once;
+    ``pcie_transfer_ms``: those bytes at the pinned-copy bandwidth measured in the same run;
+    ``pcie_bound_ms``: the larger of that and the unconstrained step time, when known.
+    """
+    stream = memory.get("stream")
+    if not stream:
+        return {}
+    transfer = stream["pcie_transfer_ms"]
+    return {
+        "bytes_h2d": stream["bytes_h2d"],
+        "bytes_d2h": stream["bytes_d2h"],
+        "peak_gpu_resident_bytes": memory["peak_gpu_resident_bytes"],
+        "pcie_bandwidth": stream["pcie_bandwidth"],
+        "pcie_transfer_ms": transfer,
+        "unconstrained_step_ms": unconstrained_ms,
+        "pcie_bound_ms": transfer if unconstrained_ms is None else max(transfer, unconstrained_ms),
+    }
+
+
 def ok_record(
     point: TrainPoint,
     *,
@@ -54,6 +77,7 @@ def ok_record(
     footprint: Footprint,
     environment: dict[str, Any],
     binding: dict[str, Any],
+    unconstrained_ms: float | None = None,
 ) -> dict[str, Any]:
     """The record of a finished run.
 
@@ -61,7 +85,9 @@ def ok_record(
     ``torch``, ``cuda`` and ``device_memory_bytes`` (the device's total memory,
     the denominator of ``oversubscription``). ``bytes_by_type`` holds each
     type's peak managed bytes (None per type under the unmanaged ``cuda``
-    policy, whose total is in ``peak_reserved_bytes``).
+    policy, whose total is in ``peak_reserved_bytes``). A run under a GPU budget
+    adds :func:`stream_fields` (``unconstrained_ms``: the same model's step time
+    without a budget, for the PCIe bound).
     """
     memory = result.memory
     device_memory = environment["device_memory_bytes"]
@@ -86,5 +112,6 @@ def ok_record(
         "footprint_estimate": footprint.to_record(),
         "oversubscription": managed / device_memory if device_memory else 0.0,
         "losses": result.loss_ends(),
+        **stream_fields(memory, unconstrained_ms),
         **environment,
     }

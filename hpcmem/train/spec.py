@@ -47,6 +47,12 @@ TRAIN = Benchmark(
         Metric("first_step_ms", "ms", LOWER, checked=True),
         Metric("throughput", "items/s", HIGHER),  # tokens or images: throughput_unit says
         Metric("oversubscription", "ratio", None),  # managed bytes / device memory
+        # budgeted runs only: what the streaming mode moved per step and held, and its bound
+        Metric("bytes_h2d", "bytes", LOWER, required=False),
+        Metric("bytes_d2h", "bytes", LOWER, required=False),
+        Metric("peak_gpu_resident_bytes", "bytes", LOWER, required=False),
+        Metric("pcie_transfer_ms", "ms", LOWER, required=False),
+        Metric("pcie_bound_ms", "ms", LOWER, required=False),
     ),
     fields={
         "required": ["model", "params", "batch", "dtype", "policy", "bytes_by_type", "gpu",

@@ -1,10 +1,12 @@
 """Unified Memory for PyTorch training: per-type memory advice, prefetch, GPU budget, guard.
 
 Importing this package needs neither torch nor CUDA; :class:`UnifiedMemory` with a managed
-policy needs a CUDA build of torch, a GPU and the native library (``hpcmem._um``).
+policy needs a CUDA build of torch, a GPU and the native library (``hpcmem._um``). Every
+error it raises is an :class:`hpcmem.errors.HpcmemError`.
 """
 
-from hpcmem.um.budget import parse_bytes, plan_budget
+from hpcmem.um.budget import plan_budget
+from hpcmem.um.errors import BudgetError, UnifiedMemoryError
 from hpcmem.um.guard import (
     ENV_ALLOW,
     check_request,
@@ -27,18 +29,19 @@ __all__ = [
     "ENV_ALLOW",
     "PRESETS",
     "TYPES",
+    "BudgetError",
     "OversubscriptionError",
     "Policy",
     "PolicyError",
     "TypePolicy",
     "UnifiedMemory",
+    "UnifiedMemoryError",
     "check_request",
     "default_headroom",
     "host_view",
     "load_policy",
     "managed_limit",
     "oversubscription_allowed",
-    "parse_bytes",
     "plan_budget",
     "policy_from_dict",
 ]

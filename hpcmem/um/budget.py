@@ -1,18 +1,15 @@
-"""GPU budget arithmetic: how many GPU-resident bytes each type may hold.
+"""GPU budget arithmetic: how many bytes of room each type of data gets, and byte counts.
 
-Types are placed on the GPU in the policy's priority order until the budget is used; a
-segment that does not fit is preferred on the CPU and read in place by the GPU
-(accessed-by), so the job trains beyond the budget without relying on driver eviction.
-Pure arithmetic, testable without a GPU.
+The streaming budget mode (:mod:`hpcmem.um.stream.plan`) gives the room its plan has left
+to the types in the policy's priority order: parameters kept resident, saved activations
+kept on the device. Pure arithmetic, testable without a GPU.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-__all__ = ["parse_bytes", "plan_budget"]
-
-_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+__all__ = ["plan_budget"]
 
 
 def plan_budget(
@@ -47,21 +44,3 @@ def plan_budget(
         left -= quota
     return quotas
 
-
-def parse_bytes(text: str | int, option: str = "--gpu-budget") -> int:
-    """``"40G"``, ``"512M"``, ``"1.5T"``, ``"4096"`` -> bytes (binary units)."""
-    if isinstance(text, int):
-        value = text
-    else:
-        stripped = str(text).strip().upper().removesuffix("B").removesuffix("I")
-        unit = stripped[-1:] if stripped[-1:] in _UNITS and stripped[-1:] else ""
-        number = stripped[: -len(unit)] if unit else stripped
-        try:
-            value = int(float(number) * _UNITS[unit])
-        except ValueError:
-            raise ValueError(
-                f"{option}: {text!r} is not a byte count (examples: 4096, 512M, 40G, 1.5T)"
-            ) from None
-    if value <= 0:
-        raise ValueError(f"{option}: {text!r} must be a positive number of bytes")
-    return value

@@ -71,8 +71,10 @@ def check_request(request_bytes: int, managed_bytes: int, limit_bytes: int | Non
 def _error_class() -> type[Exception]:
     import torch
 
-    class OversubscriptionError(torch.OutOfMemoryError):
-        """The guard refused managed memory (a :class:`torch.OutOfMemoryError`)."""
+    from hpcmem.errors import HpcmemError
+
+    class OversubscriptionError(torch.OutOfMemoryError, HpcmemError):
+        """The guard refused managed memory (a :class:`torch.OutOfMemoryError` too)."""
 
     OversubscriptionError.__module__ = __name__
     return OversubscriptionError

@@ -14,6 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hpcmem.errors import HpcmemError
+
 __all__ = [
     "ALLOCATORS",
     "LOCATIONS",
@@ -38,7 +40,7 @@ TYPE_FIELDS = ("preferred_location", "accessed_by", "read_mostly", "prefetch")
 POLICY_FIELDS = ("name", "allocator", "priority", *TYPES)
 
 
-class PolicyError(ValueError):
+class PolicyError(HpcmemError, ValueError):
     """A policy field with a value that is not accepted; the message names field and value."""
 
 

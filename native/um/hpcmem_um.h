@@ -2,7 +2,7 @@
 //
 // One malloc/free pair per data type (params, activations, inputs). Every new segment gets
 // its type's policy (preferred location, accessed-by, read-mostly, prefetch on allocation),
-// a GPU budget decides whether a GPU-preferred segment fits on the GPU or spills to the CPU,
+// a per-type quota decides whether a GPU-preferred segment fits on the GPU or spills to the CPU,
 // and the oversubscription guard refuses any segment that would take the managed total past
 // the limit (returning NULL, so PyTorch raises its out-of-memory error).
 //
@@ -36,7 +36,7 @@ typedef struct {
   uint64_t live_bytes;        // managed bytes held by live segments
   uint64_t peak_bytes;        // highest live_bytes since the last reset
   uint64_t segments;          // live segments
-  uint64_t gpu_bytes;         // live bytes placed GPU-preferred (inside the budget)
+  uint64_t gpu_bytes;         // live bytes placed GPU-preferred (inside the quota)
   uint64_t advice_calls;      // cudaMemAdvise calls made
   uint64_t prefetched_bytes;  // bytes handed to cudaMemPrefetchAsync
   uint64_t refusals;          // segments refused by the guard
@@ -53,7 +53,7 @@ typedef struct {
 typedef struct {
   uintptr_t ptr;
   size_t size;
-  int on_gpu;      // placed GPU-preferred (counts towards the budget)
+  int on_gpu;      // placed GPU-preferred (counts towards the quota)
   uint64_t epoch;  // the epoch it was allocated in (see hpcmem_um_begin_epoch)
 } hpcmem_um_segment;
 
@@ -69,10 +69,13 @@ void hpcmem_um_free_inputs(void* ptr, size_t size, int device, void* stream);
 int hpcmem_um_set_policy(int type, hpcmem_um_policy policy);
 int hpcmem_um_get_policy(int type, hpcmem_um_policy* out);
 int hpcmem_um_set_gpu_quota(int type, uint64_t bytes);  // UINT64_MAX: no per-type quota
-void hpcmem_um_set_gpu_budget(uint64_t bytes);           // UINT64_MAX: no budget
 void hpcmem_um_set_limit(uint64_t bytes);                // guard; UINT64_MAX: no limit
 uint64_t hpcmem_um_limit(void);
 uint64_t hpcmem_um_managed_bytes(void);
+uint64_t hpcmem_um_gpu_bytes(void);       // bytes of live segments placed on the GPU, all types
+uint64_t hpcmem_um_gpu_peak_bytes(void);  // highest of those since the last reset of either kind
+void hpcmem_um_reset_gpu_peak(void);      // that peak := bytes placed on the GPU now
+const char* hpcmem_um_type_name(int type);  // "params", ...; NULL outside 0..NTYPES-1
 
 // Starts a new epoch (one per UnifiedMemory) and returns it: segments remember the epoch they
 // were made in, so one job's segments are told apart from those an earlier job left alive.
@@ -80,15 +83,10 @@ uint64_t hpcmem_um_begin_epoch(void);
 
 // Counters.
 int hpcmem_um_counters_get(int type, hpcmem_um_counters* out);
-void hpcmem_um_counters_reset(void);  // peak := live; advice, prefetch, refusal counts := 0
+void hpcmem_um_counters_reset(void);  // peaks := live; advice, prefetch, refusal counts := 0
 
 // Segments of a type in allocation order; returns how many exist (writes at most `cap`).
 size_t hpcmem_um_segments(int type, hpcmem_um_segment* out, size_t cap);
-// Re-applies placement (policy + quotas + budget) to the live segments of `type` made in
-// `epoch`, moving the ones whose placement changed with a prefetch on `stream`. Returns the
-// number of segments moved, -1 on error.
-long hpcmem_um_replace(int type, uint64_t epoch, int device, void* stream);
-
 // Range operations on managed memory (errors: -1, message in hpcmem_um_last_error).
 int hpcmem_um_advise(uintptr_t ptr, size_t size, int device, hpcmem_um_policy policy);
 int hpcmem_um_prefetch(uintptr_t ptr, size_t size, int location_id, void* stream, int type);

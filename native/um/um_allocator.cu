@@ -34,9 +34,9 @@ struct State {
   std::mutex mutex;
   TypeState types[HPCMEM_UM_NTYPES];
   uint64_t limit = kUnlimited;
-  uint64_t budget = kUnlimited;
   uint64_t managed = 0;
   uint64_t gpu_total = 0;
+  uint64_t gpu_peak = 0;  // highest gpu_total since the last counter reset
   uint64_t next_seq = 0;
   uint64_t epoch = 0;
 };
@@ -120,14 +120,13 @@ cudaError_t apply_advice(const void* p, size_t n, int device, const hpcmem_um_po
 }
 
 // Where a new segment of `type` goes: its policy, spilled to CPU-preferred + accessed-by
-// GPU when a GPU-preferred segment does not fit in the type's quota or the job's budget.
-hpcmem_um_policy place(const State& s, const TypeState& t, size_t size, uint64_t type_gpu,
-                       uint64_t total_gpu, bool* on_gpu) {
+// GPU when a GPU-preferred segment does not fit in the type's quota (the GPU budget puts the
+// params type on the host this way; its data is streamed from pinned copies).
+hpcmem_um_policy place(const TypeState& t, size_t size, uint64_t type_gpu, bool* on_gpu) {
   hpcmem_um_policy p = t.policy;
   bool wants_gpu = p.preferred == HPCMEM_UM_LOC_GPU ||
                    (p.preferred == HPCMEM_UM_LOC_NONE && p.prefetch_on_alloc);
-  bool fits = type_gpu + size <= t.gpu_quota && total_gpu + size <= s.budget &&
-              type_gpu + size >= type_gpu;
+  bool fits = type_gpu + size <= t.gpu_quota && type_gpu + size >= type_gpu;
   *on_gpu = wants_gpu && fits;
   if (wants_gpu && !fits) {
     if (p.preferred == HPCMEM_UM_LOC_GPU) {
@@ -172,13 +171,14 @@ void* um_malloc(int type, size_t size, int device, void* stream) {
   }
   // Count first, undo on any failure below.
   bool on_gpu = false;
-  hpcmem_um_policy placed = place(s, t, size, t.counters.gpu_bytes, s.gpu_total, &on_gpu);
+  hpcmem_um_policy placed = place(t, size, t.counters.gpu_bytes, &on_gpu);
   const hpcmem_um_counters saved = t.counters;
   const uint64_t saved_gpu_total = s.gpu_total;
   s.managed += size;
   if (on_gpu) {
     t.counters.gpu_bytes += size;
     s.gpu_total += size;
+    s.gpu_peak = std::max(s.gpu_peak, s.gpu_total);
   }
   t.counters.live_bytes += size;
   t.counters.peak_bytes = std::max(t.counters.peak_bytes, t.counters.live_bytes);
@@ -281,12 +281,6 @@ int hpcmem_um_set_gpu_quota(int type, uint64_t bytes) {
   return 0;
 }
 
-void hpcmem_um_set_gpu_budget(uint64_t bytes) {
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  s.budget = bytes;
-}
-
 void hpcmem_um_set_limit(uint64_t bytes) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -305,6 +299,28 @@ uint64_t hpcmem_um_managed_bytes(void) {
   return s.managed;
 }
 
+uint64_t hpcmem_um_gpu_bytes(void) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.gpu_total;
+}
+
+uint64_t hpcmem_um_gpu_peak_bytes(void) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.gpu_peak;
+}
+
+void hpcmem_um_reset_gpu_peak(void) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.gpu_peak = s.gpu_total;
+}
+
+const char* hpcmem_um_type_name(int type) {
+  return type >= 0 && type < HPCMEM_UM_NTYPES ? kTypeNames[type] : nullptr;
+}
+
 int hpcmem_um_counters_get(int type, hpcmem_um_counters* out) {
   if (!valid_type(type)) return -1;
   State& s = state();
@@ -316,6 +332,7 @@ int hpcmem_um_counters_get(int type, hpcmem_um_counters* out) {
 void hpcmem_um_counters_reset(void) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
+  s.gpu_peak = s.gpu_total;
   for (TypeState& t : s.types) {
     t.counters.peak_bytes = t.counters.live_bytes;
     t.counters.advice_calls = 0;
@@ -347,47 +364,6 @@ uint64_t hpcmem_um_begin_epoch(void) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   return ++s.epoch;
-}
-
-long hpcmem_um_replace(int type, uint64_t epoch, int device, void* stream) {
-  if (!valid_type(type)) return -1;
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  TypeState& t = s.types[type];
-  // Segments of other epochs keep their place and their share of the budget.
-  uint64_t type_gpu = 0;
-  for (const auto& entry : t.segments) {
-    if (entry.second.epoch != epoch && entry.second.on_gpu) type_gpu += entry.second.size;
-  }
-  uint64_t total_gpu = s.gpu_total - t.counters.gpu_bytes + type_gpu;
-  long moved = 0;
-  for (auto& [ptr, seg] : ordered(t)) {
-    if (seg.epoch != epoch) continue;
-    bool on_gpu = false;
-    hpcmem_um_policy placed = place(s, t, seg.size, type_gpu, total_gpu, &on_gpu);
-    if (on_gpu) {
-      type_gpu += seg.size;
-      total_gpu += seg.size;
-    }
-    if (on_gpu == seg.on_gpu) continue;
-    const void* p = reinterpret_cast<const void*>(ptr);
-    cudaError_t err = apply_advice(p, seg.size, device, placed, false, &t.counters.advice_calls);
-    if (err == cudaSuccess) {
-      err = prefetch(p, seg.size, prefetch_target(placed, device), static_cast<cudaStream_t>(stream));
-    }
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      set_error("hpcmem-um: re-placing a " + bytes_text(seg.size) + " segment of " +
-                kTypeNames[type] + " failed: " + cudaGetErrorString(err));
-      return -1;
-    }
-    t.counters.prefetched_bytes += seg.size;
-    t.segments[ptr].on_gpu = on_gpu;
-    ++moved;
-  }
-  s.gpu_total = total_gpu;
-  t.counters.gpu_bytes = type_gpu;
-  return moved;
 }
 
 int hpcmem_um_advise(uintptr_t ptr, size_t size, int device, hpcmem_um_policy policy) {

@@ -86,6 +86,9 @@ PYBIND11_MODULE(_um, m) {
   m.attr("CPU_ID") = int(HPCMEM_UM_CPU_ID);
   m.attr("INVALID_ID") = int(HPCMEM_UM_INVALID_ID);
   m.attr("UNLIMITED") = py::int_(UINT64_MAX);
+  py::tuple type_names(static_cast<size_t>(HPCMEM_UM_NTYPES));
+  for (int i = 0; i < HPCMEM_UM_NTYPES; ++i) type_names[i] = hpcmem_um_type_name(i);
+  m.attr("TYPE_NAMES") = type_names;  // index = the type's id in every call below
 
   m.def("library_path", &library_path, "Path of libhpcmem_um.so (for CUDAPluggableAllocator).");
   m.def(
@@ -107,29 +110,21 @@ PYBIND11_MODULE(_um, m) {
       py::arg("type"), "(preferred, accessed_by, read_mostly, prefetch_on_alloc) of a type.");
   m.def("set_gpu_quota", [](int type, uint64_t n) { check(hpcmem_um_set_gpu_quota(type, n)); },
         py::arg("type"), py::arg("bytes"), "GPU-preferred bytes a type may hold (UNLIMITED: any).");
-  m.def("set_gpu_budget", &hpcmem_um_set_gpu_budget, py::arg("bytes"),
-        "GPU-preferred bytes all types together may hold (UNLIMITED: any).");
   m.def("set_limit", &hpcmem_um_set_limit, py::arg("bytes"),
         "The guard: managed bytes never exceed this (UNLIMITED: no limit).");
   m.def("limit", &hpcmem_um_limit, "The guard's limit in bytes.");
   m.def("managed_bytes", &hpcmem_um_managed_bytes, "Managed bytes held by live segments.");
+  m.def("gpu_bytes", &hpcmem_um_gpu_bytes, "Bytes of live segments placed on the GPU, all types.");
+  m.def("gpu_peak_bytes", &hpcmem_um_gpu_peak_bytes,
+        "Highest gpu_bytes since the last reset_counters() or reset_gpu_peak().");
+  m.def("reset_gpu_peak", &hpcmem_um_reset_gpu_peak, "gpu_peak_bytes := gpu_bytes now.");
   m.def("counters", &counters, py::arg("type"), "A type's counters as a dict.");
   m.def("reset_counters", &hpcmem_um_counters_reset,
-        "Peak := live; advice calls, prefetched bytes and refusals := 0.");
+        "Peaks := live; advice calls, prefetched bytes and refusals := 0.");
   m.def("segments", &segments, py::arg("type"),
         "Live segments of a type in allocation order: (ptr, size, on_gpu, epoch).");
   m.def("begin_epoch", &hpcmem_um_begin_epoch,
         "Start a new epoch (one per UnifiedMemory); returns its number.");
-  m.def(
-      "replace",
-      [](int type, uint64_t epoch, int device, std::uintptr_t stream) {
-        long moved = hpcmem_um_replace(type, epoch, device, as_stream(stream));
-        if (moved < 0) throw std::runtime_error(hpcmem_um_last_error());
-        return moved;
-      },
-      py::arg("type"), py::arg("epoch"), py::arg("device"), py::arg("stream"),
-      "Re-apply placement (policy, quotas, budget) to a type's live segments of one epoch; "
-      "returns how many moved.");
   m.def(
       "advise",
       [](std::uintptr_t ptr, size_t size, int device, int preferred, int accessed_by,

@@ -9,8 +9,27 @@
 #
 # DIR defaults to .slurm/ in the repository. Logs stay under DIR/log after stop.
 # Usage from a shell:  eval "$(tools/slurm/cluster.sh start)"; sbatch ...
-# Ports (override through the environment): HPCMEM_SLURM_PORT (slurmctld, default
-# 16817; slurmd = +1, slurmdbd = +2) and HPCMEM_SLURM_MYSQL_PORT (default 16306).
+#
+# Settings (environment; read by start, which regenerates the configuration):
+#   HPCMEM_SLURM_PORT        slurmctld port (default 16817; slurmd = +1, slurmdbd = +2)
+#   HPCMEM_SLURM_MYSQL_PORT  MariaDB port (default 16306)
+#   HPCMEM_SLURM_CLUSTER     ClusterName (default hpcmem)
+#   HPCMEM_SLURM_PARTITION   the partitions, comma-separated, each with the one node; the
+#                            first is the default for jobs (default debug)
+#   HPCMEM_SLURM_ACCOUNT     the account root submits under, its default (default hpcmem)
+#   HPCMEM_SLURM_QOS         a QOS created besides Slurm's "normal" and allowed to root; the
+#                            default QOS stays "normal" (default: none created)
+#   HPCMEM_SLURM_ENFORCE     AccountingStorageEnforce (default: none, nothing enforced)
+# A site-like cluster, as production clusters are set up (jobs need a valid account, QOS
+# and partition, and limits are enforced):
+#   HPCMEM_SLURM_PARTITION=batch,hbm HPCMEM_SLURM_ACCOUNT=hpc HPCMEM_SLURM_QOS=bench \
+#   HPCMEM_SLURM_ENFORCE=associations,limits,qos tools/slurm/cluster.sh start
+#
+# Several clusters may run on one machine, each with its own DIR and ports. They share one
+# munged on the default socket (Slurm 22.05 ignores AuthInfo=socket= on its connections to
+# slurmdbd); stop ends that munged only when no other Slurm daemon is left on the machine.
+# slurmd runs in a mount namespace of its own with DIR/run/slurm as /run/slurm, so the
+# configless cache that srun inside jobs reads (/run/slurm/conf) is this cluster's.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -20,17 +39,30 @@ STATE="$(realpath -m "${2:-$REPO/.slurm}")"
 CLUSTER="${HPCMEM_SLURM_CLUSTER:-hpcmem}"
 ACCOUNT="${HPCMEM_SLURM_ACCOUNT:-hpcmem}"
 PARTITION="${HPCMEM_SLURM_PARTITION:-debug}"
+QOS="${HPCMEM_SLURM_QOS:-}"
+ENFORCE="${HPCMEM_SLURM_ENFORCE:-}"
 CTLD_PORT="${HPCMEM_SLURM_PORT:-16817}"
 MYSQL_PORT="${HPCMEM_SLURM_MYSQL_PORT:-16306}"
 for port in "$CTLD_PORT" "$MYSQL_PORT"; do
   [[ "$port" =~ ^[0-9]+$ ]] && ((port > 0 && port < 65534)) ||
     { echo "cluster.sh: error: port '$port' is not a number in 1-65533" >&2; exit 2; }
 done
+for setting in "HPCMEM_SLURM_CLUSTER=$CLUSTER" "HPCMEM_SLURM_ACCOUNT=$ACCOUNT" \
+  "HPCMEM_SLURM_QOS=$QOS"; do
+  [[ "${setting#*=}" =~ ^[a-z0-9_]*$ ]] ||
+    { echo "cluster.sh: error: $setting: use lower-case letters, digits and _" >&2; exit 2; }
+done
+[[ "$PARTITION" =~ ^[a-z0-9_]+(,[a-z0-9_]+)*$ ]] ||
+  { echo "cluster.sh: error: HPCMEM_SLURM_PARTITION=$PARTITION: names (a-z, 0-9, _), comma-separated" >&2; exit 2; }
+[[ "$ENFORCE" =~ ^[a-z,]*$ ]] ||
+  { echo "cluster.sh: error: HPCMEM_SLURM_ENFORCE=$ENFORCE: a list like associations,limits,qos" >&2; exit 2; }
 SLURMD_PORT=$((CTLD_PORT + 1))
 DBD_PORT=$((CTLD_PORT + 2))
 HOST="$(hostname -s)"
 ADDR=127.0.0.1
 MUNGE_SOCKET=/run/munge/munge.socket.2
+#: the munged this script starts is shared by every test cluster on the machine
+MUNGE_PIDFILE=/run/munge/hpcmem-munged.pid
 TIMEOUT="${HPCMEM_SLURM_TIMEOUT:-60}"
 DAEMONS=(munged mariadbd slurmdbd slurmctld slurmd)
 
@@ -85,11 +117,13 @@ wait_for() {
 
 render() {
   sed -e "s|@STATE@|$STATE|g" -e "s|@HOST@|$HOST|g" -e "s|@ADDR@|$ADDR|g" \
-    -e "s|@CLUSTER@|$CLUSTER|g" -e "s|@PARTITION@|$PARTITION|g" \
+    -e "s|@CLUSTER@|$CLUSTER|g" \
     -e "s|@CTLD_PORT@|$CTLD_PORT|g" -e "s|@SLURMD_PORT@|$SLURMD_PORT|g" \
     -e "s|@DBD_PORT@|$DBD_PORT|g" -e "s|@MYSQL_PORT@|$MYSQL_PORT|g" \
     -e "s|@DB_PASSWORD@|$(cat "$STATE/etc/db.password")|g" \
     -e "s|@NODE_LINE@|$NODE_LINE|g" -e "s|@DEF_MEM_PER_CPU@|$DEF_MEM_PER_CPU|g" \
+    -e "s|@ENFORCE_LINE@|${ENFORCE:+AccountingStorageEnforce=$ENFORCE}|g" \
+    -e "s|@PARTITION_LINES@|$PARTITION_LINES|g" \
     "$HERE/$1.in" >"$STATE/etc/$1.tmp"
   mv "$STATE/etc/$1.tmp" "$STATE/etc/$1"
 }
@@ -110,7 +144,7 @@ check_tools() {
 
 # Configuration files, generated once per state dir from this machine.
 configure() {
-  mkdir -p "$STATE"/{etc,run,log,state,spool,munge} "$MYSQL_DIR"
+  mkdir -p "$STATE"/{etc,run/slurm,log,state,spool,munge} "$MYSQL_DIR"
   # STATE/mysql is always where MariaDB's files are seen from: the folder, or a link to it
   [[ "$MYSQL_DIR" == "$STATE/mysql" ]] || ln -sfn "$MYSQL_DIR" "$STATE/mysql"
   chmod 700 "$STATE/munge" "$STATE/etc"
@@ -127,6 +161,12 @@ configure() {
   local cpus
   cpus="$(sed -n 's/.*CPUs=\([0-9]*\).*/\1/p' <<<"$detected")"
   DEF_MEM_PER_CPU=$((mem * 9 / 10 / ${cpus:-1}))
+  local name default=YES
+  PARTITION_LINES=""
+  for name in ${PARTITION//,/ }; do
+    PARTITION_LINES+="PartitionName=$name Nodes=$HOST Default=$default MaxTime=INFINITE State=UP\\n"
+    default=NO
+  done
   render slurm.conf
   render slurmdbd.conf
   render cgroup.conf
@@ -137,13 +177,11 @@ configure() {
 
 # Slurm 22.05 ignores AuthInfo=socket= on its persistent connections to slurmdbd, so
 # munged serves the default socket. On one node any munged will do (credentials are
-# encoded and decoded by the same daemon): reuse a running one, else start ours.
+# encoded and decoded by the same daemon): reuse a running one, else start one for all.
 munge_works() { munge -n -S "$MUNGE_SOCKET" | unmunge -S "$MUNGE_SOCKET"; }
 
 start_munged() {
-  daemon_pid munged >/dev/null && return
   if munge_works >/dev/null 2>&1; then
-    log "using the munged already serving $MUNGE_SOCKET"
     return
   fi
   local key="$STATE/munge/munge.key"
@@ -152,10 +190,27 @@ start_munged() {
   fi
   mkdir -p "$(dirname "$MUNGE_SOCKET")"
   rm -f "$MUNGE_SOCKET" "$MUNGE_SOCKET.lock"
-  munged --force --key-file="$key" --socket="$MUNGE_SOCKET" \
-    --pid-file="$(pidfile munged)" --log-file="$STATE/log/munged.log" \
-    --seed-file="$STATE/munge/munged.seed" --num-threads=4 9>&-
+  munged --force --key-file="$key" --socket="$MUNGE_SOCKET" --pid-file="$MUNGE_PIDFILE" \
+    --log-file="$STATE/log/munged.log" --seed-file="$STATE/munge/munged.seed" \
+    --num-threads=4 9>&-
   wait_for munged munge_works
+}
+
+# The shared munged ends with the last Slurm daemon on the machine (any cluster's).
+stop_munged() {
+  local pid
+  if pgrep -x 'slurmctld|slurmd|slurmdbd' >/dev/null; then
+    return
+  fi
+  for file in "$MUNGE_PIDFILE" "$STATE/run/munged.pid"; do
+    [[ -s "$file" ]] || continue
+    pid="$(tr -dc '0-9' <"$file")"
+    if [[ -n "$pid" && "$(ps -o comm= -p "$pid" 2>/dev/null)" == munged ]]; then
+      kill -TERM "$pid" 2>/dev/null || true
+      wait_for "munged (pid $pid) to stop" eval "! kill -0 $pid"
+    fi
+    rm -f "$file"
+  done
 }
 
 mysql_client() {
@@ -201,15 +256,26 @@ start_slurmdbd() {
   wait_for slurmdbd sacctmgr -n list cluster
 }
 
+sacctmgr_list() { sacctmgr -n -P list "$@"; }
+
+# The cluster, its account with root in it (root's default account), and the QOS.
 register_cluster() {
-  if [[ -z "$(sacctmgr -n -P list cluster "$CLUSTER" format=cluster)" ]]; then
+  if [[ -z "$(sacctmgr_list cluster "$CLUSTER" format=cluster)" ]]; then
     sacctmgr -i add cluster "$CLUSTER" >/dev/null
   fi
-  if [[ -z "$(sacctmgr -n -P list account "$ACCOUNT" format=account)" ]]; then
+  if [[ -z "$(sacctmgr_list account "$ACCOUNT" format=account)" ]]; then
     sacctmgr -i add account "$ACCOUNT" Cluster="$CLUSTER" Description=hpcmem Organization=hpcmem >/dev/null
   fi
-  if [[ -z "$(sacctmgr -n -P list user root account="$ACCOUNT" withassoc format=account)" ]]; then
+  if [[ -z "$(sacctmgr_list user root account="$ACCOUNT" withassoc format=account)" ]]; then
     sacctmgr -i add user root Account="$ACCOUNT" DefaultAccount="$ACCOUNT" >/dev/null
+  fi
+  sacctmgr -i modify user root set DefaultAccount="$ACCOUNT" >/dev/null 2>&1 || true
+  [[ -n "$QOS" ]] || return 0
+  if [[ -z "$(sacctmgr_list qos "$QOS" format=name)" ]]; then
+    sacctmgr -i add qos "$QOS" >/dev/null
+  fi
+  if ! sacctmgr_list assoc user=root account="$ACCOUNT" format=qos | tr ',' '\n' | grep -qx "$QOS"; then
+    sacctmgr -i modify user root where account="$ACCOUNT" set QOS+="$QOS" >/dev/null
   fi
 }
 
@@ -227,10 +293,14 @@ start_slurmctld() {
 
 start_slurmd() {
   daemon_pid slurmd >/dev/null && return
-  mkdir -p "$STATE/spool/slurmd"
-  # Configless (--conf-server): slurmd caches slurm.conf under /run/slurm/conf, where client
-  # commands find it without SLURM_CONF (snakemake's jobstep executor drops SLURM_* variables).
-  slurmd --conf-server "$HOST:$CTLD_PORT" 9>&-
+  mkdir -p "$STATE/spool/slurmd" /run/slurm
+  # Configless (--conf-server): slurmd caches slurm.conf and links it as /run/slurm/conf, where
+  # srun inside jobs finds it (snakemake's jobstep executor drops SLURM_CONF). In a mount
+  # namespace of its own, that /run/slurm is STATE/run/slurm: each cluster's jobs see their
+  # own cluster, whichever slurmd started last.
+  unshare --mount --propagation private -- sh -c \
+    'mount --bind "$1" /run/slurm && shift && exec "$@"' sh "$STATE/run/slurm" \
+    slurmd --conf-server "$HOST:$CTLD_PORT" 9>&-
   wait_for "node $HOST to become idle" node_idle
   # A node that was down in an earlier run may come back drained; resume it.
   if sinfo -h -N -n "$HOST" -o %T | grep -qE 'drain|down'; then
@@ -286,19 +356,18 @@ do_stop() {
   fi
   stop_daemons slurmd slurmctld
   stop_daemons slurmdbd
-  stop_daemons mariadbd munged
-  # slurmd's configless cache link, when it points into this state dir.
-  if [[ "$(readlink /run/slurm/conf 2>/dev/null)" == "$STATE/"* ]]; then rm -f /run/slurm/conf; fi
+  stop_daemons mariadbd
+  stop_munged
   log "cluster stopped (logs kept in $STATE/log)"
 }
 
 do_status() {
   local name pid all=0
   for name in "${DAEMONS[@]}"; do
-    if pid="$(daemon_pid "$name")"; then
+    if [[ $name == munged ]] && munge_works >/dev/null 2>&1; then
+      echo "munged: running (shared, serving $MUNGE_SOCKET)"
+    elif [[ $name != munged ]] && pid="$(daemon_pid "$name")"; then
       echo "$name: running (pid $pid)"
-    elif [[ $name == munged ]] && munge_works >/dev/null 2>&1; then
-      echo "munged: running (started elsewhere, serving $MUNGE_SOCKET)"
     else
       echo "$name: stopped"
       all=1
@@ -306,6 +375,7 @@ do_status() {
   done
   if ((all == 0)); then
     SLURM_CONF="$STATE/etc/slurm.conf" sinfo -N -o '%N %T %c %m %P'
+    [[ -z "$QOS$ENFORCE" ]] || echo "account $ACCOUNT, QOS ${QOS:-normal}, enforce ${ENFORCE:-none}"
   fi
   return "$all"
 }

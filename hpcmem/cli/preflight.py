@@ -1,0 +1,61 @@
+"""Check a Slurm profile and sweep against the cluster before anything is submitted.
+
+Builds the jobs of `snakemake --profile PROFILE [--configfile FILE...]` (every rule of the
+sweep) and checks each with sinfo, scontrol and sacctmgr: its partition, account and QOS
+exist and are the user's to use, and its CPUs, memory, GPUs, time limit and constraint fit
+a node of its partition. The workflow runs the same preflight itself before its first
+submission. Run it from the checkout (or give --snakefile and --directory).
+
+Prints one line per problem, naming the setting, its value, the rules using it and what
+the cluster accepts. Exit status: 0 every job can start; 2 a problem, or a profile or
+configuration snakemake rejects (its last lines are printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from hpcmem.cli import UsageError
+
+HELP = "check a Slurm profile's partitions, accounts, QOS and job sizes against the cluster"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``hpcmem preflight``: those of the snakemake run it precedes."""
+    parser.add_argument("--profile", metavar="PROFILE",
+                        help="the site profile (name or folder; default $SNAKEMAKE_PROFILE)")
+    parser.add_argument("--configfile", nargs="+", metavar="FILE",
+                        help="sweep configuration files, as for snakemake")
+    parser.add_argument("--config", nargs="+", metavar="KEY=VALUE",
+                        help="configuration values, as for snakemake")
+    parser.add_argument("--snakefile", metavar="FILE", help="the workflow (default: snakemake's)")
+    parser.add_argument("--directory", metavar="DIR", help="working directory of the run")
+
+
+def snakemake_arguments(args: argparse.Namespace) -> list[str]:
+    """The snakemake command line the options stand for."""
+    words: list[str] = []
+    for option in ("profile", "snakefile", "directory"):
+        if getattr(args, option):
+            words += [f"--{option}", getattr(args, option)]
+    for option in ("configfile", "config"):
+        if getattr(args, option):
+            words += [f"--{option}", *getattr(args, option)]
+    return words
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the preflight; print its problems (exit 2) or what it checked (exit 0)."""
+    from hpcmem.workflow.preflight import WorkflowStopped, run_preflight
+
+    try:
+        result = run_preflight(snakemake_arguments(args))
+    except WorkflowStopped as error:
+        raise UsageError(str(error)) from None
+    for line in result.problems:
+        print(f"hpcmem preflight: {line}")
+    if result.problems:
+        print(f"hpcmem preflight: {len(result.problems)} problem(s): fix them before submitting")
+        return 2
+    print(f"hpcmem preflight: ok: {result.summary}")
+    return 0

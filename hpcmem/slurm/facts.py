@@ -1,0 +1,232 @@
+"""What a Slurm cluster offers a user, asked from its client commands.
+
+``sinfo`` lists the nodes of each partition (CPUs, memory, GPUs, features),
+``scontrol`` the partitions' limits and the cluster's accounting settings, and
+``sacctmgr`` the user's associations (account, partition, QOS) and the QOS that
+exist. Without accounting (no slurmdbd) the associations are unknown and say why.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass, replace
+
+from hpcmem.errors import HpcmemError
+
+__all__ = [
+    "Association",
+    "ClusterFacts",
+    "NodeFacts",
+    "PartitionFacts",
+    "SlurmCommandError",
+    "cluster_facts",
+    "gpu_count",
+    "slurm_command",
+]
+
+#: seconds any one Slurm client command may take
+COMMAND_TIMEOUT = 60
+
+
+class SlurmCommandError(HpcmemError):
+    """A Slurm client command is missing, failed or timed out."""
+
+
+def slurm_command(*args: str) -> str:
+    """The standard output of a Slurm client command; raises SlurmCommandError naming it."""
+    shown = " ".join(args)
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
+    except FileNotFoundError:
+        raise SlurmCommandError(f"`{args[0]}` not found: Slurm's client commands must be on "
+                                "PATH") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmCommandError(f"`{shown}` did not answer within {COMMAND_TIMEOUT}s") from None
+    if done.returncode != 0:
+        message = (done.stderr.strip() or done.stdout.strip()).splitlines()
+        raise SlurmCommandError(f"`{shown}` failed: {message[0] if message else done.returncode}")
+    return done.stdout
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """One node as a partition offers it."""
+
+    name: str
+    cpus: int
+    memory_mb: int
+    gpus: int
+    features: frozenset[str]
+
+
+@dataclass(frozen=True)
+class PartitionFacts:
+    """One partition: whether it takes jobs, its limits, and its nodes."""
+
+    name: str
+    state: str
+    default: bool
+    max_time_min: int | None
+    allow_accounts: frozenset[str] | None
+    deny_accounts: frozenset[str]
+    allow_qos: frozenset[str] | None
+    deny_qos: frozenset[str]
+    nodes: tuple[NodeFacts, ...] = ()
+
+    @property
+    def total_cpus(self) -> int:
+        """CPUs of all its nodes together."""
+        return sum(node.cpus for node in self.nodes)
+
+
+@dataclass(frozen=True)
+class Association:
+    """An account the user may charge, on one partition or all (``partition`` empty)."""
+
+    account: str
+    partition: str
+    qos: frozenset[str]
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """Everything the preflight compares a run's jobs with."""
+
+    name: str
+    user: str
+    enforce: frozenset[str]
+    partitions: dict[str, PartitionFacts]
+    default_account: str | None = None
+    associations: tuple[Association, ...] = ()
+    qos: frozenset[str] = frozenset()
+    #: no slurmdbd: Slurm checks no account or QOS
+    accounting_disabled: bool = False
+    #: why ``sacctmgr`` could not list the accounts and QOS, or None
+    accounting_error: str | None = None
+
+    @property
+    def knows_associations(self) -> bool:
+        """Whether accounts and QOS were listed (accounting on and sacctmgr answered)."""
+        return not (self.accounting_disabled or self.accounting_error)
+
+    @property
+    def default_partition(self) -> str | None:
+        """The partition of jobs that name none."""
+        return next((p.name for p in self.partitions.values() if p.default), None)
+
+    def accounts(self) -> set[str]:
+        """Every account the user has an association with."""
+        return {a.account for a in self.associations}
+
+
+def gpu_count(gres: str) -> int:
+    """GPUs in a Gres string (``gpu:h100:4(S:0-1),shard:8`` -> 4; ``(null)`` -> 0)."""
+    total = 0
+    for item in re.sub(r"\([^)]*\)", "", gres).split(","):
+        parts = item.strip().split(":")
+        if parts[0] == "gpu":
+            count = parts[-1] if len(parts) > 1 else "1"
+            total += int(count) if count.isdigit() else 1
+    return total
+
+
+def _names(value: str) -> frozenset[str] | None:
+    """A comma-separated name list of scontrol; None for ``ALL``."""
+    if value in ("ALL", ""):
+        return None
+    return frozenset(name.lower() for name in value.split(",") if name)
+
+
+def _minutes(value: str) -> int | None:
+    """Slurm's ``[days-]hours:minutes:seconds`` (or ``UNLIMITED``) in whole minutes."""
+    if value in ("UNLIMITED", "INFINITE", "NONE", ""):
+        return None
+    days, _, clock = value.rpartition("-")
+    fields = [int(part) for part in clock.split(":")]
+    while len(fields) < 3:
+        fields.insert(0, 0)
+    hours, minutes, seconds = fields
+    return (int(days or 0) * 24 + hours) * 60 + minutes + (1 if seconds else 0)
+
+
+def _key_values(line: str) -> dict[str, str]:
+    """``Key=value`` pairs of one ``scontrol show ... -o`` line (values may hold spaces)."""
+    pairs = re.split(r"\s+(?=[A-Za-z][\w/:.]*=)", line.strip())
+    return dict(pair.split("=", 1) for pair in pairs if "=" in pair)
+
+
+def _partitions() -> dict[str, PartitionFacts]:
+    partitions = {}
+    for line in slurm_command("scontrol", "show", "partition", "-o").splitlines():
+        if not line.strip():
+            continue
+        entry = _key_values(line)
+        name = entry["PartitionName"]
+        partitions[name] = PartitionFacts(
+            name=name,
+            state=entry.get("State", "UNKNOWN"),
+            default=entry.get("Default") == "YES",
+            max_time_min=_minutes(entry.get("MaxTime", "")),
+            allow_accounts=_names(entry.get("AllowAccounts", "ALL")),
+            deny_accounts=_names(entry.get("DenyAccounts", "")) or frozenset(),
+            allow_qos=_names(entry.get("AllowQos", "ALL")),
+            deny_qos=_names(entry.get("DenyQos", "")) or frozenset(),
+        )
+    nodes: dict[str, list[NodeFacts]] = {name: [] for name in partitions}
+    listing = slurm_command("sinfo", "-h", "-N", "-a", "-o", "%R|%N|%c|%m|%G|%f")
+    for line in listing.splitlines():
+        if line.count("|") != 5:
+            continue
+        partition, name, cpus, memory, gres, features = line.split("|")
+        node = NodeFacts(
+            name=name,
+            cpus=int(cpus) if cpus.isdigit() else 0,
+            memory_mb=int(memory) if memory.isdigit() else 0,
+            gpus=gpu_count(gres),
+            features=frozenset(f for f in features.split(",") if f and f != "(null)"),
+        )
+        nodes.setdefault(partition, []).append(node)
+    return {name: replace(facts, nodes=tuple(nodes.get(name, ())))
+            for name, facts in partitions.items()}
+
+
+def _config() -> dict[str, str]:
+    config = {}
+    for line in slurm_command("scontrol", "show", "config").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            config[key.strip()] = value.strip()
+    return config
+
+
+def _associations(cluster: str, user: str) -> tuple[tuple[Association, ...], frozenset[str],
+                                                     str | None]:
+    listed = slurm_command("sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}",
+                           f"cluster={cluster}", "format=account,partition,qos")
+    associations = []
+    for line in listed.splitlines():
+        if line.count("|") == 2:
+            account, partition, qos = line.split("|")
+            associations.append(Association(account.lower(), partition,
+                                            frozenset(q for q in qos.lower().split(",") if q)))
+    qos = slurm_command("sacctmgr", "-n", "-P", "show", "qos", "format=name")
+    user_line = slurm_command("sacctmgr", "-n", "-P", "show", "user", user, "format=defaultaccount")
+    default = user_line.strip().lower() or None
+    return tuple(associations), frozenset(q.lower() for q in qos.split()), default
+
+
+def cluster_facts(user: str) -> ClusterFacts:
+    """Ask the cluster (``SLURM_CONF`` or the default configuration) what ``user`` may use."""
+    config = _config()
+    name = config.get("ClusterName", "")
+    enforce = frozenset(f for f in config.get("AccountingStorageEnforce", "").split(",")
+                        if f and f != "none")
+    facts = ClusterFacts(name=name, user=user, enforce=enforce, partitions=_partitions())
+    if config.get("AccountingStorageType", "").endswith("/none"):
+        return replace(facts, accounting_disabled=True)
+    try:
+        associations, qos, default = _associations(name, user)
+    except SlurmCommandError as error:
+        return replace(facts, accounting_error=str(error))
+    return replace(facts, associations=associations, qos=qos, default_account=default)

@@ -1,0 +1,242 @@
+"""Whether a run's Slurm jobs can start: partitions, accounts, QOS and node sizes.
+
+Each rule's jobs are described by a :class:`JobRequest`, what sbatch would be
+asked for. :func:`check` compares them with what the cluster offers the user
+(:class:`~hpcmem.slurm.facts.ClusterFacts`) and returns one line per problem,
+naming the profile setting, its value, the rules that use it and what the cluster
+accepts: a job Slurm would reject, or leave pending for ever, is found before
+anything is submitted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from hpcmem.slurm.facts import ClusterFacts, PartitionFacts
+
+__all__ = ["JobRequest", "RunSettings", "check", "summary_line"]
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What the jobs of one rule ask Slurm for (None: not set, Slurm's default applies)."""
+
+    rule: str
+    partition: str | None = None
+    account: str | None = None
+    #: the job's own ``qos`` resource
+    qos: str | None = None
+    cpus_per_task: int = 1
+    tasks: int = 1
+    mem_mb: int | None = None
+    gpus: int = 0
+    runtime_min: int | None = None
+    constraint: str | None = None
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Executor settings that apply to every job of the run."""
+
+    #: ``slurm-qos``: the QOS of every job
+    qos: str | None = None
+    #: ``slurm-no-account``: jobs are submitted without ``-A``
+    no_account: bool = False
+
+
+class _Problems:
+    """Problem lines, each listing the rules it concerns once."""
+
+    def __init__(self) -> None:
+        self._rules: dict[tuple[str, str], list[str]] = {}
+
+    def add(self, head: str, tail: str, rule: str | None = None) -> None:
+        rules = self._rules.setdefault((head, tail), [])
+        if rule is not None and rule not in rules:
+            rules.append(rule)
+
+    def __len__(self) -> int:
+        return len(self._rules)
+
+    def lines(self) -> list[str]:
+        lines = []
+        for (head, tail), rules in self._rules.items():
+            if rules:
+                label = "rule" if len(rules) == 1 else "rules"
+                head = f"{head} ({label} {', '.join(sorted(rules))})"
+            lines.append(f"{head} {tail}")
+        return lines
+
+
+def _listed(names: Iterable[str]) -> str:
+    return ", ".join(sorted(names)) or "none"
+
+
+def _effective_account(request: JobRequest, settings: RunSettings, facts: ClusterFacts
+                       ) -> str | None:
+    if request.account and not settings.no_account:
+        return re.split(r"[,\s]+", request.account.strip())[0].lower()
+    return facts.default_account  # what Slurm charges a job submitted without -A
+
+
+def _allowed_qos(facts: ClusterFacts, account: str, partition: str) -> frozenset[str] | None:
+    """QOS the user's association for ``account`` on ``partition`` allows; None if none."""
+    for wanted in (partition, ""):
+        for association in facts.associations:
+            if association.account == account and association.partition == wanted:
+                return association.qos
+    return None
+
+
+def _check_partition(request: JobRequest, facts: ClusterFacts, problems: _Problems
+                     ) -> PartitionFacts | None:
+    name = request.partition or facts.default_partition
+    if name is None:
+        problems.add("slurm_partition: not set", f"and cluster {facts.name!r} has no default "
+                     f"partition (partitions: {_listed(facts.partitions)})", request.rule)
+        return None
+    partition = facts.partitions.get(name)
+    if partition is None:
+        problems.add(f"slurm_partition: {name!r}", f"is not a partition of cluster "
+                     f"{facts.name!r} (partitions: {_listed(facts.partitions)})", request.rule)
+        return None
+    if not partition.state.startswith("UP"):
+        problems.add(f"slurm_partition: {name!r}", f"is {partition.state}, not UP: its jobs "
+                     "would pend until an administrator brings it up", request.rule)
+    return partition
+
+
+def _check_account(request: JobRequest, settings: RunSettings, facts: ClusterFacts,
+                   partition: PartitionFacts | None, problems: _Problems) -> str | None:
+    account = _effective_account(request, settings, facts)
+    if settings.no_account or not facts.knows_associations:
+        return account
+    if account is None:
+        if "associations" in facts.enforce:
+            problems.add("slurm_account: not set", f"and user {facts.user!r} has no default "
+                         f"account on cluster {facts.name!r}", request.rule)
+        return None
+    setting = f"slurm_account: {account!r}" if request.account else f"default account {account!r}"
+    if account not in facts.accounts():
+        problems.add(setting, f"is not an account of user {facts.user!r} on cluster "
+                     f"{facts.name!r} (accounts: {_listed(facts.accounts())})", request.rule)
+        return None
+    if partition is None:
+        return account
+    allowed = partition.allow_accounts
+    if (allowed is not None and account not in allowed) or account in partition.deny_accounts:
+        problems.add(setting, f"may not submit to partition {partition.name!r} "
+                     f"(AllowAccounts={_listed(allowed or ['ALL'])}, "
+                     f"DenyAccounts={_listed(partition.deny_accounts)})", request.rule)
+    elif _allowed_qos(facts, account, partition.name) is None:
+        own = {a.partition for a in facts.associations if a.account == account}
+        problems.add(setting, f"has no association with partition {partition.name!r} "
+                     f"(its partitions: {_listed(own)})", request.rule)
+    return account
+
+
+def _check_qos(request: JobRequest, settings: RunSettings, facts: ClusterFacts,
+               account: str | None, partition: PartitionFacts | None,
+               problems: _Problems) -> None:
+    if request.qos and settings.qos and request.qos.lower() != settings.qos.lower():
+        problems.add(f"qos: {request.qos!r}", f"is overridden by slurm-qos: {settings.qos!r} "
+                     "(sbatch gets --qos twice and the last one wins): set only one",
+                     request.rule)
+    if not facts.knows_associations:
+        return
+    for setting, value, rule in (("qos", request.qos, request.rule),
+                                 ("slurm-qos", settings.qos, None)):
+        if not value:
+            continue
+        qos, head = value.lower(), f"{setting}: {value!r}"
+        if qos not in facts.qos:
+            problems.add(head, f"is not a QOS of cluster {facts.name!r} "
+                         f"(QOS: {_listed(facts.qos)})", rule)
+            continue
+        allowed = _allowed_qos(facts, account, partition.name) if account and partition else None
+        if allowed is not None and qos not in allowed:
+            problems.add(head, f"is not allowed for user {facts.user!r} with account "
+                         f"{account!r} (allowed: {_listed(allowed)})", rule)
+        if partition is not None and ((partition.allow_qos is not None
+                                       and qos not in partition.allow_qos)
+                                      or qos in partition.deny_qos):
+            problems.add(head, f"may not be used in partition {partition.name!r} "
+                         f"(AllowQos={_listed(partition.allow_qos or ['ALL'])}, "
+                         f"DenyQos={_listed(partition.deny_qos)})", rule)
+
+
+def _features(constraint: str) -> set[str]:
+    """Feature names of a ``--constraint`` expression (``hbm&flat``, ``[a|b]``, ``gpu*2``)."""
+    return {word for word in re.findall(r"[A-Za-z_][\w.-]*", constraint)}
+
+
+def _check_fit(request: JobRequest, partition: PartitionFacts, problems: _Problems) -> None:
+    nodes, rule, name = partition.nodes, request.rule, partition.name
+    if not nodes:
+        problems.add(f"slurm_partition: {name!r}", "has no nodes", rule)
+        return
+    found = len(problems)
+    most_cpus = max(node.cpus for node in nodes)
+    if request.cpus_per_task > most_cpus:
+        problems.add(f"cpus_per_task: {request.cpus_per_task}", f"is more CPUs than a node of "
+                     f"partition {name!r} has (at most {most_cpus})", rule)
+    elif request.tasks * request.cpus_per_task > partition.total_cpus:
+        problems.add(f"tasks: {request.tasks} x cpus_per_task: {request.cpus_per_task}",
+                     f"is more CPUs than partition {name!r} has ({partition.total_cpus})", rule)
+    most_memory = max(node.memory_mb for node in nodes)
+    if request.mem_mb is not None and request.mem_mb > most_memory:
+        problems.add(f"mem_mb: {request.mem_mb}", f"is more memory than a node of partition "
+                     f"{name!r} has (at most {most_memory} MB)", rule)
+    most_gpus = max(node.gpus for node in nodes)
+    if request.gpus > most_gpus:
+        problems.add(f"gpu: {request.gpus}", f"is more GPUs than a node of partition {name!r} "
+                     f"has (at most {most_gpus})", rule)
+    if request.runtime_min is not None and partition.max_time_min is not None \
+            and request.runtime_min > partition.max_time_min:
+        problems.add(f"runtime: {request.runtime_min}", f"minutes is longer than partition "
+                     f"{name!r} allows (MaxTime {partition.max_time_min} minutes)", rule)
+    wanted = _features(request.constraint or "")
+    offered = set().union(*(node.features for node in nodes))
+    if wanted - offered:
+        problems.add(f"constraint: {request.constraint!r}", f"names features no node of "
+                     f"partition {name!r} has: {_listed(wanted - offered)} "
+                     f"(features: {_listed(offered)})", rule)
+    if len(problems) > found:
+        return
+    if not any(node.cpus >= request.cpus_per_task and node.gpus >= request.gpus
+               and node.memory_mb >= (request.mem_mb or 0) and wanted <= node.features
+               for node in nodes):
+        problems.add(f"cpus_per_task: {request.cpus_per_task}, mem_mb: {request.mem_mb}, "
+                     f"gpu: {request.gpus}", f"do not fit together on any one node of "
+                     f"partition {name!r}", rule)
+
+
+def check(requests: Iterable[JobRequest], settings: RunSettings, facts: ClusterFacts
+          ) -> list[str]:
+    """One line per problem that would keep a job from being accepted or from starting."""
+    problems = _Problems()
+    if facts.accounting_error:
+        problems.add("sacctmgr:", f"cannot list the accounts and QOS of user {facts.user!r}: "
+                     f"{facts.accounting_error}")
+    for request in requests:
+        partition = _check_partition(request, facts, problems)
+        account = _check_account(request, settings, facts, partition, problems)
+        _check_qos(request, settings, facts, account, partition, problems)
+        if partition is not None:
+            _check_fit(request, partition, problems)
+    return problems.lines()
+
+
+def summary_line(requests: Iterable[JobRequest], settings: RunSettings, facts: ClusterFacts
+                 ) -> str:
+    """What was checked, for a run that passed: rules, partitions, accounts and QOS."""
+    requests = list(requests)
+    partitions = {r.partition or facts.default_partition or "?" for r in requests}
+    accounts = {_effective_account(r, settings, facts) or "(none)" for r in requests}
+    qos = {q for r in requests for q in (r.qos, settings.qos) if q} or {"(default)"}
+    checked = "; accounts and QOS not checked: accounting is disabled" \
+        if facts.accounting_disabled else ""
+    return (f"{len({r.rule for r in requests})} rules fit cluster {facts.name!r}: partitions "
+            f"{_listed(partitions)}; accounts {_listed(accounts)}; QOS {_listed(qos)}{checked}")

@@ -1,0 +1,523 @@
+"""The streaming budget mode: a model and optimizer trained within a GPU budget.
+
+:class:`Streamer` takes over a model and its optimizer when ``UnifiedMemory`` has a
+``gpu_budget``:
+
+* every parameter of 1 MiB or more gets a home in pinned host memory (with homes for its
+  gradient and optimizer state); smaller ones, and the buffers, stay on the device;
+* inside :meth:`scope` (forward and backward) a ``TorchFunctionMode`` binds a parameter's
+  device copy just before any operation uses it, wherever that is (its own module, a tied
+  weight read by another, a custom autograd function, a recomputed block), and drops it
+  after its last use; saved tensors go through :class:`~hpcmem.um.stream.saved.SavedTensors`;
+* a gradient leaves for its home as soon as autograd has accumulated it;
+* ``optimizer.step`` steps chunk by chunk (:class:`~hpcmem.um.stream.optimizer.ChunkedStep`).
+
+The first step is the probe (:mod:`hpcmem.um.stream.plan`); the second applies the plan.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import replace
+from typing import Any
+
+from torch.overrides import TorchFunctionMode
+
+from hpcmem.um.stream.host import HostArena
+from hpcmem.um.stream.optimizer import ChunkedStep
+from hpcmem.um.stream.params import Counters, Entry, ParamStreams
+from hpcmem.um.stream.plan import (
+    Probe,
+    StreamPlan,
+    adjust_keep,
+    check_minimum,
+    keep_from,
+    out_cap,
+    pcie_transfer_ms,
+    plan_stream,
+)
+from hpcmem.um.stream.recompute import Recompute, repeated_blocks
+from hpcmem.um.stream.saved import SavedTensors
+from hpcmem.um.stream.transport import Transport
+
+__all__ = ["RESIDENT_BELOW", "Streamer"]
+
+_log = logging.getLogger(__name__)
+
+#: Parameters smaller than this stay on the device (biases, norms: not worth a copy).
+RESIDENT_BELOW = 2**20
+
+
+class Streamer:
+    """Streams ``model`` and ``optimizer`` through a device budget of ``budget`` bytes.
+
+    ``device_scope()`` routes device allocations to where the budget counts them (the
+    activations pool); ``priority`` orders parameters and activations for the room the plan
+    has left (a policy's priority); ``recompute`` forces recomputing the repeated blocks on
+    or off (None: the plan decides from the probe's measurements).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        optimizer: Any | None,
+        *,
+        transport: Transport,
+        budget: int,
+        priority: Sequence[str],
+        device_scope: Callable[[], AbstractContextManager[None]],
+        recompute: bool | None = None,
+    ) -> None:
+        import torch
+
+        self._torch = torch
+        self.transport = transport
+        self.budget = budget
+        self.priority = tuple(priority)
+        self.device_scope = device_scope
+        self.counters = Counters()
+        self.arena = HostArena(transport)
+        self.plan: StreamPlan | None = None
+        self._probe: Probe | None = None
+        self._keep_bytes = 0
+        self._candidates: list[int] = []
+        self._peaks: list[int] = []  # per step: the job's allocated bytes at most
+        self._resident: list[int] = []  # per step and optimizer step: GPU memory held at most
+        self._hooks: list[Any] = []
+        self._step = 0
+        self._optimizer = optimizer
+        self._force_recompute = recompute
+        self._held = 0  # device bytes the set-up copied over (resident data, buffers)
+        transport.out_cap = out_cap(budget)
+        with torch._C.DisableTorchFunction(), device_scope():
+            entries = self._homes(model, optimizer)
+            self.params = ParamStreams(entries, transport, self.counters)
+            self._buffers_to_device(model)
+            self.bandwidth = transport.bandwidth(budget // 8)
+            # What else lives on the device (other jobs, caches) is not this job's.
+            self._base_bytes = transport.live_bytes() - self._held
+        self.saved = SavedTensors(self.params, transport, self.counters)
+        self.recompute = Recompute(repeated_blocks(model), transport.live_bytes)
+        if recompute is not False:  # the probe recomputes: the least it can hold
+            self.recompute.enable()
+        self.chunked = None
+        if optimizer is not None:
+            self.chunked = ChunkedStep(
+                optimizer, self.params, arena=self.arena, transport=transport,
+                counters=self.counters, device_scope=device_scope,
+            )
+        for entry in entries:
+            if entry.param.requires_grad and not entry.resident:
+                self._hooks.append(entry.param.register_post_accumulate_grad_hook(self._on_grad))
+        self._hooks += _bind_around_modules(model, self.params)
+        self._probe_blocks = _BlockProbe(self.recompute.blocks)
+        transport.reset_peak()
+
+    # -- set-up -------------------------------------------------------------------------
+    def _homes(self, model: Any, optimizer: Any | None) -> list[Entry]:
+        unique = {id(p): p for p in model.parameters()}
+        entries = []
+        for index, param in enumerate(unique.values()):
+            nbytes = param.numel() * param.element_size()
+            entries.append(Entry(index, param, nbytes, resident=nbytes < RESIDENT_BELOW))
+        states = optimizer.state if optimizer is not None else {}
+        streamed = [e for e in entries if not e.resident]
+        self.arena.reserve(sum(
+            e.nbytes * (2 if e.param.requires_grad else 1)
+            + sum(_nbytes(v) for v in states.get(e.param, {}).values() if _param_shaped(v, e))
+            for e in streamed
+        ))
+        for entry in streamed:
+            param = entry.param
+            entry.home = self.arena.take(param)
+            self.transport.to_host(param.data, entry.home)
+            state = states.get(param, {})
+            for key, value in state.items():
+                if _param_shaped(value, entry):
+                    entry.states[key] = self.arena.take(value)
+                    self.transport.to_host(value, entry.states[key])
+                    state[key] = entry.states[key]
+            if param.requires_grad:
+                entry.grad_home = self.arena.take(param)
+            param.grad = None
+            param.data = entry.home
+        for entry in entries:
+            if entry.resident:
+                entry.device = self._device_copy(entry.param.data)
+                entry.param.grad = None
+                entry.param.data = entry.device
+            # State left in the state dict (all of a resident's; a streamed one's small
+            # tensors, like fused AdamW's step) moves into the budget's pool. State the
+            # optimizer keeps on the host (a non-fused AdamW's step) stays there.
+            for key, value in states.get(entry.param, {}).items():
+                on_device = _is_tensor(value) and value.device.type == self.transport.device.type
+                if on_device and (entry.resident or not _param_shaped(value, entry)):
+                    states[entry.param][key] = self._device_copy(value)
+        return entries
+
+    def _device_copy(self, tensor: Any) -> Any:
+        out = self._torch.empty_like(tensor, device=self.transport.device)
+        out.copy_(tensor)
+        self._held += _nbytes(out)
+        return out
+
+    def _buffers_to_device(self, model: Any) -> None:
+        for module in model.modules():
+            for name, buffer in module._buffers.items():
+                if buffer is not None:
+                    module._buffers[name] = self._device_copy(buffer)
+
+    # -- forward and backward --------------------------------------------------------------
+    @contextmanager
+    def scope(self) -> Iterator[None]:
+        """Forward and backward of one step, streamed; after the probe step, a budget below
+        what it measured raises :class:`~hpcmem.um.stream.plan.BudgetTooSmall`."""
+        torch = self._torch
+        self._begin()
+        try:
+            with (
+                torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack),
+                _BindParameters(self.params, self.saved),
+            ):
+                yield
+        finally:
+            self._end()
+        if self._step == 1 and self._probe is not None:
+            check_minimum(self.budget, self._probe.peak_bytes)
+
+    def _pack(self, tensor: Any) -> Any:
+        with self._torch._C.DisableTorchFunction():
+            return self.saved.pack(tensor)
+
+    def _unpack(self, packed: Any) -> Any:
+        with self._torch._C.DisableTorchFunction():
+            return self.saved.unpack(packed)
+
+    def _on_grad(self, param: Any) -> None:
+        """A gradient is complete: send it home now (added to a pending one, if any)."""
+        with self._torch._C.DisableTorchFunction():
+            entry = self.params.by_param[id(param)]
+            if entry.resident:
+                return
+            grad = param.grad
+            if entry.has_grad:  # a second backward before the optimizer step: accumulate
+                earlier, token = self.transport.fetch(entry.grad_home, entry.grad_ready)
+                self.transport.wait(token)
+                self.counters.h2d += entry.nbytes
+                grad = grad + earlier
+            entry.grad_ready = self.transport.offload(grad, entry.grad_home)
+            self.counters.d2h += entry.nbytes
+            entry.has_grad = True
+            param.grad = None
+
+    def _begin(self) -> None:
+        self._step += 1
+        self._resident.append(self.transport.resident_peak_bytes())  # includes the last step
+        if self._step == 2:  # the probe's optimizer step, one entry at a time, is measured now
+            check_minimum(self.budget, self._resident[-1])
+            self._measure_rounding()
+        with self._torch._C.DisableTorchFunction():
+            for entry in self.params.entries:
+                if not entry.resident:
+                    self._take_pending_grad(entry)
+            if self._step == 2 and self._probe is not None:
+                self._apply(self._plan())
+            elif self._step > 2 and self.plan is not None:
+                self.saved.offload_below = keep_from(self._candidates, self._keep_bytes)
+        self.params.begin_step()
+        self.saved.begin_step()
+        self.recompute.saved_bytes.clear()
+        if self._step == 1:
+            self._probe_blocks.start()
+        self.transport.reset_peak()
+
+    def _take_pending_grad(self, entry: Entry) -> None:
+        """A gradient left in ``param.grad`` is added to by the next backward (accumulation)."""
+        grad = entry.param.grad
+        if grad is None:
+            entry.has_grad = False
+            return
+        if grad.data_ptr() != entry.grad_home.data_ptr():
+            entry.grad_home.copy_(grad)
+        entry.has_grad = True
+        entry.param.grad = None
+
+    def _end(self) -> None:
+        with self._torch._C.DisableTorchFunction():
+            self.params.end_step()
+            self.saved.end_step()
+            self.transport.synchronize()  # gradients are readable at home from here on
+            for entry in self.params.entries:
+                if entry.has_grad and not entry.resident:
+                    entry.param.grad = entry.grad_home
+        peak = max(0, self.transport.peak_bytes() - self._base_bytes)
+        resident = self.transport.resident_peak_bytes()
+        self._peaks.append(peak)
+        self.counters.steps += 1
+        if self._step == 1:  # what the step held, allocated or cached, whichever is more
+            self._probe = self._measure_probe(max(peak, resident), peak)
+        elif self.plan is not None and not self._structure_changed():
+            assert self._probe is not None
+            self._keep_bytes = adjust_keep(
+                self._keep_bytes, peak, resident, self.budget, sum(self.saved.candidates),
+                self._probe, grew=resident > self._resident[-1],
+            )
+        self._candidates = list(self.saved.candidates)
+        _log.info(
+            "step %d: peak %.2f GiB allocated, %.2f GiB resident (budget %.2f GiB); keep %.2f "
+            "GiB of %.2f GiB saved; recompute %s; moved %.2f GB in, %.2f GB out so far; "
+            "%d fetched on demand", self._step, peak / 2**30, resident / 2**30,
+            self.budget / 2**30, self._keep_bytes / 2**30, sum(self.saved.candidates) / 2**30,
+            self.recompute.enabled, self.counters.h2d / 1e9, self.counters.d2h / 1e9,
+            self.counters.fetched_on_demand,
+        )
+
+    def _structure_changed(self) -> bool:
+        # The first step after recomputation was switched saves other tensors: start anew.
+        return self._step == 2 and self.plan is not None and (
+            self.plan.recompute != self._probe_recomputed
+        )
+
+    def _measure_rounding(self) -> None:
+        """After the probe's optimizer step: the segments held beyond the most bytes the
+        whole probe step allocated (the allocator's rounding and fragmentation)."""
+        if self._probe is None:
+            return
+        allocated = max(0, self.transport.peak_bytes() - self._base_bytes)
+        rounding = max(0, self._resident[-1] - allocated)
+        self._probe = replace(self._probe, rounding_bytes=rounding)
+
+    def _measure_probe(self, peak: int, allocated: int) -> Probe:
+        self._probe_recomputed = self.recompute.enabled
+        recomputed = self.recompute.saved_bytes
+        return Probe(
+            peak_bytes=peak,
+            allocated_bytes=allocated,
+            entry_bytes=[e.nbytes for e in self.params.entries],
+            state_bytes=[e.state_bytes for e in self.params.entries],
+            saved_bytes=sum(self.saved.candidates),
+            largest_saved=max(self.saved.candidates, default=0),
+            block_saved_bytes=sum(recomputed),
+            block_input_bytes=self._probe_blocks.stop().input_bytes,
+            largest_block_saved=max(recomputed, default=0),
+            recomputed=self.recompute.enabled,
+            held_bytes=self._held,
+        )
+
+    def _plan(self) -> StreamPlan:
+        """The plan from the probe, with optimizer state as it is now (made at the first
+        step, after the probe measured)."""
+        assert self._probe is not None
+        probe = replace(self._probe, state_bytes=[e.state_bytes for e in self.params.entries])
+        plan = plan_stream(self.budget, probe, self.priority)
+        if self._force_recompute is not None:
+            plan = replace(plan, recompute=self._force_recompute)
+        return plan
+
+    def _apply(self, plan: StreamPlan) -> None:
+        """Put a plan in force for the coming step."""
+        self.plan = plan
+        self.params.window_bytes = plan.param_window
+        self.saved.window_bytes = plan.saved_window
+        if self.chunked is not None:
+            self.chunked.chunk_bytes = plan.chunk_bytes
+        if plan.recompute:
+            self.recompute.enable()
+        else:
+            self.recompute.disable()
+        if plan.recompute == self._probe_recomputed:
+            self.saved.offload_below = keep_from(self._candidates, plan.keep_bytes)
+        else:
+            self.saved.offload_below = None  # other tensors are saved now: measure again
+        self._keep_bytes = plan.keep_bytes
+        with self.device_scope():
+            for index in plan.resident:
+                self._make_resident(self.params.entries[index])
+
+    def _make_resident(self, entry: Entry) -> None:
+        if entry.resident:
+            return
+        self.params.make_resident(entry)
+        fetch = self.transport.fetch
+        if entry.has_grad:
+            entry.param.grad, token = fetch(entry.grad_home, entry.grad_ready)
+            self.transport.wait(token)
+            entry.has_grad = False
+        if self._optimizer is not None:
+            state = self._optimizer.state[entry.param]
+            for key, home in entry.states.items():
+                state[key], token = fetch(home, entry.home_ready)
+                self.transport.wait(token)
+        entry.states = {}
+
+    def replan(self) -> dict[str, int]:
+        """Plan again from the probe and apply it; the bytes given to each use."""
+        if self._probe is None:
+            return {}
+        with self._torch._C.DisableTorchFunction():
+            self._apply(self._plan())
+        assert self.plan is not None
+        return {
+            "param_window": self.plan.param_window,
+            "saved_window": self.plan.saved_window,
+            "resident": sum(self.params.entries[i].state_bytes for i in self.plan.resident),
+            "keep": self.plan.keep_bytes,
+        }
+
+    # -- statistics and lifetime ------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """Bytes moved per step, the measured copy bandwidth, the plan, the peaks."""
+        steps = max(1, self.counters.steps)
+        h2d, d2h = self.counters.h2d / steps, self.counters.d2h / steps
+        return {
+            "steps": self.counters.steps,
+            "bytes_h2d": int(h2d),
+            "bytes_d2h": int(d2h),
+            "pcie_bandwidth": dict(self.bandwidth),
+            "pcie_transfer_ms": pcie_transfer_ms(h2d, d2h, self.bandwidth),
+            "fetched_on_demand": self.counters.fetched_on_demand / steps,
+            "peak_allocated_bytes": max(self._peaks, default=0),
+            "peak_gpu_resident_bytes": max(
+                [*self._resident, self.transport.resident_peak_bytes()], default=0
+            ),
+            "plan": self.plan.to_record() if self.plan is not None else None,
+            "keep_bytes": self._keep_bytes,
+            "copy_out_cap": self.transport.out_cap,
+            "host_bytes": self.arena.reserved_bytes + self.saved.buffers.reserved_bytes,
+        }
+
+    def reset_stats(self) -> None:
+        """Counts and peaks from now on (e.g. after warm-up)."""
+        self.counters.h2d = self.counters.d2h = self.counters.fetched_on_demand = 0
+        self.counters.steps = 0
+        self._peaks = []
+        self._resident = []
+        self.transport.reset_peak()
+
+    def close(self) -> None:
+        """Remove hooks and wrappers; parameters stay at home, in host memory."""
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks.clear()
+        self._probe_blocks.stop()
+        self.recompute.disable()
+        if self.chunked is not None:
+            self.chunked.close()
+        self.saved.close()
+        self.arena.close()
+
+
+class _BindParameters(TorchFunctionMode):
+    """Binds streamed parameters around each operation that uses them."""
+
+    def __init__(self, params: ParamStreams, saved: SavedTensors) -> None:
+        super().__init__()
+        self._params = params
+        self._saved = saved
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self._saved.new_operation()
+        used = _streamed_in(itertools.chain(args, kwargs.values()), self._params)
+        if not used:
+            return func(*args, **kwargs)
+        positions = [(entry, self._params.access(entry)) for entry in used]
+        for entry, _ in positions:
+            self._params.bind(entry)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            for entry, position in positions:
+                self._params.after_access(entry, position)
+
+
+def _streamed_in(values: Any, params: ParamStreams) -> list[Entry]:
+    """Streamed (not resident) parameters among ``values`` and the lists in them."""
+    from torch.nn import Parameter
+
+    found: list[Entry] = []
+    for value in values:
+        candidates = value if isinstance(value, list | tuple) else (value,)
+        for item in candidates:
+            if isinstance(item, Parameter):
+                entry = params.by_param.get(id(item))
+                if entry is not None and not entry.resident and entry not in found:
+                    found.append(entry)
+    return found
+
+
+class _BlockProbe:
+    """During the probe: the bytes of the inputs the repeated blocks were called with (what
+    recomputing them keeps through forward)."""
+
+    def __init__(self, blocks: list[Any]) -> None:
+        self._blocks = blocks
+        self._handles: list[Any] = []
+        self.input_bytes = 0
+
+    def start(self) -> None:
+        self._handles = [block.register_forward_pre_hook(self._before) for block in self._blocks]
+
+    def _before(self, module: Any, args: Any) -> None:
+        self.input_bytes += sum(_nbytes(a) for a in args if _is_tensor(a))
+
+    def stop(self) -> _BlockProbe:
+        """Remove the hooks; the measurement is final."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        return self
+
+
+def _bind_around_modules(model: Any, params: ParamStreams) -> list[Any]:
+    """Hooks binding each module's own streamed parameters for its forward.
+
+    Operations bind what they use anyway; this also covers what reads a parameter without
+    an operation first, such as a custom autograd function given it as an input (autograd
+    records the input's device when the function is applied).
+    """
+    handles = []
+    for module in model.modules():
+        own = [params.by_param[id(p)] for p in module.parameters(recurse=False)]
+        own = [e for e in own if not e.resident]
+        if not own:
+            continue
+        running: list[list[tuple[Entry, int | None]]] = []
+
+        def before(module: Any, args: Any, own: list[Entry] = own,
+                   running: list = running) -> None:
+            import torch
+
+            with torch._C.DisableTorchFunction():
+                positions = [(entry, params.access(entry)) for entry in own]
+                for entry, _ in positions:
+                    params.bind(entry)
+            running.append(positions)
+
+        def after(module: Any, args: Any, output: Any, running: list = running) -> None:
+            import torch
+
+            with torch._C.DisableTorchFunction():
+                for entry, position in running.pop():
+                    params.after_access(entry, position)
+
+        handles.append(module.register_forward_pre_hook(before))
+        handles.append(module.register_forward_hook(after))
+    return handles
+
+
+def _nbytes(tensor: Any) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def _is_tensor(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+def _param_shaped(value: Any, entry: Entry) -> bool:
+    return _is_tensor(value) and value.shape == entry.param.shape and value.numel() > 1

@@ -1,0 +1,126 @@
+"""Recomputing repeated blocks in backward instead of keeping what they save.
+
+A model's repeated blocks (transformer layers, ResNet bottlenecks) are found by structure:
+the outermost modules, not containers, that hold parameters and whose class occurs at least
+twice. Checkpointing one (``torch.utils.checkpoint``, non-reentrant) keeps only its inputs
+through forward and runs its forward again in backward. Buffers the block updates in
+forward (BatchNorm's running statistics) are restored after the recomputation, so they
+advance once per step, as without it. Each recomputation records how many device bytes it
+made (what the block saves for backward when it is not recomputed).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+__all__ = ["Recompute", "repeated_blocks"]
+
+
+def repeated_blocks(model: Any) -> list[Any]:
+    """The outermost non-container modules with parameters whose class occurs twice or more."""
+    from torch import nn
+
+    containers = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+    counts = Counter(type(module) for module in model.modules())
+    found: list[Any] = []
+
+    def visit(module: Any) -> None:
+        for child in module.children():
+            is_block = (
+                counts[type(child)] >= 2
+                and not isinstance(child, containers)
+                and any(True for _ in child.children())
+                and any(True for _ in child.parameters())
+            )
+            if is_block:
+                found.append(child)
+            else:
+                visit(child)
+
+    visit(model)
+    return found
+
+
+class _KeepBuffers(AbstractContextManager[None]):
+    """Restores buffers on exit to what they held on entry."""
+
+    def __init__(self, buffers: list[Any]) -> None:
+        self._buffers = buffers
+        self._saved: list[Any] = []
+
+    def __enter__(self) -> None:
+        self._saved = [b.detach().clone() for b in self._buffers]
+
+    def __exit__(self, *exc: object) -> None:
+        import torch
+
+        with torch.no_grad():
+            for buffer, saved in zip(self._buffers, self._saved, strict=True):
+                buffer.copy_(saved)
+        self._saved = []
+
+
+class Recompute:
+    """Checkpointing of a set of blocks, switched on and off as a whole."""
+
+    def __init__(self, blocks: list[Any], live_bytes: Callable[[], int]) -> None:
+        self.blocks = blocks
+        self.enabled = False
+        self.saved_bytes: list[int] = []  # per recomputation since the last clear
+        self._live_bytes = live_bytes
+        self._wrappers: dict[int, Any] = {}
+
+    def enable(self) -> None:
+        """Checkpoint every block from the next forward on."""
+        if self.enabled:
+            return
+        for block in self.blocks:
+            wrapper = _checkpointed(block, self._measured(block.forward))
+            self._wrappers[id(block)] = wrapper
+            block.forward = wrapper
+        self.enabled = True
+
+    def _measured(self, forward: Any) -> Any:
+        import torch
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if torch._C._current_graph_task_id() == -1:  # the first pass, in forward
+                return forward(*args, **kwargs)
+            before = self._live_bytes()
+            try:  # the recomputation stops (raises) once it has what backward needs
+                return forward(*args, **kwargs)
+            finally:
+                self.saved_bytes.append(self._live_bytes() - before)
+
+        return run
+
+    def disable(self) -> None:
+        """Give every block its own forward back."""
+        for block in self.blocks:
+            wrapper = self._wrappers.get(id(block))
+            if wrapper is not None and block.__dict__.get("forward") is wrapper:
+                del block.forward
+        self._wrappers.clear()
+        self.enabled = False
+
+
+def _checkpointed(block: Any, forward: Any) -> Any:
+    import torch
+    from torch.utils.checkpoint import checkpoint, noop_context_fn
+
+    buffers = list(block.buffers())
+
+    def contexts() -> tuple[AbstractContextManager[None], AbstractContextManager[None]]:
+        return nullcontext(), _KeepBuffers(buffers)
+
+    context_fn = contexts if buffers else noop_context_fn
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():
+            return forward(*args, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+
+    return run

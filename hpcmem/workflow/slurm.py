@@ -1,0 +1,179 @@
+"""The workflow on Slurm: a preflight before the first submission, a watchdog for jobs
+that will never finish, and SIGTERM handled like Ctrl-C.
+
+``workflow/rules/slurm.smk`` calls :func:`on_start` from ``onstart:`` (after the DAG is
+built, before any job is submitted) and :func:`on_error` from ``onerror:``. With the
+slurm executor, :func:`on_start`
+
+* describes every job as a :class:`~hpcmem.slurm.preflight.JobRequest` (its
+  resources as the executor plugin turns them into sbatch options) and stops the run,
+  one line per problem, when a partition, account or QOS is unknown or not the
+  user's, or a job does not fit a node of its partition;
+* makes SIGTERM (a time limit, ``scancel`` of the job driving the workflow) act like
+  Ctrl-C: Snakemake cancels its jobs and exits instead of waiting for them;
+* starts the :class:`~hpcmem.slurm.watchdog.Watchdog`, which ends the run (as Ctrl-C
+  would) when a job is cancelled underneath it or pends for a reason that does not
+  clear by itself, naming the job.
+
+With ``HPCMEM_PREFLIGHT_REPORT=FILE`` (what ``hpcmem preflight`` sets) the run writes
+the preflight's findings to FILE as JSON and stops before submitting anything.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+from hpcmem.results.records import atomic_open
+from hpcmem.slurm.facts import SlurmCommandError, cluster_facts, gpu_count
+from hpcmem.slurm.preflight import JobRequest, RunSettings, check, summary_line
+from hpcmem.slurm.watchdog import StuckJob, Watchdog
+
+__all__ = ["PREFLIGHT_REPORT", "job_request", "on_error", "on_start"]
+
+#: environment variable: write the preflight's findings here as JSON and submit nothing
+PREFLIGHT_REPORT = "HPCMEM_PREFLIGHT_REPORT"
+#: seconds between two looks of the watchdog at the run's jobs
+WATCH_INTERVAL = 10.0
+
+
+@dataclass
+class _RunState:
+    """What on_error reports: why the run was ended, if hpcmem ended it."""
+
+    ended_because: str | None = None
+
+
+_state = _RunState()
+
+
+def _number(value: Any) -> int | None:
+    """An int resource value; None for unset or not yet known (``<TBD>``)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _text(value: Any) -> str | None:
+    return str(value) if value not in (None, "") else None
+
+
+def job_request(job: Any) -> JobRequest:
+    """What the slurm executor plugin asks sbatch for on behalf of a Snakemake job."""
+    resources = job.resources
+    cpus = _number(resources.get("cpus_per_task"))
+    cpus = max(1, cpus) if cpus else max(1, job.threads)
+    gpus = _number(resources.get("gpu")) or gpu_count(str(resources.get("gres") or ""))
+    memory = _number(resources.get("mem_mb"))
+    per_cpu = _number(resources.get("mem_mb_per_cpu"))
+    return JobRequest(
+        rule=job.rule.name,
+        partition=_text(resources.get("slurm_partition")),
+        account=_text(resources.get("slurm_account")),
+        qos=_text(resources.get("qos")),
+        cpus_per_task=cpus,
+        tasks=_number(resources.get("tasks")) or 1,
+        mem_mb=per_cpu * cpus if per_cpu else memory,
+        gpus=gpus,
+        runtime_min=_number(resources.get("runtime")),
+        constraint=_text(resources.get("constraint")),
+    )
+
+
+def _requests(workflow: Any) -> list[JobRequest]:
+    """One request per distinct job shape of the jobs this run submits."""
+    jobs = (job for job in workflow.dag.needrun_jobs() if not (job.is_local or job.is_norun))
+    return list(dict.fromkeys(job_request(job) for job in jobs))
+
+
+def _settings(workflow: Any) -> RunSettings:
+    executor = workflow.executor_settings
+    return RunSettings(qos=_text(getattr(executor, "qos", None)),
+                       no_account=bool(getattr(executor, "no_account", False)))
+
+
+def _write_report(path: str, document: dict[str, Any]) -> None:
+    with atomic_open(path) as handle:
+        json.dump(document, handle, indent=1)
+        handle.write("\n")
+
+
+def _preflight(workflow: Any, logger: Any, executor: str) -> None:
+    """Check the jobs against the cluster; raise (stopping the run) on any problem."""
+    from snakemake.exceptions import WorkflowError
+
+    report = os.environ.get(PREFLIGHT_REPORT)
+    if executor != "slurm":
+        if report:
+            _write_report(report, {"problems": [
+                f"executor: {executor!r} is not slurm: there is no cluster to check "
+                "(give a profile with `executor: slurm`)"]})
+            raise WorkflowError("hpcmem preflight: done, nothing submitted")
+        return
+    requests, settings = _requests(workflow), _settings(workflow)
+    try:
+        facts = cluster_facts(getpass.getuser())
+        problems = check(requests, settings, facts)
+    except SlurmCommandError as error:
+        facts, problems = None, [f"slurm: the cluster did not answer: {error}"]
+    summary = summary_line(requests, settings, facts) if facts and not problems else None
+    if report:
+        _write_report(report, {"problems": problems, "summary": summary})
+        raise WorkflowError("hpcmem preflight: done, nothing submitted")
+    if problems:
+        for line in problems:
+            logger.error(f"hpcmem preflight: {line}")
+        raise WorkflowError(f"hpcmem preflight: {len(problems)} problem(s) above: nothing was "
+                            "submitted; fix the profile (or the sweep) and run again")
+    logger.info(f"hpcmem preflight: {summary}")
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    """SIGINT or SIGTERM (or the watchdog's SIGINT): stop as Ctrl-C does, once; Snakemake
+    then cancels the run's jobs. Later signals are ignored first thing, so that neither
+    they nor the watchdog interrupt the cancelling (no lock is taken here)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if _state.ended_because is None:
+        _state.ended_because = f"{signal.Signals(signum).name} received"
+    raise KeyboardInterrupt
+
+
+def _on_stuck(stuck: list[StuckJob], logger: Any) -> None:
+    """The watchdog's call (from its thread): name the job, then interrupt the main thread;
+    nothing when the run is ending already."""
+    if _state.ended_because is not None:
+        return
+    more = f" (and {len(stuck) - 1} more jobs)" if len(stuck) > 1 else ""
+    _state.ended_because = f"{stuck[0].describe()}{more}"
+    logger.error(f"hpcmem watchdog: {_state.ended_because}: ending the run")
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def _executor_job_name(workflow: Any) -> str:
+    """The job name the slurm executor gives every job of this run (its run id; the
+    plugin's own status queries select the run's jobs by it). Snakemake has no public
+    accessor for the executor: a plugin without ``run_uuid`` fails here, loudly."""
+    return workflow.scheduler._executor.run_uuid
+
+
+def on_start(workflow: Any, logger: Any) -> None:
+    """``onstart``: preflight, then SIGTERM as Ctrl-C and the watchdog (slurm executor)."""
+    plugin = workflow.executor_plugin
+    executor = plugin.name if plugin is not None else "local"
+    _preflight(workflow, logger, executor)
+    if executor != "slurm":
+        return
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    Watchdog(_executor_job_name(workflow), lambda stuck: _on_stuck(stuck, logger),
+             WATCH_INTERVAL).start()
+
+
+def on_error(logger: Any, rerun_hint: str) -> None:
+    """``onerror``: repeat why hpcmem ended the run, last, with how to go on."""
+    if _state.ended_because is not None:
+        logger.error(f"hpcmem: the run was ended: {_state.ended_because}. Finished points are "
+                     f"kept: {rerun_hint}")

@@ -1,0 +1,162 @@
+"""`hpcmem preflight` and the workflow's own preflight on the site-like test cluster.
+
+A site profile outside the checkout, set up as docs/slurm-site.md says, passes. Each
+mistake an admin makes in it (more CPUs than a node has, an unknown partition, an unknown
+QOS or one the user may not use, an account the user lacks, a QOS given twice) is one
+line naming the setting and its value, exit 2, before anything is submitted. A job that
+passes the preflight but pends for ever (a QOS per-job limit) ends the run naming it.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+from slurm_cluster import SlurmCluster
+from slurm_site import BIN, REPO, run_logged, site_profile
+
+pytestmark = pytest.mark.slurm
+
+SWEEP = {
+    "container": {"enabled": False},
+    "collectives": {"ops": ["allreduce"], "buffers": ["numpy"], "ranks": [2],
+                    "bindings": ["cores"], "emulate_hbw": "0"},
+    "train": {"enabled": False},
+}  # fmt: skip
+#: stands for one CPU more than the test cluster's node has
+MORE_THAN_A_NODE = "more than a node"
+
+
+def submitted_from(cluster: SlurmCluster, workdir: Path, since: str) -> list[str]:
+    """Ids of the jobs submitted from ``workdir`` since ``since``."""
+    listed = cluster.run("sacct", "-X", "-n", "-P", "-S", since, "-o", "JobIDRaw,WorkDir%300")
+    return [line.split("|")[0] for line in listed.stdout.splitlines()
+            if line.split("|")[-1].rstrip("/") == str(workdir)]
+
+
+def ensure(cluster: SlurmCluster, kind: str, name: str, *settings: str) -> None:
+    """What the site's admin set up besides: an account or QOS (idempotent)."""
+    field = "account" if kind == "account" else "name"
+    listed = cluster.run("sacctmgr", "-n", "-P", "list", kind, name, f"format={field}")
+    if not listed.stdout.strip():
+        added = cluster.run("sacctmgr", "-i", "add", kind, name, *settings)
+        assert added.returncode == 0, added.stderr
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A working directory holding the default configuration, as a checkout has it."""
+    work = tmp_path_factory.mktemp("preflight-work")
+    (work / "config").mkdir()
+    for name in ("config.yaml", "references.yaml"):
+        (work / "config" / name).write_text((REPO / "config" / name).read_text())
+    return work
+
+
+def preflight(cluster: SlurmCluster, profile: Path, workdir: Path):
+    return run_logged([str(BIN / "hpcmem"), "preflight", "--profile", str(profile),
+                       "--snakefile", str(REPO / "workflow" / "Snakefile"),
+                       "--directory", str(workdir)], cluster, cwd=workdir)  # fmt: skip
+
+
+def test_a_site_profile_outside_the_tree_passes(slurm_cluster: SlurmCluster, workdir: Path,
+                                                tmp_path: Path) -> None:
+    profile = site_profile(tmp_path / "hpcmem", slurm_cluster, SWEEP)
+    assert not profile.is_relative_to(REPO)
+    began = time.monotonic()
+    result = preflight(slurm_cluster, profile, workdir)
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.strip() == (
+        "hpcmem preflight: ok: 6 rules fit cluster 'hpcmem': partitions batch, hbm; "
+        "accounts hpc; QOS bench")
+    print(f"preflight took {time.monotonic() - began:.1f}s")
+
+
+@pytest.mark.parametrize(("change", "line"), [
+    ({"set-resources__build_wheel__cpus_per_task": MORE_THAN_A_NODE},
+     r"cpus_per_task: (\d+) \(rule build_wheel\) is more CPUs than a node of partition "
+     r"'batch' has \(at most \d+\)"),
+    ({"default-resources__slurm_partition": "btach"},
+     r"slurm_partition: 'btach' \(rules aggregate_results, build_wheel, check_regressions, "
+     r"install_wheel, render_report\) is not a partition of cluster 'hpcmem' "
+     r"\(partitions: batch, hbm\)"),
+    ({"slurm-qos": "bnech"},
+     r"slurm-qos: 'bnech' is not a QOS of cluster 'hpcmem' \(QOS: [a-z, ]*bench[a-z, ]*\)"),
+    ({"slurm-qos": "restricted"},
+     r"slurm-qos: 'restricted' is not allowed for user 'root' with account 'hpc' "
+     r"\(allowed: bench, normal(, tiny)?\)"),
+    ({"default-resources__slurm_account": "other"},
+     r"slurm_account: 'other' \(rules .*run_collectives.*\) is not an account of user 'root' "
+     r"on cluster 'hpcmem' \(accounts: [a-z, ]*hpc[a-z, ]*\)"),
+    ({"set-resources__run_collectives__qos": "normal"},
+     r"qos: 'normal' \(rule run_collectives\) is overridden by slurm-qos: 'bench' "
+     r"\(sbatch gets --qos twice and the last one wins\): set only one"),
+], ids=["cpus", "partition", "unknown-qos", "qos-not-allowed", "account", "qos-twice"])
+def test_each_mistake_is_one_line_naming_the_setting(
+    slurm_cluster: SlurmCluster, workdir: Path, tmp_path: Path, change: dict, line: str
+) -> None:
+    ensure(slurm_cluster, "account", "other", "Description=other", "Organization=other")
+    ensure(slurm_cluster, "qos", "restricted")
+    if MORE_THAN_A_NODE in change.values():
+        cpus = slurm_cluster.run("sinfo", "-h", "-p", slurm_cluster.partition, "-o", "%c").stdout
+        change = {key: int(cpus) + 1 for key in change}
+    profile = site_profile(tmp_path / "hpcmem", slurm_cluster, SWEEP, **change)
+    since = time.strftime("%Y-%m-%dT%H:%M:%S")
+    result = preflight(slurm_cluster, profile, workdir)
+    assert result.returncode == 2, result.stdout
+    problems = result.stdout.splitlines()
+    assert problems[-1] == "hpcmem preflight: 1 problem(s): fix them before submitting"
+    assert re.fullmatch(f"hpcmem preflight: {line}", problems[0]), result.stdout
+    assert submitted_from(slurm_cluster, workdir, since) == []
+
+
+def test_the_workflow_runs_the_preflight_before_its_first_submission(
+    slurm_cluster: SlurmCluster, workdir: Path, tmp_path: Path
+) -> None:
+    profile = site_profile(tmp_path / "hpcmem", slurm_cluster, SWEEP,
+                           **{"set-resources__run_collectives__slurm_partition": "hbm2"})
+    since = time.strftime("%Y-%m-%dT%H:%M:%S")
+    result = run_logged([str(BIN / "snakemake"), "--profile", str(profile),
+                         "--snakefile", str(REPO / "workflow" / "Snakefile"),
+                         "--directory", str(workdir)], slurm_cluster, cwd=workdir)  # fmt: skip
+    assert result.returncode == 1, result.stdout
+    assert ("hpcmem preflight: slurm_partition: 'hbm2' (rule run_collectives) is not a "
+            "partition of cluster 'hpcmem' (partitions: batch, hbm)") in result.stdout
+    assert "hpcmem preflight: 1 problem(s) above: nothing was submitted" in result.stdout
+    assert "has been submitted" not in result.stdout
+    assert submitted_from(slurm_cluster, workdir, since) == []
+    assert not list((workdir / ".snakemake" / "locks").glob("*"))
+
+
+def test_a_job_pending_for_ever_ends_the_run_naming_it(
+    slurm_cluster: SlurmCluster, workdir: Path, tmp_path: Path
+) -> None:
+    # a QOS allowing one CPU per job: the 2-CPU build job pends with QOSMaxCpuPerJobLimit,
+    # a reason that never clears; the preflight cannot know the QOS's limits
+    ensure(slurm_cluster, "qos", "tiny", "MaxTRESPerJob=cpu=1")
+    allowed = slurm_cluster.run("sacctmgr", "-i", "modify", "user", "root", "where",
+                                f"account={slurm_cluster.account}", "set", "QOS+=tiny")
+    assert allowed.returncode == 0, allowed.stderr
+    profile = site_profile(tmp_path / "hpcmem", slurm_cluster, SWEEP, **{
+        "slurm-qos": "tiny", "set-resources__build_wheel__cpus_per_task": 2})
+    began = time.monotonic()
+    result = run_logged([str(BIN / "snakemake"), "--profile", str(profile),
+                         "--snakefile", str(REPO / "workflow" / "Snakefile"),
+                         "--directory", str(workdir), "results/stuck/build/wheelhouse",
+                         "--config", "run_id=stuck"], slurm_cluster, cwd=workdir,
+                        timeout=120)  # fmt: skip
+    took = time.monotonic() - began
+    assert result.returncode == 1, result.stdout
+    jobs = re.findall(r"has been submitted with SLURM jobid (\d+)", result.stdout)
+    assert len(jobs) == 1, result.stdout
+    job_id = jobs[0]
+    named = (f"Slurm job {job_id} (rule_build_wheel) is PENDING with "
+             "Reason=QOSMaxCpuPerJobLimit, which does not clear by itself")
+    assert f"hpcmem watchdog: {named}: ending the run" in result.stdout
+    assert f"hpcmem: the run was ended: {named}." in result.stdout
+    assert took < 60, f"the run took {took:.0f}s to end"
+    state = slurm_cluster.run("sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State").stdout
+    assert state.startswith("CANCELLED")  # Snakemake cancelled it on the way out
+    assert not list((workdir / ".snakemake" / "locks").glob("*"))

@@ -1,0 +1,174 @@
+"""The streaming budget mode's logic on the CPU: the same training, bit for bit, whatever it
+streams, offloads or recomputes (hpcmem.um.stream with its CPU transport)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+from hpcmem.errors import HpcmemError  # noqa: E402
+from hpcmem.um import BudgetError  # noqa: E402
+from hpcmem.um.stream import BudgetTooSmall, CpuTransport, Streamer  # noqa: E402
+
+MiB = 2**20
+#: A budget above the least the probe step of ``Net`` holds (7 MB of copies), far below its
+#: parameters' state.
+TIGHT = 12 * MiB
+ORDER = ("params", "activations", "inputs")
+
+
+class Square(torch.autograd.Function):
+    """A custom autograd function given a parameter as input."""
+
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        return (x @ weight) ** 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        inner = 2 * (x @ weight) * grad
+        return inner @ weight.t(), x.t() @ inner
+
+
+class Block(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.up = nn.Linear(width, 2 * width)
+        self.down = nn.Linear(2 * width, width)
+
+    def forward(self, x):
+        return x + self.down(torch.relu(self.up(self.norm(x))))
+
+
+class Net(nn.Module):
+    """Nested blocks, a module called twice, a tied weight, BatchNorm buffers, a custom
+    function: what models hpcmem did not build do."""
+
+    def __init__(self, width: int = 512, vocab: int = 1024) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.blocks = nn.ModuleList(Block(width) for _ in range(3))
+        self.shared = nn.Linear(width, width)
+        self.norm = nn.BatchNorm1d(width)
+        self.weight = nn.Parameter(torch.randn(width, width) * 0.02)
+
+    def forward(self, tokens):
+        x = self.shared(self.embed(tokens))
+        for block in self.blocks:
+            x = block(x)
+        x = Square.apply(self.norm(self.shared(x)), self.weight)
+        return nn.functional.cross_entropy(x @ self.embed.weight.t(), tokens)
+
+
+def _train(budget=None, steps=4, recompute=None, backwards=1):
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    streamer = None
+    if budget is not None:
+        streamer = Streamer(model, optimizer, transport=CpuTransport(), budget=budget,
+                            priority=ORDER, device_scope=contextlib.nullcontext,
+                            recompute=recompute)
+    generator = torch.Generator().manual_seed(1)
+    losses = []
+    for _ in range(steps):
+        for _ in range(backwards):
+            tokens = torch.randint(1024, (512,), generator=generator)
+            with streamer.scope() if streamer else contextlib.nullcontext():
+                loss = model(tokens)
+                loss.backward()
+            losses.append(loss.item())
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)
+    return losses, model, optimizer, streamer
+
+
+def _state(model, optimizer):
+    tensors = [p.detach().clone() for p in model.parameters()]
+    tensors += [b.clone() for b in model.buffers()]
+    for param in model.parameters():
+        tensors += [v.clone() for v in optimizer.state[param].values()]
+    return tensors
+
+
+@pytest.fixture(scope="module")
+def reference():
+    losses, model, optimizer, _ = _train()
+    return losses, _state(model, optimizer)
+
+
+@pytest.mark.parametrize(("budget", "recompute"), [
+    (TIGHT, True), (TIGHT, False), (16 * MiB, None), (64 * MiB, None), (2**30, None),
+])
+def test_training_is_bitwise_the_same_under_any_budget(reference, budget, recompute):
+    losses, model, optimizer, streamer = _train(budget, recompute=recompute)
+    streamer.close()
+    assert losses == reference[0]
+    state = _state(model, optimizer)
+    assert len(state) == len(reference[1])
+    assert all(torch.equal(a, b) for a, b in zip(state, reference[1], strict=True))
+
+
+def test_a_tight_budget_streams_parameters_and_offloads_activations():
+    _, model, _, streamer = _train(TIGHT, recompute=False)
+    stats = streamer.stats()
+    streamed = [p for p in model.parameters() if p.numel() * p.element_size() >= 2 * MiB]
+    param_bytes = sum(p.numel() * p.element_size() for p in streamed)
+    # Every step fetches each streamed parameter at least once and sends its gradient home.
+    assert stats["bytes_h2d"] >= param_bytes
+    assert stats["bytes_d2h"] >= param_bytes
+    assert stats["plan"]["recompute"] is False
+    assert not any(e.resident for e in streamer.params.entries if e.nbytes >= 2 * MiB)
+    # Between steps a streamed parameter lives in its host home, not a device copy.
+    homes = {id(e.param): e.home for e in streamer.params.entries if not e.resident}
+    assert all(p.data_ptr() == homes[id(p)].data_ptr() for p in streamed)
+    streamer.close()
+
+
+def test_a_large_budget_keeps_everything_on_the_device():
+    _, model, _, streamer = _train(2**30)
+    plan = streamer.stats()["plan"]
+    assert plan["resident"] == len(list(model.parameters()))
+    assert plan["recompute"] is False
+    streamer.close()
+
+
+def test_recomputation_restores_batchnorm_statistics_and_closes_cleanly(reference):
+    _, model, optimizer, streamer = _train(TIGHT, recompute=True)
+    assert streamer.recompute.enabled and streamer.recompute.saved_bytes
+    assert all("forward" in block.__dict__ for block in model.blocks)
+    streamer.close()
+    assert all("forward" not in block.__dict__ for block in model.blocks)
+    assert "step" not in optimizer.__dict__
+    assert torch.equal(model.norm.running_mean, reference[1][len(list(model.parameters()))])
+
+
+def test_gradients_accumulate_over_two_backwards_as_without_a_budget():
+    expected, *_ = _train(steps=2, backwards=2)
+    losses, *_, streamer = _train(TIGHT, steps=2, backwards=2, recompute=False)
+    streamer.close()
+    assert losses == expected
+
+
+def test_a_step_with_a_closure_is_refused():
+    _, _, optimizer, streamer = _train(TIGHT, steps=1)
+    with pytest.raises(BudgetError, match=r"optimizer\.step\(closure\)") as error:
+        optimizer.step(lambda: 0.0)
+    assert isinstance(error.value, HpcmemError)
+    streamer.close()
+
+
+def test_a_budget_below_what_the_probe_step_needs_is_refused_with_both_figures():
+    with pytest.raises(BudgetTooSmall) as raised:
+        _train(MiB, steps=1)
+    error = raised.value
+    assert error.budget == MiB and error.minimum > MiB
+    assert f"{MiB} bytes" in str(error) and f"{error.minimum} bytes" in str(error)
+    assert isinstance(error, BudgetError)

@@ -1,0 +1,17 @@
+# On the slurm executor: a preflight of every job against the cluster before the first
+# submission, a watchdog that ends the run naming a job cancelled underneath it or pending
+# for a reason that does not clear by itself, and SIGTERM handled like Ctrl-C (the run's jobs
+# are cancelled). See hpcmem/workflow/slurm.py. Without Slurm these do nothing.
+
+from hpcmem.workflow import slurm as slurm_run
+
+
+onstart:
+    slurm_run.on_start(workflow, logger)
+
+
+onerror:
+    slurm_run.on_error(
+        logger,
+        f"rerun the same command with --config run_id={config['run_id']} to redo the rest",
+    )
