@@ -10,8 +10,12 @@ STAMPS := $(VENV)/.hpcmem
 # the editable install maps the package files that exist when it is made: re-make it when any
 # source file (native or Python) changes; the CMake build dir is cached, so this takes seconds
 PACKAGE_SOURCES := $(shell find native hpcmem -type f -not -path "*/__pycache__/*" -not -name "*.so") pyproject.toml
+# A script that installs Apptainer on this machine (as root, idempotent): `make test` runs it
+# when it exists and we are root, so the container tests have a real runtime; without one they
+# are skipped, saying why. `make run` never installs it (no runtime: the workflow runs natively).
+APPTAINER_INSTALLER ?= ../shared/apptainer/install.sh
 
-.PHONY: setup native run test lint bench clean
+.PHONY: setup native run test lint bench clean container-runtime
 
 setup: $(STAMPS)/system $(STAMPS)/python $(STAMPS)/native
 
@@ -40,7 +44,11 @@ lint: setup
 	$(BIN)/ruff check hpcmem tests benchmarks workflow/scripts
 	$(BIN)/snakemake --lint --snakefile workflow/Snakefile --directory . --quiet
 
-test: setup lint
+container-runtime:
+	@if [ -x "$(APPTAINER_INSTALLER)" ] && [ "$$(id -u)" = 0 ]; then "$(APPTAINER_INSTALLER)"; \
+	else echo "hpcmem: no Apptainer installer run ($(APPTAINER_INSTALLER) missing or not root)"; fi
+
+test: setup lint container-runtime
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q tests
 
 bench: setup

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-# The `slurm_cluster` fixture: a real one-node Slurm cluster (tests/slurm_cluster.py).
-pytest_plugins = ("slurm_cluster",)
+# The `slurm_cluster` fixture: a real one-node Slurm cluster (tests/slurm_cluster.py); the
+# container runtime and the CPU image built once per session (tests/container_image.py).
+pytest_plugins = ("slurm_cluster", "container_image")
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

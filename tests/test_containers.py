@@ -1,91 +1,138 @@
-"""Container images: definition files, container.enabled resolution, exec command lines.
+"""Container images: definition files, container.enabled, cache keys, real Apptainer builds.
 
-No Apptainer/Singularity binary can be installed on these machines. The definition files
-are checked with spython's recipe parser; the native path (auto without a runtime) runs
-for real; the runtime's own behaviour is left to hosts that have one, and where a test
-needs a runtime on PATH it is a small stand-in script, named as such.
+The definitions are parsed as the workflow parses them and, where a runtime is installed,
+checked against Apptainer itself; builds that must fail (an unreachable mirror, a registry
+that cannot exist) fail for real, and the CPU image is built for real once per session
+(tests/container_image.py). Tests that need the runtime are skipped without one, saying why.
 """
 
 from __future__ import annotations
 
-import hashlib
+import importlib.metadata
+import json
 import re
-import stat
+import shutil
 import subprocess
 import sys
+import time
+import zipfile
 from pathlib import Path
 
 import pytest
-from spython.main.parse.parsers import SingularityParser
+import yaml
+from container_image import BuiltImage
 
-from hpcmem.workflow.containers import ContainerError, build_image, find_runtime, resolve_container
+from hpcmem.results.aggregate import aggregate, read_summary
+from hpcmem.results.container_report import container_section, overhead_table
+from hpcmem.workflow.container_images import (
+    ContainerError,
+    ImageRef,
+    cache_key,
+    host_arch,
+    image_arch,
+    obtain_image,
+    parse_definition,
+)
+from hpcmem.workflow.containers import (
+    DEFAULT_GPU_BASE,
+    DEFAULT_MIRROR,
+    resolve_container,
+    runtime_version,
+)
 
 REPO = Path(__file__).resolve().parents[1]
-PIP = "/opt/venv/bin/pip install"
+SCHEMA = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+BUILD_SCRIPT = REPO / "workflow" / "scripts" / "build_container.py"
+#: a mirror that refuses connections at once, and a registry name that can never resolve
+NO_MIRROR = "http://127.0.0.1:9/debian"
+NO_REGISTRY = "registry.invalid/hpcmem/none:1"
 
 
-def recipe(name: str):
-    (layer,) = SingularityParser(str(REPO / "containers" / name)).recipe.values()
-    return layer
+def test_cpu_definition_bootstraps_from_debian_with_the_hosts_mpi_stack() -> None:
+    definition = parse_definition(REPO / "containers" / "hpcmem-cpu.def")
+    header = definition.text.split("%", 1)[0]
+    assert re.search(r"^Bootstrap: debootstrap$", header, re.MULTILINE)
+    assert re.search(r"^MirrorURL: \{\{ MIRROR \}\}$", header, re.MULTILINE)
+    include = re.search(r"^Include: (.*)$", header, re.MULTILINE)[1].split()
+    assert {"openmpi-bin", "libpmix2", "libmemkind0", "numactl", "hwloc"} <= set(include)
+    assert definition.arguments["MIRROR"] == DEFAULT_MIRROR
+    assert SCHEMA["properties"]["container"]["properties"]["mirror"]["default"] == DEFAULT_MIRROR
+    assert definition.files_sources({"WHEELHOUSE": "/w"}) == ["/w"]  # this run's wheels
+    assert "--no-index" in definition.text  # nothing but the wheelhouse is installed by pip
 
 
-def commands(layer) -> str:
-    return "\n".join(layer.install)
-
-
-@pytest.mark.parametrize("name", ["hpcmem.def", "hpcmem-cpu.def"])
-def test_definition_has_every_component(name: str) -> None:
-    layer = recipe(name)
-    post = commands(layer)
-    for package in ("libmemkind-dev", "libnuma-dev", "numactl", "hwloc", "libpmix-dev",
-                    "build-essential", "cmake", "python3-venv"):  # fmt: skip
-        assert re.search(rf"\b{package}\b", post), f"{name}: {package} not installed"
-    assert f"{PIP} --no-cache-dir -r /opt/hpcmem/src/requirements.txt" in post
+def test_gpu_definition_keeps_a_cuda_base_and_builds_a_matching_open_mpi() -> None:
+    definition = parse_definition(REPO / "containers" / "hpcmem.def")
+    assert re.search(r"^Bootstrap: docker\nFrom: \{\{ BASE \}\}$", definition.text, re.MULTILINE)
+    assert definition.arguments["BASE"] == DEFAULT_GPU_BASE
+    assert re.fullmatch(r"nvidia/cuda:12\.\d+\.\d+-devel-ubuntu\d\d\.04", DEFAULT_GPU_BASE)
+    assert SCHEMA["properties"]["container"]["properties"]["gpu_base"]["default"] == (
+        DEFAULT_GPU_BASE
+    )
+    assert f"OMPI_VERSION={host_open_mpi()}" in definition.text
+    assert "--with-pmix=" in definition.text and "--with-cuda=/usr/local/cuda" in definition.text
     makefile_mpi4py = re.search(r"mpi4py==[\d.]+", (REPO / "Makefile").read_text())[0]
-    assert f"--no-binary mpi4py {makefile_mpi4py}" in post  # built against the image's MPI
-    assert f"{PIP} --no-cache-dir --no-build-isolation --no-deps /opt/hpcmem/src" in post
-    copied = {line.split()[0] for line in layer.files}
-    assert copied == {"pyproject.toml", "requirements.txt", "README.md", "native", "hpcmem"}
-    assert all((REPO / path).exists() for path in copied)  # %files paths: repository root
-    assert "PATH=/opt/venv/bin" in " ".join(layer.environ)
-    assert "exec /opt/venv/bin/hpcmem" in layer.cmd
-    assert "hpcmem info" in post  # %test, which spython folds into the install steps
+    assert f"--no-binary mpi4py {makefile_mpi4py}" in definition.text
+    sources = definition.files_sources({})
+    assert sources == ["pyproject.toml", "requirements.txt", "README.md", "native", "hpcmem"]
+    assert all((REPO / path).exists() for path in sources)  # relative to the repository
 
 
-def test_gpu_definition_builds_a_matching_open_mpi_on_cuda_devel() -> None:
-    layer = recipe("hpcmem.def")
-    assert re.fullmatch(r"nvidia/cuda:12\.\d+\.\d+-devel-ubuntu\d\d\.04", layer.fromHeader)
-    post = commands(layer)
-    host = subprocess.run(["ompi_info", "--version"], capture_output=True, text=True).stdout
-    host_version = re.search(r"Open MPI v([\d.]+)", host)[1]
-    assert f"OMPI_VERSION={host_version}" in post  # the test cluster's Open MPI
-    assert "--with-pmix=" in post and "--with-cuda=/usr/local/cuda" in post
-    assert "--with-slurm" in post
+def host_open_mpi() -> str:
+    """This host's Open MPI version (4.1.4 on Debian 12)."""
+    out = subprocess.run(["ompi_info", "--version"], capture_output=True, text=True).stdout
+    return re.search(r"Open MPI v([\d.]+)", out)[1]
 
 
-def test_cpu_definition_uses_the_hosts_debian_open_mpi() -> None:
-    layer = recipe("hpcmem-cpu.def")
-    assert layer.fromHeader == "debian:12"
-    assert re.search(r"\bopenmpi-bin\b", commands(layer))
-    assert "https://download.pytorch.org/whl/cpu" in commands(layer)
+#: (definition text, what the error says after FILE:LINE)
+BAD_DEFINITIONS = [
+    ("From: debian:12\n%post\n    true\n", ":2: no 'Bootstrap: AGENT' header before it"),
+    ("Bootstrap: debootstrap\nOSVersion: bookworm\n%psot\n    true\n",
+     ":3: unknown section %psot (one of %appenv"),
+    ("Bootstrap: nosuch\nFrom: x\n%post\n    true\n", ":1: Bootstrap 'nosuch' is not an agent"),
+    ("Bootstrap: docker\nFrom x\n", ":2: 'From x' is not a 'KEY: VALUE' header line"),
+    ("# nothing but a comment\n", ": no 'Bootstrap: AGENT' header"),
+]  # fmt: skip
 
 
-def test_auto_without_a_runtime_runs_natively(tmp_path: Path, hpcmem_exe: str) -> None:
+@pytest.mark.parametrize(("text", "message"), BAD_DEFINITIONS)
+def test_a_definition_apptainer_would_refuse_is_refused_naming_file_and_line(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "bad.def"
+    path.write_text(text)
+    with pytest.raises(ContainerError) as error:
+        parse_definition(path)
+    assert str(error.value).startswith(f"{path}{message}")
+
+
+def test_a_variable_without_a_value_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "args.def"
+    path.write_text("Bootstrap: localimage\nFrom: {{ BASE_IMAGE }}\n")
+    with pytest.raises(ContainerError, match=r"\{\{ BASE_IMAGE \}\} has no value"):
+        parse_definition(path).check_arguments({})
+    parse_definition(path).check_arguments({"BASE_IMAGE": "base.sif"})
+
+
+def test_apptainer_refuses_what_the_parser_refuses(apptainer: str, tmp_path: Path) -> None:
+    for number, (text, _) in enumerate(BAD_DEFINITIONS):
+        path = tmp_path / f"bad{number}.def"
+        path.write_text(text)
+        command = [apptainer, "build", "--fakeroot", str(tmp_path / "x.sif"), str(path)]
+        build = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert build.returncode != 0 and "FATAL" in build.stderr, (text, build.stderr)
+    assert not (tmp_path / "x.sif").exists()
+
+
+def test_auto_without_a_runtime_runs_natively(tmp_path: Path) -> None:
     plan = resolve_container({"container": {"enabled": "auto"}}, path=str(tmp_path))
     assert not plan.enabled and plan.runtime is None
-    assert "no apptainer or singularity on PATH, running natively" in plan.reason
-    assert plan.record() is None
-    command = plan.exec_command([hpcmem_exe, "info", "--json"])
-    assert command == [hpcmem_exe, "info", "--json"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    launched = plan.exec_command(["hpcmem", "collectives"], launcher=["srun", "-n", "2"])
-    assert launched == ["srun", "-n", "2", "hpcmem", "collectives"]
-
-
-def test_this_host_has_no_runtime_so_the_workflow_runs_natively() -> None:
-    plan = resolve_container({"container": {"enabled": "auto"}})
-    assert plan.enabled == (find_runtime() is not None)
+    assert plan.reason == "container.enabled=auto: no apptainer or singularity on PATH, " \
+                          "running natively"  # fmt: skip
+    native = ImageRef(name="hpcmem-cpu", gpu=False, image=None, reason="no image")
+    assert plan.exec_command(["hpcmem", "info"], native, launcher=["srun", "-n", "2"]) == [
+        "srun", "-n", "2", "hpcmem", "info"
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("value", [True, "true"])
@@ -98,9 +145,8 @@ def test_true_without_a_runtime_fails_before_any_job(tmp_path: Path, value) -> N
 
 
 @pytest.mark.parametrize("value", [False, "false"])
-def test_false_is_native_even_with_a_runtime(tmp_path: Path, value) -> None:
-    stand_in(tmp_path, "apptainer", "exit 0")
-    plan = resolve_container({"container": {"enabled": value}}, path=str(tmp_path))
+def test_false_is_native_even_with_a_runtime(apptainer: str, value) -> None:
+    plan = resolve_container({"container": {"enabled": value}})
     assert not plan.enabled and plan.reason == "container.enabled=false: running natively"
 
 
@@ -110,68 +156,221 @@ def test_bad_enabled_value_names_the_key(value) -> None:
         resolve_container({"container": {"enabled": value}}, path="")
 
 
-def stand_in(folder: Path, name: str, body: str) -> Path:
-    """A stand-in runtime executable (no Apptainer can be installed on these machines)."""
-    script = folder / name
-    script.write_text(f"#!/bin/sh\n{body}\n")
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    return script
+def test_bad_definition_or_prebuilt_image_stops_at_resolution(apptainer: str, tmp_path: Path):
+    bad = tmp_path / "bad.def"
+    bad.write_text(BAD_DEFINITIONS[1][0])
+    config = {"container": {"enabled": "auto", "cpu_definition": str(bad)}}
+    with pytest.raises(ContainerError, match=rf"^container.cpu_definition: {bad}:3: unknown"):
+        resolve_container(config, source_dir=REPO)
+    missing = tmp_path / "missing.sif"
+    with pytest.raises(ContainerError, match=rf"^container.gpu_image: {missing}: no such image"):
+        resolve_container({"container": {"gpu_image": str(missing)}}, source_dir=REPO)
 
 
-def test_exec_command_lines_with_a_runtime(tmp_path: Path) -> None:
-    runtime = stand_in(tmp_path, "apptainer", "exit 0")
-    stand_in(tmp_path, "singularity", "exit 0")
-    images = tmp_path / "images"
-    config = {"container": {"enabled": "auto", "image_dir": str(images)}}
-    plan = resolve_container(config, path=str(tmp_path), binds=["/work", "/scratch:/scratch"])
-    assert plan.enabled and plan.runtime == str(runtime)  # apptainer preferred
-    images.mkdir()
-    (images / "hpcmem-cpu.sif").write_bytes(b"cpu image")
-    (images / "hpcmem.sif").write_bytes(b"gpu image")
-    cpu_digest = "sha256:" + hashlib.sha256(b"cpu image").hexdigest()
-    gpu_digest = "sha256:" + hashlib.sha256(b"gpu image").hexdigest()
+def foreign_image(apptainer: str, folder: Path) -> Path:
+    """A real SIF whose root file system is marked arm64 (made with `apptainer sif`)."""
+    root, squashfs, image = folder / "root", folder / "root.sqfs", folder / "arm64.sif"
+    (root / "bin").mkdir(parents=True)
+    subprocess.run(["mksquashfs", str(root), str(squashfs), "-quiet", "-noappend"], check=True,
+                   capture_output=True)  # fmt: skip
+    subprocess.run([apptainer, "sif", "new", str(image)], check=True)
+    subprocess.run([apptainer, "sif", "add", str(image), str(squashfs), "--datatype", "4",
+                    "--parttype", "2", "--partfs", "1", "--partarch", "4"], check=True)  # fmt: skip
+    return image
 
-    mpi = plan.exec_command(["hpcmem", "bind", "hbw", "--", "hpcmem", "collectives"],
-                            launcher=["srun", "-n", "2"])  # fmt: skip
-    assert mpi == [
-        "srun", "-n", "2", str(runtime), "exec",
-        "--bind", "/work", "--bind", "/scratch:/scratch",
-        "--env", f"HPCMEM_CONTAINER_IMAGE={images / 'hpcmem-cpu.sif'},"
-        f"HPCMEM_CONTAINER_DIGEST={cpu_digest}",
-        str(images / "hpcmem-cpu.sif"), "hpcmem", "bind", "hbw", "--", "hpcmem", "collectives",
+
+def test_an_image_for_another_architecture_is_refused(apptainer: str, tmp_path: Path) -> None:
+    if host_arch() != "amd64":
+        pytest.skip("the foreign image is marked arm64: on this host it is not foreign")
+    image = foreign_image(apptainer, tmp_path)
+    assert image_arch(apptainer, image) == "arm64"
+    config = {"container": {"enabled": True, "cpu_image": str(image)}}
+    with pytest.raises(ContainerError) as error:
+        resolve_container(config, source_dir=REPO)
+    assert str(error.value) == (
+        f"container.cpu_image: {image} is built for arm64, this host runs amd64: use an image "
+        "built on amd64, or null to build one here"
+    )
+
+
+def wheel(path: Path, members: dict[str, bytes], year: int) -> Path:
+    """A wheel (zip) holding ``members``, every entry dated ``year``."""
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(zipfile.ZipInfo(name, (year, 1, 1, 0, 0, 0)), data)
+    return path
+
+
+def test_cache_key_follows_definition_arguments_and_wheel_content(tmp_path: Path) -> None:
+    definition = parse_definition(REPO / "containers" / "hpcmem-cpu.def")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    members = {"hpcmem/__init__.py": b"x = 1\n", "hpcmem-0.1.dist-info/RECORD": b"r\n"}
+    wheel(wheels / "hpcmem-0.1-py3-none-any.whl", members, 2020)
+    args = {"MIRROR": DEFAULT_MIRROR, "WHEELHOUSE": str(wheels)}
+    key = cache_key(definition, args, REPO)
+    assert re.fullmatch(r"[0-9a-f]{16}", key)
+
+    wheel(wheels / "hpcmem-0.1-py3-none-any.whl", members, 2024)  # rebuilt, same content
+    assert cache_key(definition, args, REPO) == key
+    copy = shutil.copytree(wheels, tmp_path / "copy")  # the same wheels in another folder
+    assert cache_key(definition, {**args, "WHEELHOUSE": str(copy)}, REPO) == key
+    wheel(wheels / "hpcmem-0.1-py3-none-any.whl", {**members, "hpcmem/new.py": b""}, 2024)
+    changed = cache_key(definition, args, REPO)
+    assert changed != key
+    assert cache_key(definition, {**args, "MIRROR": "http://mirror/debian"}, REPO) != changed
+    other = tmp_path / "other.def"
+    other.write_text(definition.text + "\n%labels\n    changed yes\n")
+    assert cache_key(parse_definition(other), args, REPO) != changed
+    with pytest.raises(ContainerError, match="%files source /nowhere does not exist"):
+        cache_key(definition, {**args, "WHEELHOUSE": "/nowhere"}, REPO)
+
+
+def test_exec_command_runs_each_rank_in_the_image_with_its_provenance(tmp_path: Path) -> None:
+    plan = resolve_container({"container": {"enabled": "auto"}}, path=str(tmp_path),
+                             binds=["/work", "/scratch"])  # fmt: skip
+    image = ImageRef(name="hpcmem-cpu", gpu=False, image="/images/cpu.sif", digest="sha256:ab",
+                     runtime="/usr/bin/apptainer", runtime_version="1.4.5")  # fmt: skip
+    command = plan.exec_command(["hpcmem", "collectives"], image, launcher=["srun", "-n", "2"])
+    assert command == [
+        "srun", "-n", "2", "/usr/bin/apptainer", "exec", "--bind", "/work", "--bind", "/scratch",
+        "--env", "HPCMEM_CONTAINER_IMAGE=/images/cpu.sif",
+        "--env", "HPCMEM_CONTAINER_DIGEST=sha256:ab",
+        "--env", "HPCMEM_CONTAINER_RUNTIME=apptainer",
+        "--env", "HPCMEM_CONTAINER_RUNTIME_VERSION=1.4.5",
+        "/images/cpu.sif", "hpcmem", "collectives",
     ]  # fmt: skip
-    train = plan.exec_command(["hpcmem", "train"], gpu=True)
-    assert train[:3] == [str(runtime), "exec", "--nv"]
-    assert train[-3:] == [str(images / "hpcmem.sif"), "hpcmem", "train"]
-    assert f"HPCMEM_CONTAINER_DIGEST={gpu_digest}" in train[train.index("--env") + 1]
-    assert plan.record(gpu=True) == {"image": str(images / "hpcmem.sif"), "digest": gpu_digest}
+    gpu = ImageRef(name="hpcmem", gpu=True, image="/images/gpu.sif", runtime="apptainer")
+    assert plan.exec_command(["hpcmem", "train"], gpu)[:3] == ["apptainer", "exec", "--nv"]
 
 
-def test_records_say_which_image_they_ran_in(tmp_path: Path) -> None:
+def test_records_say_which_image_and_runtime_they_ran_in() -> None:
     code = "import json, hpcmem.node.probe as p; print(json.dumps(p.current_container()))"
-    env = {"HPCMEM_CONTAINER_IMAGE": "/images/cpu.sif", "HPCMEM_CONTAINER_DIGEST": "sha256:ab"}
+    env = {"HPCMEM_CONTAINER_IMAGE": "/images/cpu.sif", "HPCMEM_CONTAINER_DIGEST": "sha256:ab",
+           "HPCMEM_CONTAINER_RUNTIME": "apptainer", "HPCMEM_CONTAINER_RUNTIME_VERSION": "1.4.5"}
     inside = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             env=env, check=True)  # fmt: skip
-    assert inside.stdout.strip() == '{"image": "/images/cpu.sif", "digest": "sha256:ab"}'
+    assert json.loads(inside.stdout) == {"image": "/images/cpu.sif", "digest": "sha256:ab",
+                                         "runtime": "apptainer", "runtime_version": "1.4.5"}
     native = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             env={}, check=True)  # fmt: skip
     assert native.stdout.strip() == "null"
 
 
-def test_build_image_is_atomic_and_returns_the_digest(tmp_path: Path) -> None:
-    # The stand-in writes the image it is asked for: `apptainer build --force IMAGE DEF`.
-    runtime = stand_in(tmp_path, "apptainer", 'echo "image of $(basename "$4")" > "$3"')
-    image = tmp_path / "images" / "hpcmem-cpu.sif"
-    digest = build_image(REPO / "containers" / "hpcmem-cpu.def", image, runtime=str(runtime),
-                         context=REPO)  # fmt: skip
-    assert image.read_text() == "image of hpcmem-cpu.def\n"
-    assert digest == "sha256:" + hashlib.sha256(image.read_bytes()).hexdigest()
-    assert sorted(p.name for p in image.parent.iterdir()) == ["hpcmem-cpu.sif"]
+def leftovers(folder: Path) -> list[str]:
+    """What a build left in the image folder, besides its lock files."""
+    return sorted(p.name for p in folder.iterdir() if not p.name.endswith(".lock"))
 
 
-def test_failed_build_leaves_no_image(tmp_path: Path) -> None:
-    runtime = stand_in(tmp_path, "apptainer", 'echo partial > "$3"; exit 3')
-    image = tmp_path / "images" / "hpcmem.sif"
-    with pytest.raises(ContainerError, match=r"building .*hpcmem\.sif from .*hpcmem\.def failed"):
-        build_image(REPO / "containers" / "hpcmem.def", image, runtime=str(runtime), context=REPO)
-    assert list(image.parent.iterdir()) == []
+def test_an_unreachable_mirror_fails_the_build_naming_its_log(apptainer: str, tmp_path: Path):
+    definition = parse_definition(REPO / "containers" / "hpcmem-cpu.def")
+    log_path = tmp_path / "build.log"
+    images = tmp_path / "images"
+    args = {"MIRROR": NO_MIRROR, "WHEELHOUSE": str(REPO / "containers")}
+    with open(log_path, "w") as log, pytest.raises(ContainerError) as error:
+        obtain_image("hpcmem-cpu", definition, args, image_dir=images, runtime=apptainer,
+                     runtime_version=runtime_version(apptainer), context=REPO, log=log,
+                     log_path=str(log_path))  # fmt: skip
+    message = str(error.value)
+    assert message.startswith("building hpcmem-cpu-")
+    assert f"from {definition.path} failed: " in message
+    assert message.endswith(f"; build log: {log_path}")
+    assert "FATAL" in message and f"--build-arg MIRROR={NO_MIRROR}" in log_path.read_text()
+    assert leftovers(images) == []  # no image, no partial file, no stamp
+
+
+def test_an_unfetchable_base_image_fails_the_build_naming_its_log(apptainer: str, tmp_path):
+    definition = parse_definition(REPO / "containers" / "hpcmem.def")
+    log_path = tmp_path / "build.log"
+    with open(log_path, "w") as log, pytest.raises(ContainerError) as error:
+        obtain_image("hpcmem", definition, {"BASE": NO_REGISTRY}, image_dir=tmp_path / "images",
+                     runtime=apptainer, runtime_version="1.4.5", context=REPO, log=log,
+                     log_path=str(log_path), gpu=True)  # fmt: skip
+    assert "registry.invalid" in str(error.value)
+    assert str(error.value).endswith(f"; build log: {log_path}")
+    assert leftovers(tmp_path / "images") == []
+
+
+def build_script(*options: str, cwd: Path) -> subprocess.CompletedProcess:
+    """workflow/scripts/build_container.py, as the build_container rule runs it."""
+    return subprocess.run([sys.executable, str(BUILD_SCRIPT), *options], capture_output=True,
+                          text=True, timeout=900, cwd=cwd)  # fmt: skip
+
+
+def test_failed_build_auto_runs_natively_true_stops(apptainer: str, cpu_image: BuiltImage,
+                                                   tmp_path: Path) -> None:  # fmt: skip
+    options = ["--name", "hpcmem-cpu", "--definition", str(REPO / "containers" / "hpcmem-cpu.def"),
+               "--image-dir", str(tmp_path / "images"), "--runtime", apptainer, "--context",
+               str(REPO), "--build-arg", f"MIRROR={NO_MIRROR}", "--wheelhouse",
+               str(cpu_image.workdir / "results" / "e2e" / "build" / "wheelhouse"),
+               "--log", str(tmp_path / "build.log")]  # fmt: skip
+    auto = build_script(*options, "--out", str(tmp_path / "auto.json"), cwd=tmp_path)
+    assert auto.returncode == 0, auto.stderr
+    ref = ImageRef.read(tmp_path / "auto.json")
+    assert ref.image is None and ref.reason.endswith(f"; build log: {tmp_path / 'build.log'}")
+    assert auto.stderr == f"hpcmem: container.enabled=auto: hpcmem-cpu runs natively: " \
+                          f"{ref.reason}\n"  # fmt: skip
+
+    required = build_script(*options, "--required", "--out", str(tmp_path / "true.json"),
+                            cwd=tmp_path)  # fmt: skip
+    assert required.returncode == 1
+    assert required.stderr.startswith("hpcmem: container.enabled=true: building hpcmem-cpu-")
+    assert required.stderr.endswith(f"; build log: {tmp_path / 'build.log'}\n")
+    assert not (tmp_path / "true.json").exists()
+    assert leftovers(tmp_path / "images") == []
+
+
+def test_the_cpu_image_is_built_once_and_runs_the_hosts_stack(
+    apptainer: str, cpu_image: BuiltImage, tmp_path: Path
+) -> None:
+    ref = cpu_image.ref
+    assert ref.built and ref.build_seconds > 0 and ref.arch == host_arch() == "amd64"
+    image = Path(ref.image)
+    assert image.name == f"hpcmem-cpu-{ref.key}.sif"
+    assert json.loads(image.with_suffix(".json").read_text())["digest"] == ref.digest
+    assert ref.runtime_version == runtime_version(apptainer)
+    assert f"hpcmem: image hpcmem-cpu: {image} (built in " in cpu_image.output
+
+    inside = subprocess.run([apptainer, "exec", str(image), "hpcmem", "info", "--json"],
+                            capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    info = json.loads(inside.stdout)
+    assert info["mpi"]["library"].startswith(f"Open MPI v{host_open_mpi()},")
+    assert info["mpi"]["mpi4py"] == importlib.metadata.version("mpi4py")
+    assert info["memkind"]["version"] and info["container"]["inside"] == str(image)
+    numpy = subprocess.run([apptainer, "exec", str(image), "python", "-c",
+                            "import numpy; print(numpy.__version__)"], capture_output=True,
+                           text=True, check=True)  # fmt: skip
+    assert numpy.stdout.strip() == importlib.metadata.version("numpy")
+
+    # the same definition and wheel again: the cached image, not a second build
+    started = time.monotonic()
+    again = build_script("--name", "hpcmem-cpu", "--definition",
+                         str(REPO / "containers" / "hpcmem-cpu.def"), "--image-dir",
+                         str(image.parent), "--runtime", apptainer, "--context", str(REPO),
+                         "--build-arg", f"MIRROR={DEFAULT_MIRROR}", "--wheelhouse",
+                         str(cpu_image.workdir / "results" / "e2e" / "build" / "wheelhouse"),
+                         "--out", str(tmp_path / "again.json"), cwd=tmp_path)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert again.stderr == f"hpcmem: image hpcmem-cpu: {image} (cached, {ref.digest})\n"
+    assert time.monotonic() - started < 60
+    assert ImageRef.read(tmp_path / "again.json").built is False
+
+
+def test_overhead_is_the_container_latency_over_the_native_one(tmp_path: Path) -> None:
+    # two real runs of the same points, one standing for the image and one for native
+    real = REPO / "tests" / "fixtures" / "records" / "real"
+    image = aggregate([real / "collectives-run-a.jsonl"], tmp_path / "a").summary
+    native = aggregate([real / "collectives-run-b.jsonl"], tmp_path / "b").summary
+    table = overhead_table(image, native)
+    assert len(table) == len(image) == len(native)
+    keys = ["op", "dtype", "ranks", "binding", "buffer", "size_bytes"]
+    row = table.iloc[0]
+
+    def latency(frame):  # of the point in row
+        return frame[(frame[keys] == [row[k] for k in keys]).all(axis=1)]["latency_us.avg"].item()
+
+    assert row["overhead"] == pytest.approx(latency(image) / latency(native))
+    assert row["container_us"] / row["native_us"] == pytest.approx(row["overhead"])
+    # records made natively: the section says there is nothing to compare
+    html = container_section(read_summary(tmp_path / "a"), read_summary(tmp_path / "b"))
+    assert "The sweep ran natively" in html and "<table>" not in html

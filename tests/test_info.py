@@ -111,7 +111,8 @@ def test_info_without_native_module() -> None:
 def test_current_container_named_by_the_workflow_or_the_runtime(monkeypatch) -> None:
     from hpcmem.node.probe import current_container
 
-    for name in ("HPCMEM_CONTAINER_IMAGE", "HPCMEM_CONTAINER_DIGEST", "APPTAINER_CONTAINER",
+    for name in ("HPCMEM_CONTAINER_IMAGE", "HPCMEM_CONTAINER_DIGEST", "HPCMEM_CONTAINER_RUNTIME",
+                 "HPCMEM_CONTAINER_RUNTIME_VERSION", "APPTAINER_CONTAINER",
                  "SINGULARITY_CONTAINER"):
         monkeypatch.delenv(name, raising=False)
     assert current_container() is None
@@ -119,4 +120,7 @@ def test_current_container_named_by_the_workflow_or_the_runtime(monkeypatch) -> 
     assert current_container() == {"image": "/images/own.sif", "digest": ""}
     monkeypatch.setenv("HPCMEM_CONTAINER_IMAGE", "/images/cpu.sif")
     monkeypatch.setenv("HPCMEM_CONTAINER_DIGEST", "sha256:ab")
-    assert current_container() == {"image": "/images/cpu.sif", "digest": "sha256:ab"}
+    monkeypatch.setenv("HPCMEM_CONTAINER_RUNTIME", "apptainer")
+    monkeypatch.setenv("HPCMEM_CONTAINER_RUNTIME_VERSION", "1.4.5")
+    assert current_container() == {"image": "/images/cpu.sif", "digest": "sha256:ab",
+                                   "runtime": "apptainer", "runtime_version": "1.4.5"}

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from container_image import without_runtime
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
@@ -34,6 +35,10 @@ STRING_FIELDS = [
     (("container", "cpu_definition"), "containers/hpcmem-cpu.def"),
     (("container", "gpu_definition"), "containers/hpcmem.def"),
     (("container", "image_dir"), "results/images"),
+    (("container", "cpu_image"), "images/hpcmem-cpu.sif"),
+    (("container", "gpu_image"), "images/hpcmem.sif"),
+    (("container", "mirror"), "http://deb.debian.org/debian"),
+    (("container", "gpu_base"), "nvidia/cuda:12.6.3-devel-ubuntu22.04"),
     (("collectives", "ops", 0), "allreduce"),
     (("collectives", "buffers", 0), "numpy"),
     (("collectives", "min_size"), "8"),
@@ -70,11 +75,13 @@ def with_value(path: tuple, value) -> dict:
     return config
 
 
-def snakemake(workdir: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run the real snakemake on the workflow in ``workdir``; its output is all in stdout."""
+def snakemake(workdir: Path, *args: str, timeout: float = 120, wrap=list
+              ) -> subprocess.CompletedProcess:  # fmt: skip
+    """Run the real snakemake on the workflow in ``workdir`` (``wrap`` wraps the command
+    line); its output is all in stdout."""
     return subprocess.run(
-        [str(SNAKEMAKE), "--snakefile", str(REPO / "workflow" / "Snakefile"),
-         "--directory", str(workdir), *args],
+        wrap([str(SNAKEMAKE), "--snakefile", str(REPO / "workflow" / "Snakefile"),
+              "--directory", str(workdir), *args]),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, cwd=REPO,
     )
 
@@ -256,7 +263,9 @@ def job_counts(output: str) -> dict[str, int]:
 def test_dry_run_of_the_default_config_lists_every_point(workdir):
     config = check(copy.deepcopy(yaml.safe_load((REPO / "config" / "config.yaml").read_text())))
     sweep, train = config["collectives"], config["train"]
-    result = snakemake(workdir, "-n", "-p", "--profile", str(REPO / "profiles" / "local"))
+    # natively, as on a host without a container runtime (test_workflow_containers.py: with one)
+    result = snakemake(workdir, "-n", "-p", "--profile", str(REPO / "profiles" / "local"),
+                       wrap=without_runtime)
     assert result.returncode == 0, result.stdout
     points = len(sweep["ops"]) * len(sweep["buffers"]) * len(sweep["ranks"]) * len(
         sweep["bindings"]

@@ -1,161 +1,215 @@
-"""The workflow and container.enabled: the plan resolved at parse time, the build_container
-rule in the DAG, and the `apptainer exec` command lines of the benchmark rules.
-
-No Apptainer/Singularity can be installed on these machines. `true` without a runtime is
-run for real; where a runtime must be on PATH it is a stand-in script used only by dry
-runs (`snakemake -n -p` executes nothing), which check the DAG and the generated commands.
+"""The workflow in Apptainer images, for real: on the local profile and on the test Slurm
+cluster (`srun --mpi=pmix apptainer exec IMAGE hpcmem bind ... hpcmem collectives ...`), with
+the CPU image of the session (tests/container_image.py); what container.enabled does when the
+image cannot be built, and on a host without a runtime (tests/container_image.py masks it).
 """
 
 from __future__ import annotations
 
-import hashlib
+import copy
 import json
-import os
-import shutil
-import stat
-import subprocess
-import sys
+import re
 from pathlib import Path
 
 import pytest
 import yaml
+from container_image import BuiltImage, snakemake, without_runtime, workdir_with
+from slurm_cluster import SlurmCluster
+
+from hpcmem.results.records import read_records, validate_record
+from hpcmem.workflow.container_images import ImageRef
 
 REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-IMAGES = Path("results", "images")
+RUN = Path("results", "e2e")
+#: an unreachable Debian mirror: the CPU image cannot be built
+NO_MIRROR = "http://127.0.0.1:9/debian"
+#: two points (numpy and emulated-HBW buffers, memory bound to the HBW node), no training
+SWEEP = {"collectives": {"ops": ["allreduce"], "bindings": ["hbw"], "max_size": 64},
+         "train": {"enabled": False}}  # fmt: skip
+SIZES = [8, 16, 32, 64]
 
 
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    """A working directory holding a copy of the tiny test config."""
-    work = tmp_path / "work"
-    shutil.copytree(REPO / ".test" / "config", work / "config")
-    return work
+def records(workdir: Path, *parts: str) -> list[dict]:
+    """Every record under RUN/parts..., each checked against the schema."""
+    found = [r for path in sorted(workdir.joinpath(RUN, *parts).rglob("*.jsonl"))
+             for r in read_records(path)]  # fmt: skip
+    assert found and [validate_record(r) for r in found] == [[]] * len(found)
+    return found
 
 
-def snakemake(workdir: Path, *args: str, path: str) -> subprocess.CompletedProcess:
-    """The real snakemake on the local profile with ``path`` as PATH; all output in stdout."""
-    command = [str(BIN / "snakemake"), "--profile", str(REPO / "profiles" / "local"),
-               "--snakefile", str(REPO / "workflow" / "Snakefile"), "--directory", str(workdir),
-               *args]  # fmt: skip
-    return subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=120, cwd=REPO, env={**os.environ, "PATH": path})  # fmt: skip
-
-
-def host_path() -> str:
-    """PATH with the project's venv first and no container runtime (none exists here)."""
-    return f"{BIN}{os.pathsep}{os.environ['PATH']}"
-
-
-def runtime_path(tmp_path: Path) -> tuple[str, Path]:
-    """PATH with a stand-in ``apptainer`` first (dry runs only: it is never executed)."""
-    folder = tmp_path / "runtime"
-    folder.mkdir()
-    script = folder / "apptainer"
-    script.write_text("#!/bin/sh\necho 'stand-in apptainer: not for real runs' >&2\nexit 1\n")
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    return f"{folder}{os.pathsep}{host_path()}", script
-
-
-def set_config(workdir: Path, **sections) -> None:
-    """Update sections of the working directory's config/config.yaml."""
-    path = workdir / "config" / "config.yaml"
-    config = yaml.safe_load(path.read_text())
-    for section, values in sections.items():
-        config.setdefault(section, {}).update(values)
-    path.write_text(yaml.safe_dump(config))
-
-
-def test_enabled_true_without_a_runtime_stops_before_any_job(workdir: Path):
-    set_config(workdir, container={"enabled": True})
-    result = snakemake(workdir, "--cores", "1", path=host_path())  # a real run
+def test_enabled_true_without_a_runtime_stops_before_any_job(tmp_path: Path) -> None:
+    work = workdir_with(tmp_path, container={"enabled": True})
+    result = snakemake(work, "--cores", "1", wrap=without_runtime)  # a real run
     assert result.returncode != 0
     assert "config container.enabled is true but neither apptainer nor singularity is on PATH" in (
         result.stdout
     )
-    assert "rule " not in result.stdout and not (workdir / "results").exists()
+    assert "rule " not in result.stdout and not (work / "results").exists()
 
 
-def test_auto_without_a_runtime_says_it_runs_natively(workdir: Path):
-    result = snakemake(workdir, "-n", "-p", path=host_path())
+def test_auto_without_a_runtime_says_once_that_it_runs_natively(tmp_path: Path) -> None:
+    work = workdir_with(tmp_path, container={"enabled": "auto"})
+    result = snakemake(work, "-n", "-p", wrap=without_runtime)
     assert result.returncode == 0, result.stdout
     assert result.stdout.count("hpcmem: container.enabled=auto: no apptainer or singularity") == 1
     assert "build_container" not in result.stdout and " exec " not in result.stdout
 
 
-def job_counts(output: str) -> dict[str, int]:
-    table = output.split("Job stats:", 1)[1].split("\n\n", 1)[0]
-    return {w[0]: int(w[1]) for w in (line.split() for line in table.splitlines()) if
-            len(w) == 2 and w[1].isdigit()}  # fmt: skip
+def test_a_definition_that_does_not_parse_stops_before_any_job(apptainer: str, tmp_path: Path):
+    definition = tmp_path / "broken.def"
+    definition.write_text("Bootstrap: debootstrap\nOSVersion: bookworm\n%psot\n    true\n")
+    work = workdir_with(tmp_path / "work", container={"enabled": "auto",
+                                                      "cpu_definition": str(definition)})
+    result = snakemake(work, "--cores", "1")
+    assert result.returncode != 0
+    assert f"config container.cpu_definition: {definition}:3: unknown section %psot" in (
+        result.stdout
+    )
+    assert "rule " not in result.stdout and not (work / "results").exists()
 
 
-def test_with_a_runtime_the_images_are_built_first(workdir: Path, tmp_path: Path):
-    path, runtime = runtime_path(tmp_path)
-    result = snakemake(workdir, "-n", "-p", path=path)
+def test_dry_run_with_a_runtime_builds_the_images_first(apptainer: str, tmp_path: Path) -> None:
+    work = workdir_with(tmp_path, container={"enabled": "auto"})
+    result = snakemake(work, "-n")
     assert result.returncode == 0, result.stdout
-    assert f"hpcmem: container.enabled=auto: running in images through {runtime}" in result.stdout
-    assert job_counts(result.stdout)["build_container"] == 2  # CPU and GPU images
-    jobs = result.stdout.split("\nrule ")
-    (cpu_build,) = [j for j in jobs if j.startswith("build_container") and "image=hpcmem-cpu" in j]
-    assert f"input: {REPO / 'containers' / 'hpcmem-cpu.def'}" in cpu_build
-    for job in (j for j in jobs if j.startswith("run_collectives")):
-        assert f"input: {IMAGES / 'hpcmem-cpu.sif'}, {IMAGES / 'hpcmem-cpu.digest.json'}\n" in job
-    (train,) = [j for j in jobs if j.startswith("run_train")]
-    assert f"input: {IMAGES / 'hpcmem.sif'}, {IMAGES / 'hpcmem.digest.json'}\n" in train
-    assert job_counts(result.stdout)["build_wheel"] == 1  # aggregation runs on the host
-
-    set_config(workdir, train={"enabled": False})  # no training: no GPU image
-    result = snakemake(workdir, "-n", path=path)
-    assert job_counts(result.stdout)["build_container"] == 1
-    assert "image=hpcmem-cpu" in result.stdout and "image=hpcmem\n" not in result.stdout
-
-
-def test_benchmark_commands_run_through_apptainer_exec(workdir: Path, tmp_path: Path):
-    path, runtime = runtime_path(tmp_path)
-    images = workdir / IMAGES
-    images.mkdir(parents=True)
-    for name in ("hpcmem-cpu", "hpcmem"):  # built images: the DAG goes straight to the points
-        (images / f"{name}.sif").write_text(f"{name} image\n")
-        (images / f"{name}.digest.json").write_text(json.dumps({"digest": f"sha256:{name}"}))
-    result = snakemake(workdir, "-n", "-p", path=path)
-    assert result.returncode == 0, result.stdout
-    assert "build_container" not in job_counts(result.stdout)
-    env = f"--env HPCMEM_CONTAINER_IMAGE={IMAGES / 'hpcmem-cpu.sif'}," \
-          "HPCMEM_CONTAINER_DIGEST=sha256:hpcmem-cpu"  # fmt: skip
-    assert (
-        "MEMKIND_HBW_NODES=0 mpirun --oversubscribe --allow-run-as-root --bind-to none -n 2 "
-        f"{runtime} exec --bind {workdir} {env} {IMAGES / 'hpcmem-cpu.sif'} "
-        "hpcmem bind --skip-unavailable -- hbw -- hpcmem collectives --op allreduce --buffer hbw "
-        "--min-size 8 --max-size 1K --iterations 20 --warmup 2 --output "
-        "results/e2e/collectives/allreduce/hbw/ranks2/hbw.jsonl > "
-    ) in result.stdout
-    assert (
-        f"{runtime} exec --nv --bind {workdir} --env HPCMEM_CONTAINER_IMAGE="
-        f"{IMAGES / 'hpcmem.sif'},HPCMEM_CONTAINER_DIGEST=sha256:hpcmem {IMAGES / 'hpcmem.sif'} "
-        "hpcmem train --model transformer --policy hpcmem"
-    ) in result.stdout
-
-    set_config(workdir, container={"enabled": False})  # a runtime, but natively on request
-    result = snakemake(workdir, "-n", "-p", path=path)
-    assert result.returncode == 0, result.stdout
-    assert "hpcmem: container.enabled=false: running natively" in result.stdout
-    assert " exec " not in result.stdout
-    assert "-n 2 results/e2e/build/venv/bin/hpcmem bind --skip-unavailable -- hbw --" in (
+    table = result.stdout.split("Job stats:", 1)[1]
+    counts = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.MULTILINE)}
+    points = 2 * 2  # allreduce, bcast x numpy, hbw (.test/config)
+    assert counts["build_container"] == 2  # the CPU and the GPU image
+    assert counts["run_collectives"] == counts["run_collectives_native"] == points
+    assert counts["aggregate_native"] == 1
+    assert f"hpcmem: container.enabled=auto: running in images through {apptainer}" in (
         result.stdout
     )
 
 
-def test_build_container_script_records_the_digest_next_to_the_image(tmp_path: Path):
-    # The stand-in writes the image it is asked for (`apptainer build --force IMAGE DEF`), as
-    # in test_containers.py: what is checked is the digest file the rule's script writes.
-    runtime = tmp_path / "apptainer"
-    runtime.write_text('#!/bin/sh\necho "image of $(basename "$4")" > "$3"\n')
-    runtime.chmod(runtime.stat().st_mode | stat.S_IXUSR)
-    image, digest_file = tmp_path / "images" / "hpcmem-cpu.sif", tmp_path / "images" / "d.json"
-    script = REPO / "workflow" / "scripts" / "build_container.py"
-    definition = REPO / "containers" / "hpcmem-cpu.def"
-    args = [definition, image, digest_file, runtime, REPO]
-    subprocess.run([sys.executable, str(script), *map(str, args)], check=True, timeout=60)
-    recorded = json.loads(digest_file.read_text())
-    assert recorded["digest"] == "sha256:" + hashlib.sha256(image.read_bytes()).hexdigest()
-    assert recorded["image"] == str(image) and recorded["runtime"] == str(runtime)
+@pytest.fixture(scope="module")
+def local_run(cpu_image: BuiltImage, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The sweep in the session's image on the local profile (container.enabled: auto)."""
+    work = workdir_with(tmp_path_factory.mktemp("local-images"), **copy.deepcopy(SWEEP),
+                        container={"enabled": "auto",
+                                   "image_dir": str(Path(cpu_image.ref.image).parent)})  # fmt: skip
+    result = snakemake(work)
+    return {"work": work, "result": result}
+
+
+def test_local_run_uses_the_cached_image_and_records_it(cpu_image: BuiltImage, local_run):
+    result, work, image = local_run["result"], local_run["work"], cpu_image.ref
+    assert result.returncode == 0, result.stdout
+    assert f"hpcmem: image hpcmem-cpu: {image.image} (cached, {image.digest})" in result.stdout
+    assert (f"mpirun --oversubscribe --allow-run-as-root --bind-to none -n 2 {image.runtime} exec "
+            f"--bind {work} --env HPCMEM_CONTAINER_IMAGE={image.image}") in result.stdout
+    assert f"{image.image} hpcmem bind --skip-unavailable -- hbw -- hpcmem collectives" in (
+        result.stdout
+    )
+    inside = records(work, "collectives")
+    assert len(inside) == 2 * len(SIZES)
+    assert {json.dumps(r["container"], sort_keys=True) for r in inside} == {json.dumps({
+        "image": image.image, "digest": image.digest, "runtime": "apptainer",
+        "runtime_version": image.runtime_version}, sort_keys=True)}  # fmt: skip
+    for record in inside:
+        assert record["status"] == "ok" and record["validated"]
+        for rank in record["binding"]["per_rank"]:  # numactl in the image, measured in the rank
+            assert rank["numactl"] == ["--cpunodebind=0", "--membind=0"]
+            assert rank["mempolicy"] == {"mode": "bind", "nodes": [0]}
+        if record["buffer"] == "hbw":
+            assert record["placement"]["emulated"] and record["placement"]["hbw_fraction"] == 1.0
+
+
+def test_local_run_compares_the_same_points_natively(local_run) -> None:
+    work = local_run["work"]
+    native = records(work, "native", "collectives")
+    assert {r["container"] for r in native} == {None}
+    point = lambda r: (r["op"], r["buffer"], r["size_bytes"])  # noqa: E731
+    assert sorted(map(point, native)) == sorted(map(point, records(work, "collectives")))
+    report = (work / RUN / "report" / "report.html").read_text()
+    section = report[report.index('<section id="container">'):]
+    section = section[:section.index("</section>")]
+    assert "<h2>Native against container</h2>" in section
+    assert "data:image/png;base64," in section
+    row = (r'<tr><td>allreduce</td><td>float32</td><td class="num">2</td><td>hbw</td>'
+           r'<td>(\w+)</td><td class="num">(\d+)</td>')
+    rows = re.findall(row, section)
+    assert sorted(rows) == sorted((b, str(s)) for b in ("hbw", "numpy") for s in SIZES)
+
+
+def test_auto_runs_natively_when_the_image_cannot_be_built(apptainer: str, tmp_path: Path):
+    work = workdir_with(tmp_path, **copy.deepcopy(SWEEP),
+                        container={"enabled": "auto", "mirror": NO_MIRROR,
+                                   "image_dir": str(tmp_path / "images")})  # fmt: skip
+    result = snakemake(work)
+    assert result.returncode == 0, result.stdout
+    log = f"{RUN}/logs/build_container_hpcmem-cpu.log"
+    line = re.search(r"^hpcmem: container.enabled=auto: hpcmem-cpu runs natively: building "
+                     r"hpcmem-cpu-\w+\.sif from \S+ failed: (.*); build log: (\S+)$",
+                     result.stdout, re.MULTILINE)  # fmt: skip
+    assert line and line[2] == log and "FATAL" in line[1], result.stdout
+    assert "hpcmem: hpcmem-cpu ran natively: building hpcmem-cpu-" in result.stdout
+    assert {r["container"] for r in records(work, "collectives")} == {None}
+    assert ImageRef.read(work / RUN / "build" / "images" / "hpcmem-cpu.json").image is None
+    assert not list((tmp_path / "images").glob("*.sif"))
+
+
+def test_true_stops_the_run_naming_the_build_log(apptainer: str, tmp_path: Path) -> None:
+    work = workdir_with(tmp_path, **copy.deepcopy(SWEEP),
+                        container={"enabled": True, "mirror": NO_MIRROR,
+                                   "image_dir": str(tmp_path / "images")})  # fmt: skip
+    result = snakemake(work)
+    assert result.returncode == 1, result.stdout
+    assert re.search(r"^hpcmem: container.enabled=true: building hpcmem-cpu-\w+\.sif from \S+ "
+                     rf"failed: .*; build log: {RUN}/logs/build_container_hpcmem-cpu.log$",
+                     result.stdout, re.MULTILINE), result.stdout  # fmt: skip
+    assert "Error in rule build_container" in result.stdout
+    assert not (work / RUN / "collectives").exists()
+    assert not (work / RUN / "build" / "images" / "hpcmem-cpu.json").exists()
+    assert not list((tmp_path / "images").glob("*.sif"))
+
+
+def slurm_profile(folder: Path) -> Path:
+    """profiles/slurm with its SITE settings for the one-node test cluster; ranks start with
+    `srun --mpi=pmix`."""
+    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
+    profile["default-resources"]["slurm_account"] = "hpcmem"
+    resources = profile["set-resources"]
+    resources["build_wheel"]["cpus_per_task"] = 2
+    for rule in ("run_collectives", "run_collectives_native"):
+        resources[rule] = {**resources[rule], "mpi": "srun --mpi=pmix"}
+    profile.update({"slurm-init-seconds-before-status-checks": 2, "retries": 0})
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(profile))
+    return folder
+
+
+@pytest.mark.slurm
+def test_slurm_runs_collectives_in_the_image_with_srun_pmix(
+    cpu_image: BuiltImage, slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    sweep = copy.deepcopy(SWEEP)
+    sweep["collectives"].update(buffers=["hbw"], bindings=["cores", "hbw"])
+    image = cpu_image.ref
+    work = workdir_with(tmp_path / "work", **sweep, container={  # native: on the local profile
+        "enabled": True, "image_dir": str(Path(image.image).parent), "compare_native": False})
+    result = snakemake(work, profile=slurm_profile(tmp_path / "profile"),
+                       env=slurm_cluster.env())  # fmt: skip
+    assert result.returncode == 0, result.stdout
+    assert f"srun --mpi=pmix -n 2 {image.runtime} exec --bind {work}" in result.stdout
+    job_ids = set()
+    for binding in ("cores", "hbw"):
+        found = records(work, "collectives", "allreduce", "hbw", "ranks2")
+        found = [r for r in found if r["binding"]["name"] == binding]
+        assert sorted(r["size_bytes"] for r in found) == SIZES
+        assert {r["container"]["digest"] for r in found} == {image.digest}
+        assert {r["container"]["runtime_version"] for r in found} == {image.runtime_version}
+        (job_id,) = {r["slurm_job_id"] for r in found}
+        job_ids.add(job_id)
+        steps = slurm_cluster.run("sacct", "-n", "-P", "-j", job_id, "-o", "JobID,NTasks,State")
+        assert [f"{job_id}.0", "2", "COMPLETED"] in [
+            line.split("|") for line in steps.stdout.splitlines()], steps.stdout  # fmt: skip
+        ranks = found[0]["binding"]["per_rank"]
+        if binding == "cores":  # each rank on its own core, as natively
+            assert sorted(r["cpus"] for r in ranks) == [[0], [1]]
+        else:
+            assert {r["mempolicy"]["mode"] for r in ranks} == {"bind"}
+    assert len(job_ids) == 2
+    assert "rule run_collectives_native" not in result.stdout
+    assert (work / RUN / "report" / "report.html").is_file()

@@ -4,7 +4,9 @@ SUMMARY is an `hpcmem aggregate` output folder (or its summary.parquet). The pag
 shows latency and bus bandwidth against message size per op and buffer kind,
 the speedup over NumPy buffers, training step time per memory policy with its
 spread, the failed and skipped points with reasons, the machine metadata, and,
-with --verdict, the result of `hpcmem check --verdict-out`. Written atomically.
+with --verdict, the result of `hpcmem check --verdict-out`, and with --native, the
+same points run natively against the container (overhead per op and size). Written
+atomically.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="FILE", help="the HTML file to write")
     parser.add_argument("--verdict", metavar="FILE",
                         help="verdict JSON written by `hpcmem check --verdict-out`")
+    parser.add_argument("--native", metavar="SUMMARY",
+                        help="a summary of the same points run natively: adds the "
+                             "native-against-container section")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
         verdict = read_verdict(args.verdict) if args.verdict else None
     with bad_input(FileNotFoundError, ValueError, where="SUMMARY"):
         summary = read_summary(args.summary)
-    write_report(args.out, summary, verdict)
+    with bad_input(FileNotFoundError, ValueError, where="--native"):
+        native = read_summary(args.native) if args.native else None
+    write_report(args.out, summary, verdict, native)
     print(f"hpcmem report: wrote {args.out}")
     return 0

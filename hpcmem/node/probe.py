@@ -19,6 +19,8 @@ from hpcmem.node import topology
 __all__ = [
     "CONTAINER_DIGEST_ENV",
     "CONTAINER_IMAGE_ENV",
+    "CONTAINER_RUNTIME_ENV",
+    "CONTAINER_RUNTIME_VERSION_ENV",
     "collect",
     "container_info",
     "current_container",
@@ -32,9 +34,12 @@ __all__ = [
     "slurm_info",
 ]
 
-#: set by the workflow in a job that runs in an image: the image and its digest
+#: set by the workflow in a job that runs in an image: the image, its digest, the runtime
+#: and the runtime's version
 CONTAINER_IMAGE_ENV = "HPCMEM_CONTAINER_IMAGE"
 CONTAINER_DIGEST_ENV = "HPCMEM_CONTAINER_DIGEST"
+CONTAINER_RUNTIME_ENV = "HPCMEM_CONTAINER_RUNTIME"
+CONTAINER_RUNTIME_VERSION_ENV = "HPCMEM_CONTAINER_RUNTIME_VERSION"
 #: seconds a probing command (nvidia-smi, sinfo, apptainer) may take
 TIMEOUT_S = 10
 
@@ -170,15 +175,21 @@ def slurm_info() -> dict[str, Any]:
     return info
 
 
-def current_container() -> dict[str, str] | None:
+def current_container() -> dict[str, str | None] | None:
     """The image this process runs in, as every record names it, or None (natively).
 
-    The workflow exports ``HPCMEM_CONTAINER_IMAGE`` and ``HPCMEM_CONTAINER_DIGEST``;
-    otherwise Apptainer's own ``APPTAINER_CONTAINER`` (or Singularity's) names the
-    image, with an empty digest.
+    The workflow exports ``HPCMEM_CONTAINER_IMAGE``, ``HPCMEM_CONTAINER_DIGEST``,
+    ``HPCMEM_CONTAINER_RUNTIME`` and ``HPCMEM_CONTAINER_RUNTIME_VERSION``; otherwise
+    Apptainer's own ``APPTAINER_CONTAINER`` (or Singularity's) names the image, with an
+    empty digest.
     """
     if image := os.environ.get(CONTAINER_IMAGE_ENV):
-        return {"image": image, "digest": os.environ.get(CONTAINER_DIGEST_ENV, "")}
+        return {
+            "image": image,
+            "digest": os.environ.get(CONTAINER_DIGEST_ENV, ""),
+            "runtime": os.environ.get(CONTAINER_RUNTIME_ENV),
+            "runtime_version": os.environ.get(CONTAINER_RUNTIME_VERSION_ENV),
+        }
     for variable in ("APPTAINER_CONTAINER", "SINGULARITY_CONTAINER"):
         if image := os.environ.get(variable):
             return {"image": image, "digest": ""}

@@ -2,8 +2,9 @@
 
 Sections: the check verdict (when given), one section per benchmark of the registry
 (its spec's ``section``: collectives latency, bandwidth and speedup over NumPy buffers;
-training step time per Unified Memory policy), the failed, skipped and invalid records
-with their reasons, and the machine and run metadata.
+training step time per Unified Memory policy), native against container (when given the
+same points run natively), the failed, skipped and invalid records with their reasons, and
+the machine and run metadata.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from hpcmem import __version__
 from hpcmem.results.aggregate import Summary, benchmark_points
+from hpcmem.results.container_report import container_section
 from hpcmem.results.records import atomic_open, utc_now
 from hpcmem.results.registry import BENCHMARKS
 from hpcmem.results.report_template import PAGE, badge, section, table
@@ -103,8 +105,10 @@ def _metadata_section(summary: Summary) -> str:
     return section("Machine and run", f'<dl class="meta">{body}</dl>', anchor="metadata")
 
 
-def render_report(summary: Summary, verdict: dict[str, Any] | None = None) -> str:
-    """The whole report page as HTML text."""
+def render_report(summary: Summary, verdict: dict[str, Any] | None = None,
+                  native: Summary | None = None) -> str:
+    """The whole report page as HTML text; ``native``: the same points run natively, for
+    the native-against-container section."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -116,6 +120,8 @@ def render_report(summary: Summary, verdict: dict[str, Any] | None = None) -> st
         if spec.section is not None:
             body = spec.section(benchmark_points(points, spec.name))
             parts.append(section(spec.title, body, anchor=spec.name))
+    if native is not None:
+        parts.append(container_section(summary, native))
     parts.append(_problems_section(summary))
     parts.append(_metadata_section(summary))
     runs = ", ".join(summary.metadata.get("run_ids") or []) or "no valid records"
@@ -129,8 +135,8 @@ def render_report(summary: Summary, verdict: dict[str, Any] | None = None) -> st
 
 
 def write_report(path: str | os.PathLike[str], summary: Summary,
-                 verdict: dict[str, Any] | None = None) -> None:
+                 verdict: dict[str, Any] | None = None, native: Summary | None = None) -> None:
     """Render and write the report atomically."""
-    page = render_report(summary, verdict)
+    page = render_report(summary, verdict, native)
     with atomic_open(path) as handle:
         handle.write(page)

@@ -1,25 +1,32 @@
-"""Apptainer/Singularity images for the workflow: whether to use one, building, digests, exec.
+"""Apptainer/Singularity for the workflow: whether jobs run in images, and their command lines.
 
-``container.enabled`` in the workflow config is ``auto`` (use a runtime when ``apptainer``
-or ``singularity`` is on PATH, else run natively), ``true`` (require one: without it
-:func:`resolve_container` raises before any job is submitted) or ``false`` (always native).
-Natively run jobs record ``container: null``; jobs run in an image export
-``HPCMEM_CONTAINER_IMAGE`` and ``HPCMEM_CONTAINER_DIGEST`` into it, which
-:func:`hpcmem.results.records.common_fields` records.
+``container.enabled`` in the workflow config:
+
+- ``false``: every job runs natively; records say ``container: null``.
+- ``true``: a runtime is required. Without ``apptainer`` or ``singularity`` on PATH
+  :func:`resolve_container` raises before any job is submitted; an image that cannot be
+  built or run stops the run, naming the build log.
+- ``auto`` (the default): without a runtime, natively (one line says so). With one, the
+  workflow builds (or reuses) the images; a benchmark whose image cannot be built or run
+  on this host runs natively instead, and one line says why. So ``auto`` never turns a
+  run that works natively into a failing one.
+
+A definition that does not parse, or a prebuilt image that is missing or made for another
+architecture, is bad input in both ``auto`` and ``true``: it stops the run before any job.
+
+Jobs in an image get ``HPCMEM_CONTAINER_*`` variables, which
+:func:`hpcmem.node.probe.current_container` records (image, digest, runtime and its
+version).
 
 Example (``workflow/rules/common.smk``)::
 
-    from hpcmem.workflow.containers import ContainerError, resolve_container
-    try:
-        CONTAINERS = resolve_container(config)
-    except ContainerError as error:
-        raise WorkflowError(str(error))
-    # CONTAINERS.enabled, CONTAINERS.reason, CONTAINERS.exec_command(...)
+    plan = resolve_container(config, source_dir=SOURCE_DIR, binds=[os.getcwd()])
+    plan.cpu.definition, plan.reason
+    plan.exec_command(["hpcmem", "info"], ImageRef.read("results/r/build/images/hpcmem-cpu.json"))
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -28,24 +35,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpcmem.workflow.container_images import (
+    ContainerError,
+    ImageRef,
+    host_arch,
+    image_arch,
+    parse_definition,
+)
+
 __all__ = [
+    "DEFAULT_GPU_BASE",
+    "DEFAULT_MIRROR",
     "RUNTIMES",
     "ContainerError",
     "ContainerPlan",
-    "build_image",
+    "ImageSpec",
     "find_runtime",
-    "image_digest",
     "resolve_container",
+    "runtime_version",
 ]
 
 #: container runtimes, in order of preference (Apptainer also installs `singularity`)
 RUNTIMES = ("apptainer", "singularity")
+#: the Debian mirror the CPU image bootstraps from (config container.mirror)
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+#: the base image of the GPU image (config container.gpu_base)
+DEFAULT_GPU_BASE = "nvidia/cuda:12.6.3-devel-ubuntu22.04"
 _INSTALL_HINT = "install Apptainer (https://apptainer.org/docs/admin/main/installation.html)"
-_DIGEST_CHUNK = 1 << 20
-
-
-class ContainerError(ValueError):
-    """A container setting that cannot be honoured; the message says what to change."""
 
 
 def find_runtime(path: str | None = None) -> str | None:
@@ -57,69 +73,75 @@ def find_runtime(path: str | None = None) -> str | None:
     return None
 
 
-def image_digest(image: str | os.PathLike[str]) -> str:
-    """``sha256:<hex>`` of the image file."""
-    digest = hashlib.sha256()
-    with open(image, "rb") as handle:
-        while chunk := handle.read(_DIGEST_CHUNK):
-            digest.update(chunk)
-    return f"sha256:{digest.hexdigest()}"
+def runtime_version(runtime: str) -> str:
+    """The runtime's version (``1.4.5`` of ``apptainer version 1.4.5``); raises
+    :class:`ContainerError` when it does not run."""
+    try:
+        out = subprocess.run([runtime, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise ContainerError(f"{runtime} --version: {error}") from None
+    words = out.stdout.split()
+    if out.returncode != 0 or not words:
+        message = (out.stderr or out.stdout).strip().splitlines()
+        raise ContainerError(f"{runtime} --version failed: {message[-1] if message else ''}")
+    return words[-1]
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """One image the workflow may run in: built from ``definition``, or ``prebuilt``."""
+
+    name: str
+    definition: Path
+    build_args: Mapping[str, str]
+    prebuilt: Path | None
+    gpu: bool
 
 
 @dataclass(frozen=True)
 class ContainerPlan:
-    """Where the workflow's jobs run: in images through ``runtime``, or natively."""
+    """Where the workflow's benchmark jobs run: in images through ``runtime``, or natively."""
 
     enabled: bool
+    required: bool
     runtime: str | None
     reason: str
-    cpu_definition: Path
-    gpu_definition: Path
     image_dir: Path
+    cpu: ImageSpec
+    gpu: ImageSpec
+    compare_native: bool = False
     binds: tuple[str, ...] = field(default=())
 
     @property
     def cpu_image(self) -> Path:
-        """The image built from ``cpu_definition`` (collectives, aggregation, reports)."""
-        return self.image_dir / "hpcmem-cpu.sif"
+        """What the rules' ``container:`` directives name for CPU steps: the definition (the
+        built image's name carries a key known only once the run's wheel exists)."""
+        return self.cpu.prebuilt or self.cpu.definition
 
     @property
     def gpu_image(self) -> Path:
-        """The image built from ``gpu_definition`` (training)."""
-        return self.image_dir / "hpcmem.sif"
+        """The ``container:`` label of GPU steps (see :attr:`cpu_image`)."""
+        return self.gpu.prebuilt or self.gpu.definition
 
     def exec_command(
-        self,
-        command: Sequence[str],
-        *,
-        gpu: bool = False,
-        launcher: Sequence[str] = (),
-        digest: str | None = None,
+        self, command: Sequence[str], image: ImageRef, *, launcher: Sequence[str] = ()
     ) -> list[str]:
-        """The command line running ``command``: ``LAUNCHER apptainer exec [--nv] ... IMAGE CMD``.
+        """``LAUNCHER apptainer exec [--nv] --bind ... --env ... IMAGE COMMAND``, or natively
+        ``LAUNCHER COMMAND`` when ``image`` says the benchmark runs without one.
 
         ``launcher`` is the MPI launcher and its options (``["srun", "-n", "2"]``); it runs
-        on the host and starts one container per rank (the hybrid model). ``digest`` is
-        the image's (default: computed from the file). Natively: ``LAUNCHER CMD``.
+        on the host and starts one container per rank (the hybrid model).
         """
-        if not self.enabled:
+        if image.image is None:
             return [*launcher, *command]
-        image = self.gpu_image if gpu else self.cpu_image
-        digest = digest or image_digest(image)
-        words = [*launcher, str(self.runtime), "exec"]
-        if gpu:
+        words = [*launcher, image.runtime or str(self.runtime), "exec"]
+        if image.gpu:
             words.append("--nv")
         for bind in self.binds:
             words += ["--bind", bind]
-        words += ["--env", f"HPCMEM_CONTAINER_IMAGE={image},HPCMEM_CONTAINER_DIGEST={digest}"]
-        return [*words, str(image), *command]
-
-    def record(self, gpu: bool = False) -> dict[str, str] | None:
-        """The ``container`` field of a result record: image and digest, or None natively."""
-        if not self.enabled:
-            return None
-        image = self.gpu_image if gpu else self.cpu_image
-        return {"image": str(image), "digest": image_digest(image)}
+        for name, value in image.environment().items():
+            words += ["--env", f"{name}={value}"]
+        return [*words, image.image, *command]
 
 
 def _enabled(value: Any) -> bool | str:
@@ -130,83 +152,85 @@ def _enabled(value: Any) -> bool | str:
     raise ContainerError(f"container.enabled: {value!r} is not one of auto, true, false")
 
 
+def _spec(settings: Mapping[str, Any], kind: str, source_dir: Path) -> ImageSpec:
+    gpu = kind == "gpu"
+    default = "containers/hpcmem.def" if gpu else "containers/hpcmem-cpu.def"
+    definition = source_dir / settings.get(f"{kind}_definition", default)
+    if gpu:
+        build_args = {"BASE": settings.get("gpu_base", DEFAULT_GPU_BASE)}
+    else:
+        build_args = {"MIRROR": settings.get("mirror", DEFAULT_MIRROR)}
+    prebuilt = settings.get(f"{kind}_image")
+    return ImageSpec(
+        name="hpcmem" if gpu else "hpcmem-cpu",
+        definition=definition,
+        build_args=build_args,
+        prebuilt=Path(prebuilt).absolute() if prebuilt else None,
+        gpu=gpu,
+    )
+
+
+def _check_spec(spec: ImageSpec, runtime: str) -> None:
+    """Bad input stops here: a definition that does not parse, a prebuilt image that is
+    missing or made for another architecture."""
+    kind = "gpu" if spec.gpu else "cpu"
+    if spec.prebuilt is None:
+        try:
+            definition = parse_definition(spec.definition)
+            definition.check_arguments(spec.build_args, workflow=("WHEELHOUSE",))
+        except ContainerError as error:
+            raise ContainerError(f"container.{kind}_definition: {error}") from None
+        return
+    if not spec.prebuilt.is_file():
+        raise ContainerError(f"container.{kind}_image: {spec.prebuilt}: no such image file")
+    arch = image_arch(runtime, spec.prebuilt)
+    if arch != host_arch():
+        raise ContainerError(
+            f"container.{kind}_image: {spec.prebuilt} is built for {arch}, this host runs "
+            f"{host_arch()}: use an image built on {host_arch()}, or null to build one here"
+        )
+
+
 def resolve_container(
-    config: Mapping[str, Any], *, path: str | None = None, binds: Sequence[str] = ()
+    config: Mapping[str, Any],
+    *,
+    source_dir: str | os.PathLike[str] = ".",
+    path: str | None = None,
+    binds: Sequence[str] = (),
 ) -> ContainerPlan:
     """Resolve ``config["container"]`` (the workflow config) against this host's runtimes.
 
-    ``auto`` runs in images when a runtime is on PATH and natively otherwise; ``true``
-    without a runtime raises :class:`ContainerError` (call this at parse time, before any
-    job is submitted); ``false`` always runs natively. ``binds`` are host paths mounted
-    into every container (the working directory, shared file systems).
+    Call it at parse time: ``true`` without a runtime, and bad input (see the module's
+    docstring), raise :class:`ContainerError` before any job is submitted. Definitions are
+    relative to ``source_dir`` (the repository); ``binds`` are host paths mounted into every
+    container (the working directory, shared file systems).
     """
     settings = config.get("container") or {}
-    enabled = _enabled(settings.get("enabled", "auto"))
-    runtime = find_runtime(path) if enabled else None
-    if enabled is True and runtime is None:
+    mode = _enabled(settings.get("enabled", "auto"))
+    cpu, gpu = (_spec(settings, kind, Path(source_dir)) for kind in ("cpu", "gpu"))
+    runtime = find_runtime(path) if mode else None
+    if mode is True and runtime is None:
         raise ContainerError(
             "container.enabled is true but neither apptainer nor singularity is on PATH: "
             f"{_INSTALL_HINT}, or set container.enabled to auto (run natively without one)"
         )
-    if runtime:
-        reason = f"container.enabled={enabled}: running in images through {runtime}"
-    elif enabled == "auto":
-        reason = "container.enabled=auto: no apptainer or singularity on PATH, running natively"
+    if runtime is None:
+        how = ("no apptainer or singularity on PATH, " if mode else "") + "running natively"
     else:
-        reason = "container.enabled=false: running natively"
+        _check_spec(cpu, runtime)
+        _check_spec(gpu, runtime)
+        how = f"running in images through {runtime}" + (
+            "" if mode is True else
+            "; a benchmark whose image cannot be built or run here runs natively"
+        )  # fmt: skip
     return ContainerPlan(
         enabled=runtime is not None,
+        required=mode is True,
         runtime=runtime,
-        reason=reason,
-        cpu_definition=Path(settings.get("cpu_definition", "containers/hpcmem-cpu.def")),
-        gpu_definition=Path(settings.get("gpu_definition", "containers/hpcmem.def")),
+        reason=f"container.enabled={str(mode).lower()}: {how}",
         image_dir=Path(settings.get("image_dir", "results/images")),
+        cpu=cpu,
+        gpu=gpu,
+        compare_native=bool(settings.get("compare_native", True)),
         binds=tuple(binds),
     )
-
-
-def build_image(
-    definition: str | os.PathLike[str],
-    image: str | os.PathLike[str],
-    *,
-    runtime: str,
-    context: str | os.PathLike[str] = ".",
-) -> str:
-    """Build ``image`` from ``definition`` with ``runtime``; returns the image's digest.
-
-    The definition's ``%files`` paths are relative to ``context`` (the repository root).
-    Through spython (singularity-python) when the runtime is ``singularity``, which is
-    the binary spython calls; through the runtime's own CLI otherwise. Unprivileged
-    users build with ``--fakeroot``. The image appears only once it is complete.
-    """
-    target = Path(image).resolve()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.partial")
-    options = [] if os.geteuid() == 0 else ["--fakeroot"]
-    recipe = str(Path(definition).resolve())
-    try:
-        if Path(runtime).name == "singularity":
-            _spython_build(recipe, partial, options, context)
-        else:
-            command = [runtime, "build", "--force", *options, str(partial), recipe]
-            subprocess.run(command, check=True, cwd=context)
-    except (OSError, subprocess.CalledProcessError) as error:
-        partial.unlink(missing_ok=True)
-        raise ContainerError(f"building {target} from {definition} failed: {error}") from None
-    if not partial.is_file():
-        raise ContainerError(f"building {target} from {definition} produced no image")
-    os.replace(partial, target)
-    return image_digest(target)
-
-
-def _spython_build(recipe: str, image: Path, options: list[str], context: str | os.PathLike[str]):
-    """``singularity build`` through spython, from ``context`` (spython takes no cwd)."""
-    from spython.main import Client
-
-    cwd = os.getcwd()
-    os.chdir(context)
-    try:
-        Client.build(recipe=recipe, image=str(image), sudo=False, force=True, options=options,
-                     build_folder=str(image.parent))  # fmt: skip
-    finally:
-        os.chdir(cwd)

@@ -44,11 +44,23 @@ rule check_regressions:
         " echo $status > {output.status:q}"
 
 
+# The native comparison points (images in use): a summary of their own for the report.
+use rule aggregate_results as aggregate_native with:
+    input:
+        venv=rules.install_wheel.output.venv,
+        records=get_native_records,
+    output:
+        summary=directory(f"{RUN}/native/summary"),
+    log:
+        f"{RUN}/logs/aggregate_native.log",
+
+
 rule render_report:
     input:
         venv=rules.install_wheel.output.venv,
         summary=rules.aggregate_results.output.summary,
         verdict=rules.check_regressions.output.verdict_json,
+        native=get_native_summary,
     output:
         report=f"{RUN}/report/report.html",
     container:
@@ -57,10 +69,12 @@ rule render_report:
         f"{RUN}/logs/render_report.log",
     params:
         hpcmem=get_hpcmem,
+        native=lambda wildcards, input: ["--native", input.native] if input.native else [],
     shell:
         "{params.hpcmem:q} report {input.summary:q} --verdict {input.verdict:q}"
-        " --out {output.report:q} > {log:q} 2>&1"
+        " {params.native:q} --out {output.report:q} > {log:q} 2>&1"
 
 
 onsuccess:
+    report_images()
     report_verdict()

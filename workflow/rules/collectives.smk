@@ -27,3 +27,18 @@ rule run_collectives:
     shell:
         "env {params.env:q} {resources.mpi} -n {resources.tasks} {params.command:q}"
         " > {output.osu:q}.tmp 2> {log:q} && mv {output.osu:q}.tmp {output.osu:q}"
+
+
+# The same points natively, when they run in an image (container.compare_native): the report
+# puts both side by side with the container's overhead per op and size.
+use rule run_collectives as run_collectives_native with:
+    input:
+        venv=rules.install_wheel.output.venv,
+    output:
+        records=f"{RUN}/native/collectives/{{op}}/{{buffer}}/ranks{{ranks}}/{{binding}}.jsonl",
+        osu=f"{RUN}/native/collectives/{{op}}/{{buffer}}/ranks{{ranks}}/{{binding}}.osu.txt",
+    log:
+        f"{RUN}/logs/native/collectives/{{op}}_{{buffer}}_ranks{{ranks}}_{{binding}}.log",
+    params:
+        env=get_run_env,
+        command=get_native_collectives_command,

@@ -1,8 +1,8 @@
 # Config loading and validation, wildcard constraints, and the small get_ helpers.
 
 import datetime
+import glob
 import itertools
-import json
 import os
 import sys
 
@@ -14,6 +14,7 @@ from hpcmem.node.planned import BINDINGS
 from hpcmem.results.records import git_sha
 from hpcmem.um import PRESETS
 from hpcmem.units import parse_size as size_bytes
+from hpcmem.workflow.container_images import ImageRef
 from hpcmem.workflow.containers import ContainerError, resolve_container
 
 
@@ -94,13 +95,22 @@ if not GIT_SHA:
         f"hpcmem: {SOURCE_DIR} is not a git checkout and HPCMEM_GIT_SHA is not set: "
         "the records of this run will name no commit"
     )
+
+
+def container_binds():
+    """Host folders mounted into every container: the working directory, and the output
+    folder when it lies elsewhere (records are written there from inside the image)."""
+    here, output = os.getcwd(), os.path.abspath(config["output_dir"])
+    return [here] if output.startswith(here + os.sep) else [here, output]
+
+
 #: where the benchmark jobs run: in images through Apptainer/Singularity (run_collectives and
 #: run_train call `apptainer exec` themselves, one container per rank) or natively; resolved
-#: here so that container.enabled: true without a runtime stops before any job is submitted.
-#: The rules' `container:` directives only name the image each step belongs to: do not add
-#: `--sdm apptainer` (it would wrap the benchmark jobs' own `apptainer exec` in a container).
+#: here so that container.enabled: true without a runtime, a definition that does not parse
+#: or a prebuilt image for another architecture stop before any job is submitted. Do not add
+#: `--sdm apptainer`: it would wrap the benchmark jobs' own `apptainer exec` in a container.
 try:
-    CONTAINERS = resolve_container(config, binds=[os.getcwd()])
+    CONTAINERS = resolve_container(config, source_dir=SOURCE_DIR, binds=container_binds())
 except ContainerError as error:
     raise WorkflowError(f"config {error}")
 logger.info(f"hpcmem: {CONTAINERS.reason}")
@@ -115,7 +125,7 @@ wildcard_constraints:
     params="default|[0-9.]+[KMB]?",
     policy="[a-z][a-z0-9_]*",
     budget="none|[0-9]+[KMGT]?",
-    image=f"{CONTAINERS.cpu_image.stem}|{CONTAINERS.gpu_image.stem}",
+    image=f"{CONTAINERS.cpu.name}|{CONTAINERS.gpu.name}",
 
 
 def collectives_points():
@@ -189,63 +199,108 @@ def get_hpcmem(wildcards, input):
     return os.path.join(input.venv, "bin", "hpcmem")
 
 
-def get_container_definition(wildcards):
-    """The definition file of image ``wildcards.image`` (relative to the repository)."""
-    gpu = wildcards.image == CONTAINERS.gpu_image.stem
-    definition = CONTAINERS.gpu_definition if gpu else CONTAINERS.cpu_definition
-    return os.path.join(SOURCE_DIR, definition)
-
-
-def benchmark_inputs(gpu):
-    """An input function of a benchmark rule: the image it runs in and the image's digest file,
-    or natively this run's environment (the installed wheel)."""
-    name = (CONTAINERS.gpu_image if gpu else CONTAINERS.cpu_image).stem
-
-    def inputs(wildcards):
-        if not CONTAINERS.enabled:
-            return {"venv": rules.install_wheel.output.venv}
-        return {
-            "image": rules.build_container.output.image.format(image=name),
-            "digest": rules.build_container.output.digest.format(image=name),
-        }
-
-    return inputs
-
-
-def in_container(command, input, gpu=False):
-    """``command`` as a job runs it: through ``apptainer exec`` (exporting the image and its
-    digest into the records) when the plan is enabled, unchanged natively."""
-    if not CONTAINERS.enabled:
-        return command
-    with open(input.digest) as digest:
-        return CONTAINERS.exec_command(command, gpu=gpu, digest=json.load(digest)["digest"])
-
-
-def get_benchmark_hpcmem(wildcards, input):
-    """``hpcmem`` of a benchmark job: the image's own (on its PATH) or this run's environment."""
-    return "hpcmem" if CONTAINERS.enabled else get_hpcmem(wildcards, input)
-
-
-def get_collectives_command(wildcards, input, output):
-    """Words run on every rank: ``[apptainer exec ... IMAGE] hpcmem bind --skip-unavailable
-    BINDING -- hpcmem collectives ...`` (a binding this node lacks gives skipped records)."""
-    hpcmem = get_benchmark_hpcmem(wildcards, input)
-    command = [
+def collectives_words(wildcards, output):
+    """``hpcmem bind --skip-unavailable -- BINDING -- hpcmem collectives ...`` as a function of
+    the ``hpcmem`` to run (a binding this node lacks gives skipped records)."""
+    return lambda hpcmem: [
         hpcmem, "bind", "--skip-unavailable", "--", get_binding(wildcards), "--",
         hpcmem, "collectives", "--op", wildcards.op, "--buffer", wildcards.buffer,
         *get_collectives_options(wildcards), "--output", output.records,
-    ]
-    return in_container(command, input)
+    ]  # fmt: skip
+
+
+def get_collectives_command(wildcards, input, output):
+    """Words run on every rank: ``[apptainer exec ... IMAGE] hpcmem bind ... hpcmem collectives``."""
+    return in_image(collectives_words(wildcards, output), input)
+
+
+def get_native_collectives_command(wildcards, input, output):
+    """Words of the same point run natively, for the native-against-container comparison."""
+    return collectives_words(wildcards, output)(get_hpcmem(wildcards, input))
 
 
 def get_train_command(wildcards, input, output):
     """Words of one training job: ``[apptainer exec --nv ... IMAGE] hpcmem train ...``."""
-    command = [
-        get_benchmark_hpcmem(wildcards, input), "train", "--model", wildcards.model,
-        "--policy", get_policy(wildcards), *get_train_options(wildcards),
-        "--skip-if-no-gpu", "--output", output.records,
-    ]
-    return in_container(command, input, gpu=True)
+    return in_image(
+        lambda hpcmem: [
+            hpcmem, "train", "--model", wildcards.model, "--policy", get_policy(wildcards),
+            *get_train_options(wildcards), "--skip-if-no-gpu", "--output", output.records,
+        ],
+        input,
+    )  # fmt: skip
+
+
+def image_spec(wildcards):
+    """The CPU or GPU image spec named by ``wildcards.image``."""
+    return CONTAINERS.gpu if wildcards.image == CONTAINERS.gpu.name else CONTAINERS.cpu
+
+
+def get_container_definition(wildcards):
+    """The definition file of image ``wildcards.image``."""
+    return str(image_spec(wildcards).definition)
+
+
+def get_container_build_options(wildcards):
+    """Options of build_container.py for image ``wildcards.image``."""
+    spec = image_spec(wildcards)
+    options = ["--name", spec.name, "--definition", str(spec.definition), "--image-dir",
+               str(CONTAINERS.image_dir), "--runtime", CONTAINERS.runtime, "--context",
+               SOURCE_DIR]  # fmt: skip
+    for name, value in spec.build_args.items():
+        options += ["--build-arg", f"{name}={value}"]
+    if spec.prebuilt:
+        options += ["--prebuilt", str(spec.prebuilt)]
+    return options + (["--gpu"] if spec.gpu else []) + (["--required"] if CONTAINERS.required else [])
+
+
+def benchmark_inputs(gpu):
+    """An input function of a benchmark rule: this run's environment (the installed wheel)
+    and, when images are used, the run's reference to the benchmark's image."""
+    name = (CONTAINERS.gpu if gpu else CONTAINERS.cpu).name
+
+    def inputs(wildcards):
+        found = {"venv": rules.install_wheel.output.venv}
+        if CONTAINERS.enabled:
+            found["image"] = rules.build_container.output.ref.format(image=name)
+        return found
+
+    return inputs
+
+
+def in_image(words, input):
+    """The command ``words(hpcmem)`` as a job runs it: through ``apptainer exec`` with the
+    image's own ``hpcmem`` when the run uses the image, else with this run's environment."""
+    image = ImageRef.read(input.image) if CONTAINERS.enabled else None
+    if image is None or image.image is None:
+        return words(get_hpcmem(None, input))
+    return CONTAINERS.exec_command(words("hpcmem"), image)
+
+
+def compare_native():
+    """Whether the collectives points also run natively (images in use, and asked for)."""
+    return CONTAINERS.enabled and CONTAINERS.compare_native and config["collectives"]["enabled"]
+
+
+def get_native_records(wildcards):
+    """The record files of the native comparison points ([] without a comparison)."""
+    if not compare_native():
+        return []
+    return [rules.run_collectives_native.output.records.format(**p) for p in collectives_points()]
+
+
+def get_native_summary(wildcards):
+    """The summary of the native comparison points ([] without a comparison)."""
+    return rules.aggregate_native.output.summary if compare_native() else []
+
+
+def report_images():
+    """Say which image each benchmark of this run used, or why it ran natively."""
+    for path in sorted(glob.glob(rules.build_container.output.ref.format(image="*"))):
+        image = ImageRef.read(path)
+        if image.image:
+            print(f"hpcmem: image {image.name}: {image.image} ({image.digest})")
+        else:
+            print(f"hpcmem: {image.name} ran natively: {image.reason}")
 
 
 def get_all_records(wildcards):

@@ -1,26 +1,26 @@
-# Apptainer/Singularity images (the `container_build` rule of issue 5): built only when
-# container.enabled resolves to a runtime, since only then do the benchmark rules ask for them
-# (benchmark_inputs). The CPU image serves run_collectives, the GPU image run_train. Images
-# live in container.image_dir between runs, each with its digest in <image>.digest.json.
+# Apptainer/Singularity images: one job per image a benchmark runs in, only when
+# container.enabled resolves to a runtime (the benchmark rules ask for them through
+# benchmark_inputs). The CPU image (collectives) installs this run's wheel, the GPU image
+# (training) builds the source tree. Images are cached in container.image_dir under a key of
+# what they are made of, so a run rebuilds one only when its definition or wheel changed;
+# RUN/build/images/NAME.json says which image this run uses, or why it runs natively (auto).
 
 
 rule build_container:
     input:
         definition=get_container_definition,
+        wheelhouse=rules.build_wheel.output.wheelhouse,
     output:
-        image=os.path.join(CONTAINERS.image_dir, "{image}.sif"),
-        digest=os.path.join(CONTAINERS.image_dir, "{image}.digest.json"),
+        ref=f"{RUN}/build/images/{{image}}.json",
+    container:
+        str(CONTAINERS.cpu_image)
     log:
         f"{RUN}/logs/build_container_{{image}}.log",
     params:
         python=PYTHON,
         script=os.path.join(workflow.basedir, "scripts", "build_container.py"),
-        runtime=CONTAINERS.runtime,
-        context=SOURCE_DIR,
-    threads: 4
-    run:
-        # a separate process: the build runs for minutes and spython changes directory
-        shell(
-            "{params.python:q} {params.script:q} {input.definition:q} {output.image:q}"
-            " {output.digest:q} {params.runtime:q} {params.context:q} > {log:q} 2>&1"
-        )
+        options=get_container_build_options,
+    threads: 2
+    shell:
+        "{params.python:q} {params.script:q} {params.options:q}"
+        " --wheelhouse {input.wheelhouse:q} --log {log:q} --out {output.ref:q}"
