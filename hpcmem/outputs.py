@@ -29,13 +29,13 @@ def _reason(error: OSError) -> str:
 
 
 def _probe_folder(folder: Path, named: str | os.PathLike[str]) -> None:
-    """Make ``folder`` (and its parents) and write one byte in it under a unique name."""
+    """Write one byte under a unique name in ``folder``, or in the nearest folder above it
+    that exists (where the missing ones would be made); nothing stays behind."""
     existing = next(p for p in (folder, *folder.parents) if p.exists() or p == p.parent)
-    if existing.exists() and not existing.is_dir():
+    if not existing.is_dir():
         raise OutputPathError(f"{named}: {existing} is a file, not a folder")
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".hpcmem-probe.", dir=folder)
+        fd, probe = tempfile.mkstemp(prefix=".hpcmem-probe.", dir=existing)
         try:
             os.write(fd, b"\0")
             os.fsync(fd)
@@ -43,7 +43,7 @@ def _probe_folder(folder: Path, named: str | os.PathLike[str]) -> None:
             os.close(fd)
             os.unlink(probe)
     except OSError as error:
-        raise OutputPathError(f"{named}: cannot write in {folder} ({_reason(error)})") from None
+        raise OutputPathError(f"{named}: cannot write in {existing} ({_reason(error)})") from None
 
 
 def check_output_file(path: str | os.PathLike[str]) -> Path:

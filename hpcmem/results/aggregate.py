@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpcmem.outputs import check_output_dir, write_errors
 from hpcmem.results.records import atomic_open, read_lines, utc_now, validate_record
 from hpcmem.results.registry import BENCHMARKS
 
@@ -257,9 +258,11 @@ def write_outputs(out_dir: Path, summary: pd.DataFrame, loaded: Loaded,
     """Write every output file into ``out_dir``.
 
     All contents are rendered in memory first, so a conversion error writes
-    nothing; then each file is written under a temporary name and renamed.
+    nothing; then every file is written under a temporary name, and only when all are
+    written are they renamed into place: a failure (a full disk) leaves the folder as it was.
     """
     import io
+    from contextlib import ExitStack
 
     import pandas as pd
 
@@ -276,18 +279,20 @@ def write_outputs(out_dir: Path, summary: pd.DataFrame, loaded: Loaded,
     contents = {name: frame.to_csv(index=False).encode() for name, frame in tables.items()}
     contents["metadata.json"] = (json.dumps(metadata, indent=2, sort_keys=True) + "\n").encode()
     contents["summary.parquet"] = parquet.getvalue()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name, data in contents.items():
-        with atomic_open(out_dir / name, "wb") as handle:
-            handle.write(data)
+    with write_errors(out_dir), ExitStack() as stack:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, data in contents.items():
+            stack.enter_context(atomic_open(out_dir / name, "wb")).write(data)
 
 
 def aggregate(inputs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str]
               ) -> AggregateResult:
     """Validate, summarize and write the records found under ``inputs`` into ``out_dir``.
 
-    Raises ``ValueError`` when the inputs hold no record line at all.
+    Raises ``ValueError`` when the inputs hold no record line at all and
+    :class:`hpcmem.outputs.OutputPathError` when ``out_dir`` cannot be written (checked first).
     """
+    out = check_output_dir(out_dir)
     files = find_inputs(inputs)
     loaded = load_records(files)
     if loaded.lines == 0:
@@ -295,7 +300,6 @@ def aggregate(inputs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLi
         raise ValueError(f"no records found in {names} (looked for non-empty *.jsonl lines)")
     summary = summarize(loaded.ok)
     metadata = run_metadata(loaded)
-    out = Path(out_dir)
     write_outputs(out, summary, loaded, metadata)
     return AggregateResult(summary=summary, loaded=loaded, metadata=metadata, out_dir=out)
 

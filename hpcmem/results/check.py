@@ -8,9 +8,10 @@ when it was compared and lies inside; ``NEW`` when there was nothing to compare
 with. Failed points and invalid records of the summary are ``FAIL`` rows too:
 a benchmark that stopped producing correct results is a regression. An exact
 reference key with no figure in the summary is listed as ``MISSING`` (not a
-failure: sweeps change). The run is appended to the history after checking.
+failure: sweeps change). :func:`conclude` then appends the run to the history and
+writes the verdict, both or neither.
 
-The verdict file (``hpcmem check --verdict-out``) is written by :func:`write_verdict` and
+The verdict file (``hpcmem check --verdict-out``) is written by :func:`conclude` and
 read back by :func:`read_verdict` (``hpcmem report --verdict``).
 """
 
@@ -21,17 +22,20 @@ import math
 import os
 import re
 from collections.abc import Iterable
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from hpcmem.errors import HpcmemError
+from hpcmem.outputs import write_errors
 from hpcmem.results.aggregate import Summary
 from hpcmem.results.history import History, HistoryMedian, RunInfo
 from hpcmem.results.records import atomic_open, utc_now
 from hpcmem.results.references import References
 from hpcmem.results.registry import BENCHMARKS, metric
 from hpcmem.results.spec import LOWER
+from hpcmem.textfiles import TextFileError, read_text
 
 __all__ = [
     "CheckError",
@@ -40,12 +44,12 @@ __all__ = [
     "VerdictError",
     "check",
     "check_system",
+    "conclude",
     "default_system",
     "evaluate",
     "format_table",
     "read_verdict",
     "summary_figures",
-    "write_verdict",
 ]
 
 _SYSTEM = re.compile(r"^[^:\s]+:[^:\s]+$")
@@ -56,7 +60,7 @@ class CheckError(HpcmemError, ValueError):
 
 
 class VerdictError(HpcmemError, ValueError):
-    """A file that is not a readable verdict of :func:`write_verdict`."""
+    """A file that is not a readable verdict of :func:`conclude`."""
 
 
 @dataclass
@@ -236,9 +240,10 @@ def _run_info(summary: Summary, system: str, run_id: str, verdict: str) -> RunIn
 
 
 def check(summary: Summary, references: References, system: str, *,
-          history_folder: str | os.PathLike[str] | None = None, last: int | None = None,
-          append: bool = True) -> CheckResult:
-    """Check ``summary``; with a history folder, compare and then append this run to it.
+          history_folder: str | os.PathLike[str] | None = None, last: int | None = None
+          ) -> CheckResult:
+    """Check ``summary`` against the references and, with a history folder, the last runs
+    there; nothing is written (:func:`conclude` records the result).
 
     ``last`` (default: the references' ``history.last``) must be a whole number >= 1.
     """
@@ -251,14 +256,40 @@ def check(summary: Summary, references: References, system: str, *,
     # asking for fewer runs than min_runs (--last 1) means: judge on what was asked for
     rows = evaluate(summary, references, system, medians,
                     min_runs=min(references.history_min_runs, last))
-    result = CheckResult(rows, system, run_id, str(history_folder) if store else None, last,
-                         appended=False)
-    if store is not None and append:
-        values = {r.figure: (r.value, r.unit) for r in rows if r.value is not None}
-        if values:
-            result.appended = store.append(_run_info(summary, system, run_id, result.verdict),
-                                           values)
-    return result
+    return CheckResult(rows, system, run_id, str(history_folder) if store else None, last,
+                       appended=False)
+
+
+def conclude(result: CheckResult, summary: Summary, *, append: bool,
+             verdict_out: str | os.PathLike[str] | None, references_path: str) -> None:
+    """Append the run to the history (when ``append`` and the check had one) and write the
+    verdict file: both or neither. The verdict is written in full under a temporary name
+    inside the history's transaction, the transaction committed, and only then the verdict
+    renamed into place: a failure to write the verdict appends nothing, a failure to
+    append leaves no verdict.
+
+    Raises :class:`hpcmem.outputs.OutputPathError` for the verdict and ``sqlite3.Error`` or
+    ``OSError`` for the history store.
+    """
+    with ExitStack() as stack:
+        handle = None
+        if verdict_out is not None:
+            stack.enter_context(write_errors(verdict_out))
+            handle = stack.enter_context(atomic_open(Path(verdict_out)))
+
+        def write_verdict(appended: bool) -> None:
+            result.appended = appended
+            if handle is not None:  # an OSError here must not pass for the history's
+                with write_errors(verdict_out or ""):
+                    _write_json(handle, _verdict_document(result, references_path))
+
+
+        values = {r.figure: (r.value, r.unit) for r in result.rows if r.value is not None}
+        if result.history_folder is not None and append and values:
+            run = _run_info(summary, result.system, result.run_id, result.verdict)
+            History(result.history_folder).append(run, values, then=write_verdict)
+        else:
+            write_verdict(False)
 
 
 def _fmt(value: float | None) -> str:
@@ -291,10 +322,17 @@ def format_table(result: CheckResult) -> str:
     return "\n".join(line.rstrip() for line in text)
 
 
-def write_verdict(path: str | os.PathLike[str], result: CheckResult, references_path: str
-                  ) -> None:
-    """Write the verdict as JSON (atomically), for ``hpcmem report --verdict``."""
-    document: dict[str, Any] = {
+def _write_json(handle: Any, document: dict[str, Any]) -> None:
+    """``document`` written and flushed to disk, so that a full disk shows here."""
+    json.dump(document, handle, indent=1)
+    handle.write("\n")
+    handle.flush()
+    os.fsync(handle.fileno())
+
+
+def _verdict_document(result: CheckResult, references_path: str) -> dict[str, Any]:
+    """The verdict file's content, for ``hpcmem report --verdict``."""
+    return {
         "verdict": result.verdict,
         "system": result.system,
         "run_id": result.run_id,
@@ -305,18 +343,14 @@ def write_verdict(path: str | os.PathLike[str], result: CheckResult, references_
         "counts": result.counts(),
         "figures": [asdict(row) for row in result.rows],
     }
-    with atomic_open(Path(path)) as handle:
-        json.dump(document, handle, indent=1)
-        handle.write("\n")
 
 
 def read_verdict(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The verdict :func:`write_verdict` wrote; VerdictError names what is wrong with it."""
+    """The verdict :func:`conclude` wrote; VerdictError names what is wrong with it."""
     try:
-        with open(path) as handle:
-            verdict = json.load(handle)
-    except OSError as error:
-        raise VerdictError(f"{path}: cannot read ({error.strerror})") from None
+        verdict = json.loads(read_text(path))
+    except TextFileError as error:
+        raise VerdictError(str(error)) from None
     except json.JSONDecodeError as error:
         raise VerdictError(f"{path}:{error.lineno}: not JSON ({error.msg})") from None
     if not isinstance(verdict, dict) or "verdict" not in verdict or "figures" not in verdict:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,10 +114,12 @@ class History:
             for figure, vals in values.items()
         }
 
-    def append(self, run: RunInfo, figures: Mapping[str, tuple[float, str]]) -> bool:
+    def append(self, run: RunInfo, figures: Mapping[str, tuple[float, str]],
+               then: Callable[[bool], None] = lambda appended: None) -> bool:
         """Record ``run`` and its ``figures`` (name -> (value, unit)) in one transaction.
 
-        Returns False, changing nothing, when the run is already recorded.
+        Returns False, changing nothing, when the run is already recorded. ``then`` is
+        called inside the transaction with that answer; when it raises, nothing is appended.
         """
         with closing(self._connect()) as db:
             db.execute("BEGIN IMMEDIATE")
@@ -127,6 +129,7 @@ class History:
                     (run.run_id, run.system),
                 ).fetchone()
                 if exists:
+                    then(False)
                     db.execute("ROLLBACK")
                     return False
                 db.execute(
@@ -141,6 +144,7 @@ class History:
                     "INSERT INTO figures VALUES (?, ?, ?, ?, ?)",
                     _figure_rows(run, figures.items()),
                 )
+                then(True)
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
