@@ -215,7 +215,7 @@ def test_bad_references_exit_2_naming_the_field(summary: Path, tmp_path: Path, c
 
 
 def test_bad_summary_and_options_exit_2(summary: Path, tmp_path: Path) -> None:
-    refs = write_refs(tmp_path / "r.yaml", {})
+    refs = write_refs(tmp_path / "r.yaml", {}, history={"last": 5})
     code, _, err = run_check(tmp_path / "nowhere", refs)
     assert code == 2 and "SUMMARY:" in err and "no summary.parquet" in err
     code, _, err = run_check(summary, refs, "--last", "0")

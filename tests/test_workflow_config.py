@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -305,3 +306,28 @@ def test_make_run_script_starts_a_fresh_timestamped_run():
     run_id = re.search(r"^hpcmem: workflow run (\d{8}T\d{6}Z) ", result.stdout, re.MULTILINE)[1]
     assert f"results/{run_id}/build/wheelhouse" in result.stdout
     assert job_counts(result.stdout)["run_collectives"] == 12
+
+
+ALIAS_BOMB = "".join(
+    f"{name}: &{name} [{', '.join([f'*{previous}'] * 9)}]\n"
+    for previous, name in itertools.pairwise("abcdefgh")
+)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + ALIAS_BOMB.encode(),
+         "config/config.yaml:2: not valid YAML (aliases (*name) are not accepted)"),
+        (b"run_id: caf\xe9\n", "config/config.yaml: not UTF-8 text (byte 0xe9 at offset 11)"),
+        (b"\x7fELF\x02\x01\x01\x00", "config/config.yaml: not a text file (NUL byte at offset 7)"),
+    ],
+)
+def test_config_file_not_text_or_with_aliases_is_refused_at_once(workdir, content, message):
+    (workdir / "config" / "config.yaml").write_bytes(content)
+    started = time.monotonic()
+    result = snakemake(workdir, "-n", timeout=60)
+    assert time.monotonic() - started < 30
+    assert result.returncode != 0
+    assert f"config file {message}" in result.stdout
+    assert len(result.stdout) < 5000
