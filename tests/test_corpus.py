@@ -52,9 +52,14 @@ def test_case(name: str, tmp_path: Path, aggregated: Path,
     out, err = capsys.readouterr()
     assert code == spec["exit"], f"{argv}\nstdout: {out[-2000:]}\nstderr: {err[-2000:]}"
     errors = err.splitlines()
-    assert len(errors) <= 1 and all(len(line) <= LONGEST_LINE for line in errors), err[-2000:]
-    shown = errors[0] if spec["exit"] == 2 else out
-    assert spec["message"].format(**places) in shown, (out[-2000:], err[-2000:])
+    assert "Traceback" not in err and all(len(line) <= LONGEST_LINE for line in errors), err
+    if spec["exit"] == 2:
+        assert len(errors) == 1, err[-2000:]
+    assert spec["message"].format(**places) in errors[0] if spec["exit"] == 2 else out + err, \
+        (out[-2000:], err[-2000:])
+    if "file_contains" in spec:
+        path, fragment = (text.format(**places) for text in spec["file_contains"])
+        assert fragment in Path(path).read_text(), Path(path).read_text()[-2000:]
     for path in spec.get("absent", []):
         assert not Path(path.format(**places)).exists(), path
     assert elapsed < 20, f"took {elapsed:.0f} s"
