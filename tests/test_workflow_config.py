@@ -152,6 +152,12 @@ def test_every_schema_key_has_type_description_and_default():
         ({"collectives": {"custom_bindings": {"n0": "--membind=0 --cpubind=0"}}}, "does not match"),
         ({"collectives": {"custom_bindings": {"Bad-Name": "--membind=0"}}}, "does not match"),
         ({"collectives": {"emulate_hbw": "node0"}}, "is not valid under any of the given schemas"),
+        ({"output_dir": "/etc"}, "'/etc' does not match"),
+        ({"output_dir": "../../../../etc"}, "'../../../../etc' does not match"),
+        ({"output_dir": "results/../../etc"}, "'results/../../etc' does not match"),
+        ({"output_dir": ".."}, "'..' does not match"),
+        ({"check": {"history": "/etc"}}, "'/etc' does not match"),
+        ({"check": {"history": "results/.."}}, "'results/..' does not match"),
     ],
 )
 def test_bad_values_are_rejected_naming_the_value(config: dict, message: str):
@@ -160,7 +166,8 @@ def test_bad_values_are_rejected_naming_the_value(config: dict, message: str):
     text = str(error.value)
     assert message in text
     section, fields = next(iter(config.items()))
-    location = f"['{section}']" + (f"['{next(iter(fields))}']" if fields else "")
+    nested = isinstance(fields, dict) and fields
+    location = f"['{section}']" + (f"['{next(iter(fields))}']" if nested else "")
     assert location in text or "was unexpected" in message  # names the field or the key
 
 
@@ -224,12 +231,19 @@ def test_injection_through_snakemake_stops_before_anything_runs(workdir, path, p
          "config collectives.min_size: larger than collectives.max_size"),
         ({"collectives": {"enabled": False}, "train": {"enabled": False}},
          "config collectives.enabled, train.enabled: both false, nothing to run"),
+        ({"output_dir": "a-file"}, "config output_dir: 'a-file' is a file, not a folder"),
+        ({"check": {"history": "a-file"}},
+         "config check.history: 'a-file' is a file, not a folder"),
     ],
 )
 def test_workflow_checks_name_the_key(workdir, change, message):
+    (workdir / "a-file").write_text("not a folder\n")
     config = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
     for section, values in change.items():
-        config[section].update(values)
+        if isinstance(values, dict):
+            config[section].update(values)
+        else:
+            config[section] = values
     write_config(workdir, config)
     result = snakemake(workdir, "-n")
     assert result.returncode != 0

@@ -54,7 +54,15 @@ def check_names(key, names, builtin, defined, defined_key):
             )
 
 
+def check_folder(key, path):
+    """Stop naming ``key`` when ``path`` exists and is not a folder."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise WorkflowError(f"config {key}: {path!r} is a file, not a folder")
+
+
 check_printable(config)
+check_folder("output_dir", config["output_dir"])
+check_folder("check.history", config["check"]["history"])
 if not (config["collectives"]["enabled"] or config["train"]["enabled"]):
     raise WorkflowError("config collectives.enabled, train.enabled: both false, nothing to run")
 if config["run_id"] is None:
