@@ -1,8 +1,8 @@
 """OSU-compatible latency benchmark of mpi4py collectives on NumPy, memkind and MPI buffers.
 
 Run it under a launcher: `mpirun -n 2 hpcmem collectives --op allreduce --buffer numpy,hbw`.
-Every point is checked once against a NumPy reference before it is timed; a
-wrong result marks the record `failed` and the exit code 1. Timing follows
+Every point is checked against a NumPy reference before it is timed and again after the
+timed iterations; a wrong result marks the record `failed` and the exit code 1. Timing follows
 OSU's C suite: each iteration timed alone with MPI.Wtime, a barrier between
 iterations outside the timed region, avg/min/max of the ranks' mean latencies.
 Rank 0 prints OSU-style tables (`osu_<op> -f` columns) and writes JSONL records
