@@ -105,7 +105,7 @@ class CheckResult:
 
 def check_system(system: str) -> str:
     """``system`` when it reads ``NAME:PARTITION``; CheckError otherwise."""
-    if not _SYSTEM.match(system):
+    if not _SYSTEM.fullmatch(system):
         raise CheckError(f"{system!r} is not NAME:PARTITION (e.g. mycluster:gpu)")
     return system
 
