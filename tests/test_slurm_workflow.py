@@ -142,7 +142,7 @@ def cancel_a_running_point(flow: Workflow, snakemake: subprocess.Popen) -> tuple
             raise AssertionError(f"the workflow ended early:\n{snakemake.communicate()[0]}")
         logs = flow.workdir.glob(".snakemake/log/*.snakemake.log")
         seen_done = any("(Rule: run_collectives)" in log.read_text() for log in logs)
-        running = [p for p in POINTS if _measuring(flow.point(*p).with_suffix(".osu.txt.tmp"))]
+        running = [p for p in POINTS if _measuring(flow.point(*p))]
         jobs = flow.cluster.run("squeue", "-h", "-t", "RUNNING", "-o", "%i|%k").stdout.splitlines()
         collectives = [j.split("|")[0] for j in jobs if "run_collectives" in j]
         if seen_done and len(running) == 1 and len(collectives) == 1:
@@ -152,11 +152,13 @@ def cancel_a_running_point(flow: Workflow, snakemake: subprocess.Popen) -> tuple
     raise AssertionError("no collectives point was running after another had finished")
 
 
-def _measuring(osu: Path) -> bool:
-    """The ranks have printed the OSU header and are still measuring (sizes left to do)."""
+def _measuring(point: Path) -> bool:
+    """The ranks have printed the OSU header into the job's temporary OSU file
+    (``<point>.osu.txt.<job shell PID>.tmp``) and are still measuring (sizes left to do)."""
     try:
+        osu = next(point.parent.glob(point.stem + ".osu.txt.*.tmp"))
         lines = osu.read_text().splitlines()
-    except FileNotFoundError:
+    except (StopIteration, FileNotFoundError):
         return False
     rows = [line for line in lines if line and not line.startswith("#")]
     return bool(lines) and len(rows) < len(SIZES)

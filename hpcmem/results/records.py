@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from hpcmem import __version__
-from hpcmem.errors import clip
+from hpcmem.errors import HpcmemError, clip
 from hpcmem.node.probe import current_container
 
 __all__ = [
@@ -166,7 +166,7 @@ def write_records(path: str | os.PathLike[str], records: Iterable[dict[str, Any]
             handle.write(json.dumps(record, sort_keys=True) + "\n")
 
 
-class _NonFinite(ValueError):
+class _NonFinite(HpcmemError, ValueError):
     """A JSON number that is not finite (NaN, Infinity, 1e999): no measurement is."""
 
 
