@@ -165,13 +165,18 @@ def test_true_stops_the_run_naming_the_build_log(apptainer: str, tmp_path: Path)
     assert not list((tmp_path / "images").glob("*.sif"))
 
 
-def slurm_profile(folder: Path) -> Path:
-    """profiles/slurm with its SITE settings for the one-node test cluster; ranks start with
-    `srun --mpi=pmix`."""
+def slurm_profile(folder: Path, cluster: SlurmCluster) -> Path:
+    """profiles/slurm with its SITE settings for the test cluster; ranks start with
+    `srun --mpi=pmix`; the sweep is the work folder's config, not the profile's sweep.yaml."""
     profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
-    profile["default-resources"]["slurm_account"] = "hpcmem"
+    profile.pop("configfile")
+    profile["slurm-qos"] = cluster.qos
+    profile["default-resources"].update(slurm_partition=cluster.partition,
+                                        slurm_account=cluster.account)
     resources = profile["set-resources"]
     resources["build_wheel"]["cpus_per_task"] = 2
+    resources["run_train"].update(slurm_partition=cluster.partition, gpu=0, cpus_per_task=1,
+                                  mem_mb=2000)
     for rule in ("run_collectives", "run_collectives_native"):
         resources[rule] = {**resources[rule], "mpi": "srun --mpi=pmix"}
     profile.update({"slurm-init-seconds-before-status-checks": 2, "retries": 0})
@@ -189,7 +194,7 @@ def test_slurm_runs_collectives_in_the_image_with_srun_pmix(
     image = cpu_image.ref
     work = workdir_with(tmp_path / "work", **sweep, container={  # native: on the local profile
         "enabled": True, "image_dir": str(Path(image.image).parent), "compare_native": False})
-    result = snakemake(work, profile=slurm_profile(tmp_path / "profile"),
+    result = snakemake(work, profile=slurm_profile(tmp_path / "profile", slurm_cluster),
                        env=slurm_cluster.env())  # fmt: skip
     assert result.returncode == 0, result.stdout
     assert f"srun --mpi=pmix -n 2 {image.runtime} exec --bind {work}" in result.stdout
