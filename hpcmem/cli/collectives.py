@@ -87,6 +87,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"{OSU_WARMUP_LARGE} above {LARGE_MESSAGE_SIZE} bytes)",
     )
     add(
+        "--repeats",
+        metavar="N",
+        help="independent timed loops per point (default 1); records keep every repeat's "
+        "figures, and their medians",
+    )
+    add(
         "--dtype",
         metavar="NAME",
         default="float32",
@@ -113,7 +119,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
     with bad_input(OptionsError):
         return make_options(
             op=args.op, buffer=args.buffer, min_size=args.min_size, max_size=args.max_size,
-            iterations=args.iterations, warmup=args.warmup, dtype=args.dtype,
+            iterations=args.iterations, warmup=args.warmup, repeats=args.repeats, dtype=args.dtype,
             numpy_hugepage=args.numpy_hugepage, run_id=args.run_id,
         )
 

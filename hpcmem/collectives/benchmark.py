@@ -5,7 +5,11 @@ for each op and buffer kind it allocates the largest buffers once (as OSU
 does), writes them (inputs with rank-dependent values, receive buffers with a
 sentinel), and for each size checks one call against the NumPy reference
 before timing anything, and the result buffer again after the timed iterations (outside the
-timed region), so a collective that goes wrong only while timed fails the point too.
+timed region), so a collective that goes wrong only while timed fails the point too. Each
+point is timed in ``Options.repeats`` independent loops; its record keeps every repeat's
+figures (``repeats``) and their medians, and the node state around them (``node``).
+Before the first point the ranks sleep for a moment while rank 0 measures how busy their
+CPUs are: when the ranks outnumber the free ones, it says so before anything is timed.
 Rank 0 emits OSU-style text through ``emit`` and returns the records; the other ranks
 return an empty list. With ``Options.skip_reason`` set on any rank (the binding could not
 be applied there) nothing runs: every point becomes a ``skipped`` record with that reason.
@@ -14,6 +18,9 @@ be applied there) nothing runs: every point becomes a ``skipped`` record with th
 from __future__ import annotations
 
 import os
+import statistics
+import sys
+import time
 import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -22,17 +29,27 @@ from typing import Any
 
 import numpy as np
 
-from hpcmem.collectives import buffers, osu, timing
+from hpcmem.collectives import buffers, osu, slowdown, timing
 from hpcmem.collectives.ops import OPS, SENTINEL, Op, check, rank_input
 from hpcmem.collectives.options import Options
 from hpcmem.collectives.sizes import osu_counts
 from hpcmem.node import applied
 from hpcmem.node.probe import mpi_library
+from hpcmem.node.state import (
+    SHARED_SLACK,
+    YIELD_ENV,
+    BusyCpus,
+    load_average,
+    node_state,
+    yield_when_idle,
+)
 from hpcmem.results.records import common_fields
 
 __all__ = ["describe", "exit_code", "merge_placements", "run"]
 
 ROOT = 0
+#: how long every rank sleeps while rank 0 measures the other work on their CPUs
+IDLE_PROBE_SECONDS = 0.2
 
 
 @dataclass
@@ -46,6 +63,9 @@ class _Context:
     binding: dict[str, Any]
     mpi_library: str
     memory: dict[str, Any]
+    cpus: tuple[int, ...] = ()  # the CPUs any rank may run on
+    crowded: bool = False  # the ranks outnumbered the free CPUs before the run
+    busy: BusyCpus | None = None  # rank 0: other work on the ranks' CPUs
     records: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -126,10 +146,13 @@ def describe(kind: str, placement: dict[str, Any], memory: dict[str, Any]) -> st
 
 
 def _record(
-    ctx: _Context, op: Op, kind: str, size: int, status: str, reason: str | None, **fields: Any
+    ctx: _Context, op: Op, kind: str, size: int, status: str, reason: str | None,
+    node: dict[str, Any] | None = None, **fields: Any
 ) -> dict[str, Any]:
+    node = {**(node or node_state(ctx.cpus, ctx.ranks)), "ranks_outnumber_free_cpus": ctx.crowded}
     record = common_fields(
-        "collectives", binding=ctx.binding, status=status, reason=reason, run_id=ctx.run_id
+        "collectives", binding=ctx.binding, status=status, reason=reason, run_id=ctx.run_id,
+        node=node,
     )
     iterations, warmup = osu_counts(size, ctx.options.iterations, ctx.options.warmup)
     record.update(
@@ -144,8 +167,29 @@ def _record(
         mpi_library=ctx.mpi_library,
         memory=ctx.memory,
     )
+    if ctx.options.slowdown and ctx.options.slowdown[0] == op.name:
+        record["injected_slowdown_us"] = ctx.options.slowdown[1]
     record.update(fields)
     return record
+
+
+def _bandwidths(op: Op, size: int, ranks: int, latency: timing.Latency) -> dict[str, float]:
+    """Algorithm and bus bandwidth (GB/s, nccl-tests convention) at ``latency``."""
+    seconds = latency.avg * 1e-6
+    algbw = op.data_bytes(size, ranks) / seconds / 1e9 if seconds > 0 else 0.0
+    return {"algbw_GBps": algbw, "busbw_GBps": algbw * op.bus_factor(ranks)}
+
+
+def _repeat_fields(op: Op, size: int, ranks: int, repeats: list[timing.Latency]
+                   ) -> dict[str, Any]:
+    """The record's figures: every repeat's, and their medians at the top."""
+    each = [{"latency_us": r.to_record(), **_bandwidths(op, size, ranks, r)} for r in repeats]
+    return {
+        "latency_us": timing.median_latency(repeats).to_record(),
+        **{name: statistics.median(r[name] for r in each)
+           for name in ("algbw_GBps", "busbw_GBps")},
+        "repeats": each,
+    }
 
 
 def _op_sizes(ctx: _Context, op: Op) -> tuple[int, ...]:
@@ -202,9 +246,15 @@ def _point(
     call()
     reason = check(op.name, result, reference)
     iterations, warmup = osu_counts(size, ctx.options.iterations, ctx.options.warmup)
-    latency = timing.across_ranks(
-        comm, timing.rank_latency(comm, call, iterations, warmup, separate=op.sized)
-    )
+    if ctx.options.slowdown and ctx.options.slowdown[0] == op.name:
+        call = slowdown.slowed(call, ctx.options.slowdown[1])
+    load_before = load_average()
+    repeats = [
+        timing.across_ranks(
+            comm, timing.rank_latency(comm, call, iterations, warmup, separate=op.sized))
+        for _ in range(ctx.options.repeats)
+    ]
+    node = _node_mark(ctx, load_before)
     if reason is None and (after := check(op.name, result, reference)):  # outside the timing
         reason = f"after the timed iterations: {after}"
     reasons = comm.gather(reason, root=0)
@@ -213,8 +263,6 @@ def _point(
         return
     failures = [f"rank {r}: {text}" for r, text in enumerate(reasons) if text]
     status, why = ("failed", "; ".join(failures)) if failures else ("ok", None)
-    seconds = latency.avg * 1e-6
-    algbw = op.data_bytes(size, ranks) / seconds / 1e9 if seconds > 0 else 0.0
     ctx.records.append(
         _record(
             ctx,
@@ -223,14 +271,13 @@ def _point(
             size,
             status,
             why,
+            node=node,
             placement=merge_placements([p for pair in placements for p in pair]),
-            latency_us=latency.to_record(),
-            algbw_GBps=algbw,
-            busbw_GBps=algbw * op.bus_factor(ranks),
+            **_repeat_fields(op, size, ranks, repeats),
             validated=not failures,
         )
     )
-    ctx.emit(osu.row(op, size, latency, iterations))
+    ctx.emit(osu.row(op, size, timing.median_latency(repeats), iterations))
     if failures:
         ctx.emit(osu.note_line("failed", why, size if op.sized else None))
 
@@ -265,6 +312,39 @@ def _run_id(options: Options) -> str:
     return options.run_id or os.environ.get("HPCMEM_RUN_ID") or uuid.uuid4().hex[:12]
 
 
+def _node_mark(ctx: _Context, load_before: list[float] | None = None) -> dict[str, Any] | None:
+    """A mark of the other work on the ranks' CPUs (every rank's CPU time gathered); on rank
+    0 the ``node`` field of a point measured since ``load_before`` was read."""
+    own = ctx.comm.gather(time.process_time(), root=0)
+    if ctx.busy is None:
+        return None
+    other = ctx.busy.mark(sum(own))
+    return node_state(ctx.cpus, ctx.ranks, load_before=load_before, other_busy_cpus=other)
+
+
+def _crowded(ctx: _Context) -> bool:
+    """Whether the ranks outnumber their CPUs not busy with other work, measured while every
+    rank sleeps for a moment; rank 0 says so (OSU text and stderr) before anything is timed."""
+    ctx.busy = BusyCpus(ctx.cpus, ctx.ranks) if ctx.rank == 0 else None
+    ctx.comm.Barrier()
+    _node_mark(ctx)
+    time.sleep(IDLE_PROBE_SECONDS)
+    node = _node_mark(ctx)
+    if node is None:
+        return False
+    other = node["other_busy_cpus"]
+    if other is None or ctx.ranks <= len(ctx.cpus) - other + SHARED_SLACK:
+        return False
+    waiting = ("they yield the CPU while waiting" if yield_when_idle()
+               else f"busy-polling ranks wait for a time slice: set {YIELD_ENV}=1 "
+               "(collectives.yield_when_idle) on shared nodes")
+    note = (f"{ctx.ranks} ranks on {len(ctx.cpus)} CPUs, {other:.1f} of them busy with other "
+            f"work: ranks share cores, latencies include waiting ({waiting})")
+    ctx.emit(osu.note_line("warning", note))
+    print(f"hpcmem collectives: warning: {note}", file=sys.stderr, flush=True)
+    return True
+
+
 def run(comm: Any, options: Options, emit: Callable[[str], None]) -> list[dict[str, Any]]:
     """Run every point of ``options`` on ``comm``; rank 0 gets the records, other ranks ``[]``."""
     previous = buffers.set_numpy_hugepage(options.numpy_hugepage)
@@ -272,11 +352,14 @@ def run(comm: Any, options: Options, emit: Callable[[str], None]) -> list[dict[s
         per_rank = comm.gather(applied.current(), root=0)
         run_id = comm.bcast(_run_id(options) if comm.Get_rank() == 0 else None, root=0)
         binding = {**per_rank[0], "per_rank": per_rank} if per_rank else {}
+        cpus = tuple(sorted({cpu for rank in per_rank or () for cpu in rank["cpus"]}))
         ctx = _Context(
-            comm, options, emit, run_id, binding, mpi_library(), buffers.memory_settings()
+            comm, options, emit, run_id, binding, mpi_library(), buffers.memory_settings(), cpus
         )
         reasons = comm.allgather(options.skip_reason)  # one rank unable: none runs
         skip = "; ".join(sorted({reason for reason in reasons if reason}))
+        if not skip:
+            ctx.crowded = _crowded(ctx)
         for name in options.ops:
             for kind in options.buffers:
                 if skip:

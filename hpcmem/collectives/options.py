@@ -14,6 +14,7 @@ import numpy as np
 from hpcmem.collectives.buffers import BUFFER_KINDS
 from hpcmem.collectives.ops import DTYPES, OPS
 from hpcmem.collectives.sizes import size_steps
+from hpcmem.collectives.slowdown import SlowdownError, injected_slowdown
 from hpcmem.errors import HpcmemError
 from hpcmem.node.planned import SKIP_ENV
 from hpcmem.units import UnitError, parse_size
@@ -41,9 +42,12 @@ class Options:
     dtype: str = "float32"
     iterations: int | None = None  # None: OSU's default for each size
     warmup: int | None = None
+    repeats: int = 1  # independent timed loops per point, each one full timed loop
     numpy_hugepage: bool = False
     run_id: str | None = None
     skip_reason: str | None = None  # set: run nothing, record every point as skipped
+    #: (op, microseconds) slept inside the timed region: for testing the check only
+    slowdown: tuple[str, float] | None = None
 
 
 def _names(option: str, text: str, accepted: tuple[str, ...]) -> tuple[str, ...]:
@@ -83,14 +87,16 @@ def make_options(
     max_size: str = DEFAULT_MAX_SIZE,
     iterations: str | None = None,
     warmup: str | None = None,
+    repeats: str | None = None,
     dtype: str = "float32",
     numpy_hugepage: str | None = None,
     run_id: str | None = None,
 ) -> Options:
     """The run these option texts describe (comma lists of ops and buffer kinds, sizes such as
     ``4K``); ``min_size`` defaults to one element of ``dtype``, ``numpy_hugepage`` (on or off)
-    to ``NUMPY_MADVISE_HUGEPAGE``. ``HPCMEM_SKIP_REASON`` (set by ``hpcmem bind
-    --skip-unavailable``) becomes the skip reason. Raises :class:`OptionsError`."""
+    to ``NUMPY_MADVISE_HUGEPAGE``, ``repeats`` to 1. ``HPCMEM_SKIP_REASON`` (set by ``hpcmem
+    bind --skip-unavailable``) becomes the skip reason, ``HPCMEM_TEST_SLOWDOWN`` the injected
+    slowdown (:mod:`hpcmem.collectives.slowdown`). Raises :class:`OptionsError`."""
     ops = _names("--op", op, tuple(OPS))
     kinds = _names("--buffer", buffer, BUFFER_KINDS)
     if dtype not in DTYPES:
@@ -114,6 +120,10 @@ def make_options(
         raise OptionsError(f"--numpy-hugepage: {hugepage!r} is not one of on, off")
     if run_id is not None and not run_id.strip():
         raise OptionsError(f"--run-id: {run_id!r} is blank; give a non-empty identifier")
+    try:
+        slowdown = injected_slowdown()
+    except SlowdownError as error:
+        raise OptionsError(str(error)) from None
     return Options(
         ops=ops,
         buffers=kinds,
@@ -121,7 +131,9 @@ def make_options(
         dtype=dtype,
         iterations=_count("--iterations", iterations, 1),
         warmup=_count("--warmup", warmup, 0),
+        repeats=_count("--repeats", repeats, 1) or 1,
         numpy_hugepage=hugepage == "on",
         run_id=run_id,
         skip_reason=os.environ.get(SKIP_ENV, "").strip() or None,
+        slowdown=slowdown,
     )

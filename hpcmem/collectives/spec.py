@@ -2,7 +2,9 @@
 
 A point is (op, buffer kind, dtype, ranks, binding, message size); its key reads
 ``collectives/<op>/<buffer>/<dtype>/ranks=<n>/binding=<name>/size=<bytes>``. Latency is
-checked in every run, bus bandwidth too where the op moves data (not barrier).
+checked in every run, bus bandwidth too where the op moves data (not barrier). A record's
+figures are medians over its ``repeats``, which keep each repeat's own (the samples the
+check's rank test compares).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from hpcmem.collectives import report, tables
 from hpcmem.collectives.buffers import BUFFER_KINDS
 from hpcmem.collectives.ops import DTYPES, OPS
 from hpcmem.node.applied import binding_label
-from hpcmem.results.spec import HIGHER, LOWER, Benchmark, Coordinate, Metric
+from hpcmem.results.spec import HIGHER, LOWER, NONNEGATIVE, Benchmark, Coordinate, Metric
 
 __all__ = ["COLLECTIVES"]
 
@@ -59,6 +61,11 @@ COLLECTIVES = Benchmark(
             "warmup": {"type": "integer", "minimum": 0},
             "validated": {"type": "boolean"},
             "mpi_library": {"type": "string"},
+            "repeats": {"type": "array", "minItems": 1, "items": {
+                "type": "object", "required": ["latency_us"],
+                "properties": {"latency_us": {"type": "object", "required": ["avg", "min", "max"]},
+                               "algbw_GBps": NONNEGATIVE, "busbw_GBps": NONNEGATIVE}}},
+            "injected_slowdown_us": {"type": "number", "exclusiveMinimum": 0},
         },
     },
     metadata={"mpi_libraries": "mpi_library"},

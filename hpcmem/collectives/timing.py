@@ -11,11 +11,12 @@ beyond the loop itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Latency", "across_ranks", "rank_latency"]
+__all__ = ["Latency", "across_ranks", "median_latency", "rank_latency"]
 
 
 @dataclass(frozen=True)
@@ -70,4 +71,13 @@ def across_ranks(comm: Any, seconds: float) -> Latency:
         avg=total / comm.Get_size(),
         min=comm.allreduce(micro, op=MPI.MIN),
         max=comm.allreduce(micro, op=MPI.MAX),
+    )
+
+
+def median_latency(repeats: Sequence[Latency]) -> Latency:
+    """Per field, the median over independent repeats of the timed loop."""
+    return Latency(
+        avg=statistics.median(r.avg for r in repeats),
+        min=statistics.median(r.min for r in repeats),
+        max=statistics.median(r.max for r in repeats),
     )

@@ -25,7 +25,9 @@ from typing import IO, Any
 
 from hpcmem import __version__
 from hpcmem.errors import HpcmemError, clip
+from hpcmem.node.applied import cpu_affinity
 from hpcmem.node.probe import current_container
+from hpcmem.node.state import node_state
 
 __all__ = [
     "GIT_SHA_ENV",
@@ -119,8 +121,12 @@ def common_fields(
     status: str = "ok",
     reason: str | None = None,
     run_id: str | None = None,
+    node: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The fields every record carries, filled from this process and its environment."""
+    """The fields every record carries, filled from this process and its environment.
+
+    ``node`` is the node state measured around the point (:mod:`hpcmem.node.state`);
+    without one, the state of this process's CPUs now, other busy CPUs not measured."""
     from hpcmem.results.registry import BENCHMARKS
 
     if benchmark not in BENCHMARKS:
@@ -139,6 +145,7 @@ def common_fields(
         "hpcmem_version": __version__,
         "container": current_container(),
         "binding": binding,
+        "node": node or node_state(cpu_affinity(), 1),
         "status": status,
         "reason": reason,
     }
