@@ -15,6 +15,7 @@ from hpcmem.results.aggregate import aggregate
 FIXTURES = Path(__file__).parent / "fixtures" / "records"
 REPO = Path(__file__).resolve().parents[1]
 HBW8 = "collectives/allreduce/hbw/float32/ranks=2/binding=cores/size=8"
+NUMPY8 = HBW8.replace("/hbw/", "/numpy/")
 BUSBW64K = "collectives/bcast/hbw/float32/ranks=2/binding=cores/size=65536/busbw_GBps"
 CNN = "train/cnn/params=25557032/batch=256/seq=none/fp32/budget=none/policy="
 
@@ -74,8 +75,8 @@ def test_within_tolerance_passes(summary: Path, tmp_path: Path) -> None:
     [
         # latency 1.00 us; reference 0.5 +-10%: too slow
         (f"{HBW8}/latency_us.avg", [0.5, -0.1, 0.1, "us"], "slower than the reference (above"),
-        # latency 1.00 us; reference 2.0 +-10%: suspiciously fast
-        (f"{HBW8}/latency_us.avg", [2.0, -0.1, 0.1, "us"], "suspiciously faster than the ref"),
+        # latency 1.2 us (repeats 1.1 to 1.3); reference 2.4 +-10%: suspiciously fast
+        (f"{NUMPY8}/latency_us.avg", [2.4, -0.1, 0.1, "us"], "suspiciously faster than the ref"),
         # bandwidth 10.08 GB/s; reference 5 +-10%: suspiciously fast (higher is better)
         (BUSBW64K, [5.0, -0.1, 0.1, "GB/s"], "suspiciously faster than the reference (above"),
         # bandwidth 10.08 GB/s; reference 20: too slow
@@ -92,6 +93,19 @@ def test_regressions_in_both_directions_fail(summary: Path, tmp_path: Path, figu
     row = row_of(out, figure)
     assert " FAIL " in row and words in row
     assert out.splitlines()[-1].startswith("# FAIL: 0 pass, 1 fail")
+
+
+def test_a_point_whose_repeats_disagree_is_noisy_not_failed(summary: Path, tmp_path: Path
+                                                           ) -> None:
+    # repeats 0.9, 1.0 and 50 us (median 1.0): below the band 1.8..2.2, but one repeat above
+    refs = write_refs(tmp_path / "r.yaml", {f"{HBW8}/latency_us.avg": [2.0, -0.1, 0.1, "us"]})
+    code, out, _ = run_check(summary, refs)
+    row = row_of(out, f"{HBW8}/latency_us.avg")
+    assert code == 0 and " NOISY " in row and "repeats spread 4900% of their median" in row
+    assert "1 noisy" in out.splitlines()[-1]
+    # every repeat above the band 0.45..0.55: slower whatever the spread
+    refs = write_refs(tmp_path / "r.yaml", {f"{HBW8}/latency_us.avg": [0.5, -0.1, 0.1, "us"]})
+    assert run_check(summary, refs)[0] == 1
 
 
 def test_open_bound_accepts_any_improvement(summary: Path, tmp_path: Path) -> None:
@@ -159,7 +173,7 @@ def test_failed_points_invalid_records_and_missing_references(tmp_path: Path) ->
                                                          "problems.jsonl:4")
     verdict = json.loads((tmp_path / "v.json").read_text())
     assert verdict["verdict"] == "FAIL"
-    assert verdict["counts"] == {"PASS": 0, "FAIL": 4, "NEW": 24, "MISSING": 1}
+    assert verdict["counts"] == {"PASS": 0, "FAIL": 4, "NOISY": 0, "NEW": 24, "MISSING": 1}
     missing = [f for f in verdict["figures"] if f["verdict"] == "MISSING"]
     assert missing[0]["figure"].startswith("collectives/gather/numpy")
 

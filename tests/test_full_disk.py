@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcmem.results.history import History, RunInfo
+from hpcmem.results.history import Figure, History, RunInfo
 
 RECORDS = Path(__file__).parent / "fixtures" / "records"
 REFERENCES = "references:\n  '*:*':\n    'collectives/*/latency_us.avg': [1.0, -0.99, 1000, us]\n"
@@ -77,7 +77,7 @@ def test_a_verdict_that_fails_inside_the_transaction_appends_nothing(tmp_path: P
         raise OSError(errno.ENOSPC, "No space left on device")
 
     with pytest.raises(OSError, match="No space"):
-        store.append(run, {"a/latency_us.avg": (1.0, "us")}, then=full_disk)
-    assert store.medians("s:p", 5, exclude_run="other") == {}
-    assert store.append(run, {"a/latency_us.avg": (1.0, "us")})
-    assert store.medians("s:p", 5, exclude_run="other") != {}
+        store.append(run, {"a/latency_us.avg": Figure(1.0, "us")}, then=full_disk)
+    assert store.baselines("s:p", 5, exclude_run="other") == {}
+    assert store.append(run, {"a/latency_us.avg": Figure(1.0, "us")})
+    assert store.baselines("s:p", 5, exclude_run="other") != {}

@@ -2,7 +2,9 @@
 
 Every record is validated against the record schema first. Valid ``ok`` records
 are grouped by point — the benchmark and its sweep coordinates — and reduced to
-medians over repeats. Invalid lines (not JSON, or schema violations) go to
+medians over repeats; every repeat's value is kept (``samples``, :mod:`hpcmem.results.samples`)
+with the node state the point was measured in (``shared_cores``, ``other_busy_cpus``).
+Invalid lines (not JSON, or schema violations) go to
 ``rejected.csv`` with ``file:line`` and the message; ``failed`` and ``skipped``
 records (and ``ok`` records their benchmark's sanity check refuses, such as
 collectives whose result was not validated) go to ``skipped.csv`` with their reason.
@@ -12,7 +14,9 @@ benchmark's spec (:mod:`hpcmem.results.registry`): a metric's summary column is 
 Outputs in the ``--out`` folder, each written atomically (temp name + rename):
 
 ``summary.parquet`` / ``summary.csv``
-    one row per point, medians over repeats, ``point`` is its key
+    one row per point, medians over repeats, ``point`` is its key; ``samples`` (JSON: metric
+    -> every repeat's value), ``shared_cores`` (any of its records shared cores with other
+    work) and ``other_busy_cpus`` (the most other work seen, in CPUs)
 the benchmarks' own tables
     ``collectives_latency.csv`` (median average latency per buffer kind),
     ``collectives_speedup.csv`` (each buffer kind's speedup over ``numpy`` buffers) and
@@ -36,6 +40,7 @@ from hpcmem.errors import clip
 from hpcmem.outputs import check_output_dir, write_errors
 from hpcmem.results.records import atomic_open, read_lines, utc_now, validate_record
 from hpcmem.results.registry import BENCHMARKS
+from hpcmem.results.samples import merge_samples, record_samples
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -61,9 +66,11 @@ _INTEGER_COLUMNS = [
     *dict.fromkeys(c.name for b in BENCHMARKS.values() for c in b.coordinates if c.integer),
     "repeats",
 ]
+#: summary columns added after the first summaries were written, with their value in those
+_NODE_COLUMNS = {"samples": "", "shared_cores": None, "other_busy_cpus": None}
 _SUMMARY_COLUMNS = [
     "point", "benchmark", *_COORDINATES,
-    "emulated", *_METRICS, "repeats", "run_ids", "hosts", "systems",
+    "emulated", *_METRICS, "repeats", "run_ids", "hosts", "systems", *_NODE_COLUMNS,
 ]
 _SKIPPED_COLUMNS = ["file", "line", "benchmark", "status", "point", "reason", "run_id", "host"]
 _REJECTED_COLUMNS = ["file", "line", "error"]
@@ -95,7 +102,7 @@ _METADATA_FIELDS = {
 #: with the point key, what makes a record one measurement: the same again is a duplicate
 _IDENTITY = ("run_id", "host", "slurm_job_id", "timestamp", "status")
 _ROW_COLUMNS = ["point", "benchmark", *_COORDINATES, "emulated", *_METRICS, "run_id", "host",
-                "system"]
+                "system", *_NODE_COLUMNS]
 
 
 @dataclass
@@ -249,7 +256,17 @@ def _flatten(record: dict[str, Any], coordinates: dict[str, Any], key: str
     row["run_id"] = record["run_id"]
     row["host"] = record["host"]
     row["system"] = record.get("system")
+    row["samples"] = record_samples(BENCHMARKS[record["benchmark"]], record)
+    node = record.get("node") or {}
+    row["shared_cores"] = node.get("shared_cores")
+    row["other_busy_cpus"] = node.get("other_busy_cpus")
     return row
+
+
+def _any_shared(values: pd.Series) -> Any:
+    """True when any record of a point shared cores, False when none did, NA when unknown."""
+    known = values.dropna()
+    return bool(known.astype(bool).any()) if len(known) else None
 
 
 def _joined(values: Iterable[Any]) -> str:
@@ -270,6 +287,9 @@ def summarize(loaded: Loaded) -> pd.DataFrame:
     summary["run_ids"] = groups["run_id"].agg(_joined)
     summary["hosts"] = groups["host"].agg(_joined)
     summary["systems"] = groups["system"].agg(_joined)
+    summary["samples"] = groups["samples"].agg(merge_samples)
+    summary["shared_cores"] = groups["shared_cores"].agg(_any_shared).astype("boolean")
+    summary["other_busy_cpus"] = pd.to_numeric(groups["other_busy_cpus"].max(), errors="coerce")
     summary = summary.reset_index()[_SUMMARY_COLUMNS]
     summary[_INTEGER_COLUMNS] = summary[_INTEGER_COLUMNS].astype("Int64")
     order = ["benchmark", *_COORDINATES]
@@ -376,7 +396,11 @@ def read_summary(path: str | os.PathLike[str]) -> Summary:
                 parts[name] = json.loads((folder / name).read_text())
         except (OSError, ValueError) as error:
             raise ValueError(f"{folder / name}: unreadable ({error})") from None
-    missing = set(_SUMMARY_COLUMNS) - set(parts["summary.parquet"].columns)
+    points = parts["summary.parquet"]
+    for name, value in _NODE_COLUMNS.items():
+        if name not in points.columns:
+            points[name] = value
+    missing = set(_SUMMARY_COLUMNS) - set(points.columns)
     if missing:
         names = ", ".join(sorted(missing))
         raise ValueError(f"{folder / 'summary.parquet'}: missing columns {names}")

@@ -1,15 +1,21 @@
 """Regression check: a summary's figures against references and the run history.
 
 Each figure (``<point key>/<metric>``, see :mod:`hpcmem.results.references`) gets a
-verdict: ``FAIL`` when it lies outside its reference bounds or outside the
-tolerance band around the median of the last N runs in the history (once the
-history holds at least ``min_runs`` runs with that figure); ``PASS``
-when it was compared and lies inside; ``NEW`` when there was nothing to compare
-with. Failed points and invalid records of the summary are ``FAIL`` rows too:
-a benchmark that stopped producing correct results is a regression. An exact
-reference key with no figure in the summary is listed as ``MISSING`` (not a
-failure: sweeps change). :func:`conclude` then appends the run to the history and
-writes the verdict, both or neither.
+verdict: ``PASS`` when it was compared and lies inside its bands; ``NEW`` when there was
+nothing to compare with; ``FAIL`` when it is a regression; ``NOISY`` when it lies outside a
+band but that cannot be told from noise (listed, not a failure). Against the history (the
+last N runs, once at least ``min_runs`` of them have the figure) a figure regresses only
+when it lies outside the tolerance band around their median AND its repeats differ
+significantly from theirs (Mann-Whitney U over the samples, :mod:`hpcmem.results.ranktest`,
+when the numbers of samples allow a test at level ``alpha``), its own repeats agree (spread
+at most ``max_spread``, or all of them outside the band), and the node state does not
+explain it (shared cores now, none in the history, and slower; or the reverse, and faster).
+Against a reference, a figure outside its bounds is ``NOISY`` when its point shared cores
+or its repeats disagree (some of them inside the bounds), else ``FAIL``. Failed points and
+invalid records of the summary are ``FAIL`` rows too: a benchmark that stopped producing
+correct results is a regression. An exact reference key with no figure in the summary is
+listed as ``MISSING`` (not a failure: sweeps change). :func:`conclude` then appends the
+run to the history and writes the verdict, both or neither.
 
 The system (``cluster:partition``) whose references and history apply is chosen per
 point: the one asked for (``--system``, ``HPCMEM_SYSTEM``), else the Slurm partition the
@@ -28,23 +34,26 @@ import os
 import re
 from collections.abc import Iterable
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hpcmem.errors import HpcmemError
 from hpcmem.outputs import write_errors
 from hpcmem.results.aggregate import Summary
-from hpcmem.results.history import History, HistoryMedian, RunInfo
+from hpcmem.results.history import Baseline, Figure, History, RunInfo
+from hpcmem.results.ranktest import mann_whitney_p, smallest_p
 from hpcmem.results.records import atomic_open, slurm_system, utc_now
 from hpcmem.results.references import References
 from hpcmem.results.registry import BENCHMARKS, metric
+from hpcmem.results.samples import NOISY_SPREAD, read_samples, spread
 from hpcmem.results.spec import LOWER
 from hpcmem.textfiles import TextFileError, read_text
 
 __all__ = [
     "CheckError",
     "CheckResult",
+    "Measured",
     "Row",
     "VerdictError",
     "check",
@@ -60,6 +69,8 @@ __all__ = [
 ]
 
 _SYSTEM = re.compile(r"^[^:\s]+:[^:\s]+$")
+#: the verdicts of a figure; only FAIL fails the run
+VERDICTS = ("PASS", "FAIL", "NOISY", "NEW", "MISSING")
 
 
 class CheckError(HpcmemError, ValueError):
@@ -86,6 +97,24 @@ class Row:
     note: str
     #: the system whose references and history the figure was judged against
     system: str = ""
+    #: every repeat's value, their (max - min) / median, and the rank test's p-value
+    samples: list[float] = field(default_factory=list)
+    spread: float | None = None
+    p_value: float | None = None
+    #: whether the point shared cores with other work (None: not measured)
+    shared_cores: bool | None = None
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One checked figure of the summary, with the system it is judged for."""
+
+    name: str
+    value: float
+    unit: str
+    system: str
+    samples: tuple[float, ...]
+    shared_cores: bool | None
 
 
 @dataclass
@@ -98,6 +127,8 @@ class CheckResult:
     history_folder: str | None
     history_last: int
     appended: bool
+    #: the spread above which a point's repeats counted as too noisy to judge
+    max_spread: float = NOISY_SPREAD
 
     @property
     def verdict(self) -> str:
@@ -106,7 +137,7 @@ class CheckResult:
 
     def counts(self) -> dict[str, int]:
         """How many rows got each verdict."""
-        counts = dict.fromkeys(("PASS", "FAIL", "NEW", "MISSING"), 0)
+        counts = dict.fromkeys(VERDICTS, 0)
         for row in self.rows:
             counts[row.verdict] += 1
         return counts
@@ -143,9 +174,16 @@ def point_systems(summary: Summary, system: str | None = None) -> dict[str, str]
     return systems
 
 
+def _flag(value: Any) -> bool | None:
+    """A summary's nullable boolean cell as True, False or None."""
+    import pandas as pd
+
+    return None if value is None or pd.isna(value) else bool(value)
+
+
 def summary_figures(summary: Summary, references: References, systems: dict[str, str]
-                    ) -> list[tuple[str, float, str, str]]:
-    """``(figure, value, unit, system)`` for every checked figure of the summary's points.
+                    ) -> list[Measured]:
+    """Every checked figure of the summary's points, with its samples and node state.
 
     Metrics their spec marks ``checked`` always are; the others only when a reference
     names them. A metric that does not apply to a point (bandwidth of a barrier) is none.
@@ -153,6 +191,8 @@ def summary_figures(summary: Summary, references: References, systems: dict[str,
     figures = []
     for point in summary.points.to_dict("records"):
         system = systems[point["point"]]
+        samples = read_samples(point.get("samples"))
+        shared = _flag(point.get("shared_cores"))
         for measured in BENCHMARKS[point["benchmark"]].metrics:
             value = point[measured.name]
             if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -161,11 +201,14 @@ def summary_figures(summary: Summary, references: References, systems: dict[str,
                 continue
             name = f"{point['point']}/{measured.name}"
             if measured.checked or references.lookup(system, name) is not None:
-                figures.append((name, float(value), measured.unit, system))
+                values = tuple(samples.get(measured.name) or [float(value)])
+                figures.append(Measured(name, float(value), measured.unit, system, values,
+                                        shared))
     return figures
 
 
 def _outside(value: float, low: float | None, high: float | None) -> str | None:
+    """``above`` or ``below`` the interval, or None inside it."""
     if low is not None and value < low:
         return "below"
     if high is not None and value > high:
@@ -174,43 +217,98 @@ def _outside(value: float, low: float | None, high: float | None) -> str | None:
 
 
 def _describe(side: str, name: str, against: str) -> str:
-    better = metric(name).better
     bound = f"({side} the {'upper' if side == 'above' else 'lower'} bound)"
-    if better is None:
+    slow = _slower(side, name)
+    if slow is None:
         return f"{'higher' if side == 'above' else 'lower'} than {against} {bound}"
-    slow = (side == "above") == (better == LOWER)
     what = "slower than" if slow else "suspiciously faster than"
     return f"{what} {against} {bound}"
 
 
-def _judge(name: str, value: float, unit: str, references: References, system: str,
-           history: HistoryMedian | None, min_runs: int) -> Row:
-    metric_name = name.rsplit("/", 1)[1]
-    row = Row(name, value, unit, None, None, None, None, 0, "NEW", "", system)
-    notes, compared, failed = [], False, False
-    reference = references.lookup(system, name)
+def _all_outside(samples: tuple[float, ...], low: float | None, high: float | None,
+                 side: str) -> bool:
+    """Whether every repeat lies on ``side`` of the interval: then no spread excuses it."""
+    return all(_outside(value, low, high) == side for value in samples)
+
+
+def _slower(side: str, name: str) -> bool | None:
+    """Whether lying on ``side`` of a band means slower (None: the metric has no direction)."""
+    better = metric(name).better
+    return None if better is None else (side == "above") == (better == LOWER)
+
+
+def _disturbance(side: str, name: str, figure: Measured, history: Baseline) -> str | None:
+    """Why the node state explains the difference from the history, or None."""
+    slower = _slower(side, name)
+    if figure.shared_cores and history.shared_runs == 0 and slower is not False:
+        return "the point shared cores with other work, the history's runs did not"
+    if figure.shared_cores is False and history.shared_runs == history.runs and not slower:
+        return "the history's runs shared cores with other work, this point did not"
+    return None
+
+
+def _against_history(figure: Measured, history: Baseline, references: References,
+                     row: Row, noisy: str | None) -> tuple[str, str | None]:
+    """The verdict against the history (PASS, NOISY or FAIL) and its note."""
+    metric_name = figure.name.rsplit("/", 1)[1]
+    tolerances = (references.history_lower, references.history_upper)
+    low, high = (None if t is None else history.value * (1 + t) for t in tolerances)
+    side = _outside(figure.value, low, high)
+    if side is None:
+        return "PASS", None
+    change = (figure.value / history.value - 1) * 100 if history.value else math.inf
+    what = f"{_describe(side, metric_name, 'the history')}: {change:+.0f}% vs median"
+    m, n = len(figure.samples), len(history.samples)
+    testable = smallest_p(m, n) <= references.history_alpha
+    if testable:
+        row.p_value = mann_whitney_p(figure.samples, history.samples)
+        if row.p_value >= references.history_alpha:
+            return "NOISY", (f"{what}, not significant (p={row.p_value:.2g}, {m} against "
+                             f"{n} samples)")
+    if noisy and not _all_outside(figure.samples, low, high, side):
+        return "NOISY", f"{what}, {noisy}"
+    if why := _disturbance(side, metric_name, figure, history):
+        return "NOISY", f"{what}, {why}"
+    test = (f"p={row.p_value:.2g}, {m} against {n} samples" if testable
+            else f"{m} against {n} samples: too few for a rank test")
+    return "FAIL", f"{what} ({test})"
+
+
+def _judge(figure: Measured, references: References, history: Baseline | None,
+           min_runs: int) -> Row:
+    row = Row(figure.name, figure.value, figure.unit, None, None, None, None, 0, "NEW", "",
+              figure.system, samples=list(figure.samples), spread=spread(figure.samples),
+              shared_cores=figure.shared_cores)
+    noisy = None
+    if row.spread is not None and row.spread > references.history_max_spread:
+        noisy = (f"its repeats spread {row.spread:.0%} of their median "
+                 f"(max_spread {references.history_max_spread:.0%})")
+    notes, outcomes = [], []
+    reference = references.lookup(figure.system, figure.name)
     if reference is not None:
         row.reference = reference.target
         row.lower_bound, row.upper_bound = reference.bounds()
-        compared = True
-        if side := _outside(value, row.lower_bound, row.upper_bound):
-            failed = True
-            notes.append(_describe(side, metric_name, "the reference"))
+        side = _outside(figure.value, row.lower_bound, row.upper_bound)
+        if side is None:
+            outcomes.append("PASS")
+        else:
+            what = _describe(side, figure.name.rsplit("/", 1)[1], "the reference")
+            low, high = row.lower_bound, row.upper_bound
+            excuse = ("the point shared cores with other work" if figure.shared_cores
+                      else None if _all_outside(figure.samples, low, high, side) else noisy)
+            outcomes.append("NOISY" if excuse else "FAIL")
+            notes.append(f"{what}, {excuse}" if excuse else what)
     if history is not None:
         row.history_median, row.history_runs = history.value, history.runs
         if history.runs < min_runs:
             notes.append(f"history of {history.runs} runs, fewer than min_runs {min_runs}: "
                          "not judged")
         else:
-            compared = True
-            tolerances = (references.history_lower, references.history_upper)
-            low, high = (None if t is None else history.value * (1 + t) for t in tolerances)
-            if side := _outside(value, low, high):
-                failed = True
-                change = (value / history.value - 1) * 100 if history.value else math.inf
-                notes.append(f"{_describe(side, metric_name, 'the history')}: "
-                             f"{change:+.0f}% vs median")
-    row.verdict = "FAIL" if failed else ("PASS" if compared else "NEW")
+            outcome, note = _against_history(figure, history, references, row, noisy)
+            outcomes.append(outcome)
+            if note:
+                notes.append(note)
+    row.verdict = next((v for v in ("FAIL", "NOISY", "PASS") if v in outcomes), "NEW")
     row.note = "; ".join(notes)
     return row
 
@@ -226,21 +324,21 @@ def _problem_rows(summary: Summary) -> Iterable[Row]:
 
 
 def evaluate(summary: Summary, references: References, systems: dict[str, str],
-             history: dict[str, dict[str, HistoryMedian]], min_runs: int | None = None
+             history: dict[str, dict[str, Baseline]], min_runs: int | None = None
              ) -> list[Row]:
     """Every verdict row: figures, failed points, invalid records, missing references.
 
     ``systems`` maps point keys to systems (:func:`point_systems`), ``history`` systems
-    to their figures' medians. A figure is judged against its history median only when
-    that median is taken over at least ``min_runs`` runs (default: the references'
+    to their figures' baselines. A figure is judged against its history only when the
+    baseline is taken over at least ``min_runs`` runs (default: the references'
     ``history.min_runs``).
     """
     min_runs = min_runs or references.history_min_runs
     figures = summary_figures(summary, references, systems)
-    rows = [_judge(n, v, u, references, s, history.get(s, {}).get(n), min_runs)
-            for n, v, u, s in figures]
+    rows = [_judge(f, references, history.get(f.system, {}).get(f.name), min_runs)
+            for f in figures]
     rows.extend(_problem_rows(summary))
-    seen = {name for name, _, _, _ in figures}
+    seen = {f.name for f in figures}
     for system in sorted(set(systems.values())):
         for key in references.exact_keys(system):
             if key not in seen:
@@ -286,12 +384,14 @@ def check(summary: Summary, references: References, system: str | None = None, *
     systems = point_systems(summary, system)
     used = sorted(set(systems.values())) or [system or default_system()]
     store = History(history_folder) if history_folder is not None else None
-    medians = {s: store.medians(s, last, exclude_run=run_id) for s in used} if store else {}
+    baselines = ({s: store.baselines(s, last, exclude_run=run_id) for s in used}
+                 if store else {})
     # asking for fewer runs than min_runs (--last 1) means: judge on what was asked for
-    rows = evaluate(summary, references, systems, medians,
+    rows = evaluate(summary, references, systems, baselines,
                     min_runs=min(references.history_min_runs, last))
     return CheckResult(rows, ",".join(used), run_id,
-                       str(history_folder) if store else None, last, appended=False)
+                       str(history_folder) if store else None, last, appended=False,
+                       max_spread=references.history_max_spread)
 
 
 def conclude(result: CheckResult, summary: Summary, *, append: bool,
@@ -319,8 +419,8 @@ def conclude(result: CheckResult, summary: Summary, *, append: bool,
 
         runs = []
         for name in sorted({r.system for r in result.rows if r.value is not None}):
-            values = {r.figure: (r.value, r.unit) for r in result.rows
-                      if r.value is not None and r.system == name}
+            values = {r.figure: Figure(r.value, r.unit, tuple(r.samples), r.shared_cores)
+                      for r in result.rows if r.value is not None and r.system == name}
             runs.append((_run_info(summary, name, result.run_id, result.verdict), values))
         if result.history_folder is not None and append and runs:
             History(result.history_folder).append_all(runs, then=write_verdict)
@@ -334,13 +434,17 @@ def _fmt(value: float | None) -> str:
 
 def format_table(result: CheckResult) -> str:
     """The verdict table as fixed-width text, with a closing summary line."""
-    header = ("FIGURE", "VALUE", "REFERENCE", "BOUNDS", "HISTORY", "VERDICT", "NOTE")
+    header = ("FIGURE", "VALUE", "SPREAD", "REFERENCE", "BOUNDS", "HISTORY", "P", "VERDICT",
+              "NOTE")
     lines = []
     for r in result.rows:
         value = "-" if r.value is None else f"{r.value:.4g} {r.unit}"
+        spread_text = "-" if r.spread is None else f"{r.spread:.0%}"
         bounds = "-" if r.reference is None else f"[{_fmt(r.lower_bound)}, {_fmt(r.upper_bound)}]"
         hist = "-" if r.history_median is None else f"{r.history_median:.4g} (n={r.history_runs})"
-        lines.append((r.figure, value, _fmt(r.reference), bounds, hist, r.verdict, r.note))
+        p_value = "-" if r.p_value is None else f"{r.p_value:.2g}"
+        lines.append((r.figure, value, spread_text, _fmt(r.reference), bounds, hist, p_value,
+                      r.verdict, r.note))
     widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header) - 1)]
     text = [
         "  ".join(cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True))
@@ -352,8 +456,9 @@ def format_table(result: CheckResult) -> str:
                f"{', this run appended' if result.appended else ''})"
                if result.history_folder else "no history")
     text.append(
-        f"# {result.verdict}: {counts['PASS']} pass, {counts['FAIL']} fail, {counts['NEW']} new, "
-        f"{counts['MISSING']} missing; system {result.system}, run {result.run_id}, {history}"
+        f"# {result.verdict}: {counts['PASS']} pass, {counts['FAIL']} fail, "
+        f"{counts['NOISY']} noisy, {counts['NEW']} new, {counts['MISSING']} missing; "
+        f"system {result.system}, run {result.run_id}, {history}"
     )
     return "\n".join(line.rstrip() for line in text)
 
@@ -376,6 +481,7 @@ def _verdict_document(result: CheckResult, references_path: str) -> dict[str, An
         "references": references_path,
         "history": {"folder": result.history_folder, "last": result.history_last,
                     "appended": result.appended},
+        "max_spread": result.max_spread,
         "counts": result.counts(),
         "figures": [asdict(row) for row in result.rows],
     }

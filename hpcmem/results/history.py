@@ -3,9 +3,12 @@
 One database, ``history.sqlite``, in the history folder. A run is identified by
 its ``run_id`` and the ``system:partition`` it ran on; it is appended in one
 transaction (all its figures or none), and appending the same run again changes
-nothing, so re-checking a summary is idempotent. The median of the last N runs is
-taken per figure over the runs of the same system, newest first, excluding the
-run being checked.
+nothing, so re-checking a summary is idempotent. Each figure is stored with its samples
+(every repeat's value) and whether its point shared cores with other work. A figure's
+:class:`Baseline` is taken over the last N runs of the same system, newest first, excluding
+the run being checked: the median of their values, their samples pooled, and how many of
+them shared cores. A store made before samples were kept gains the columns on first use;
+its figures count as one sample each, node state unknown.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HISTORY_FILE", "History", "HistoryMedian", "RunInfo"]
+__all__ = ["HISTORY_FILE", "Baseline", "Figure", "History", "RunInfo"]
 
 HISTORY_FILE = "history.sqlite"
 
@@ -43,6 +46,8 @@ CREATE TABLE IF NOT EXISTS figures (
     figure TEXT NOT NULL,
     value REAL NOT NULL,
     unit TEXT NOT NULL,
+    samples TEXT,
+    shared_cores INTEGER,
     PRIMARY KEY (run_id, system, figure),
     FOREIGN KEY (run_id, system) REFERENCES runs (run_id, system)
 );
@@ -65,12 +70,29 @@ class RunInfo:
     verdict: str
 
 
+#: columns of ``figures`` a store made by an earlier version lacks
+_ADDED_COLUMNS = {"samples": "TEXT", "shared_cores": "INTEGER"}
+
+
 @dataclass(frozen=True)
-class HistoryMedian:
-    """The median of one figure over past runs, and how many runs it was taken over."""
+class Figure:
+    """One figure of a run as stored: its value, unit, samples and node state."""
+
+    value: float
+    unit: str
+    samples: tuple[float, ...] = ()
+    shared_cores: bool | None = None
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """One figure over past runs: the median of their values, how many runs, their samples
+    pooled, and how many of those runs shared cores with other work."""
 
     value: float
     runs: int
+    samples: tuple[float, ...] = ()
+    shared_runs: int = 0
 
 
 class History:
@@ -84,10 +106,14 @@ class History:
         self.folder.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(self.file, timeout=60, isolation_level=None)
         connection.executescript(_SCHEMA)
+        have = {row[1] for row in connection.execute("PRAGMA table_info(figures)")}
+        for name, kind in _ADDED_COLUMNS.items():
+            if name not in have:
+                connection.execute(f"ALTER TABLE figures ADD COLUMN {name} {kind}")
         return connection
 
-    def medians(self, system: str, last: int, exclude_run: str) -> dict[str, HistoryMedian]:
-        """Per figure, its median over the newest ``last`` runs on ``system``, except one.
+    def baselines(self, system: str, last: int, exclude_run: str) -> dict[str, Baseline]:
+        """Per figure, its :class:`Baseline` over the newest ``last`` runs on ``system``.
 
         ``exclude_run`` (the run being checked) is left out.
         """
@@ -102,28 +128,26 @@ class History:
                     (system, exclude_run, last),
                 )
             ]
-            values: dict[str, list[float]] = {}
+            found: dict[str, list[tuple[float, str | None, int | None]]] = {}
             marks = ",".join("?" * len(runs))
             query = (
-                f"SELECT figure, value FROM figures WHERE system = ? AND run_id IN ({marks})"
+                "SELECT figure, value, samples, shared_cores FROM figures "
+                f"WHERE system = ? AND run_id IN ({marks})"
             )
-            for figure, value in db.execute(query, (system, *runs)):
-                values.setdefault(figure, []).append(value)
-        return {
-            figure: HistoryMedian(statistics.median(vals), len(vals))
-            for figure, vals in values.items()
-        }
+            for figure, value, samples, shared in db.execute(query, (system, *runs)):
+                found.setdefault(figure, []).append((value, samples, shared))
+        return {figure: _baseline(rows) for figure, rows in found.items()}
 
-    def append(self, run: RunInfo, figures: Mapping[str, tuple[float, str]],
+    def append(self, run: RunInfo, figures: Mapping[str, Figure],
                then: Callable[[bool], None] = lambda appended: None) -> bool:
-        """Record ``run`` and its ``figures`` (name -> (value, unit)) in one transaction.
+        """Record ``run`` and its ``figures`` (name -> :class:`Figure`) in one transaction.
 
         Returns False, changing nothing, when the run is already recorded. ``then`` is
         called inside the transaction with that answer; when it raises, nothing is appended.
         """
         return self.append_all([(run, figures)], then)
 
-    def append_all(self, runs: Sequence[tuple[RunInfo, Mapping[str, tuple[float, str]]]],
+    def append_all(self, runs: Sequence[tuple[RunInfo, Mapping[str, Figure]]],
                    then: Callable[[bool], None] = lambda appended: None) -> bool:
         """Record several ``(run, figures)`` (one per system) in one transaction, skipping
         runs already recorded; True when any was new. ``then`` as for :meth:`append`."""
@@ -148,7 +172,8 @@ class History:
                         ),
                     )
                     db.executemany(
-                        "INSERT INTO figures VALUES (?, ?, ?, ?, ?)",
+                        "INSERT INTO figures (run_id, system, figure, value, unit, samples, "
+                        "shared_cores) VALUES (?, ?, ?, ?, ?, ?, ?)",
                         _figure_rows(run, figures.items()),
                     )
                     appended = True
@@ -160,8 +185,21 @@ class History:
         return appended
 
 
+def _baseline(rows: list[tuple[float, str | None, int | None]]) -> Baseline:
+    """The baseline of one figure from its stored rows (value, samples JSON, shared cores)."""
+    samples = [s for value, text, _ in rows for s in (json.loads(text) if text else [value])]
+    return Baseline(
+        value=statistics.median(value for value, _, _ in rows),
+        runs=len(rows),
+        samples=tuple(samples),
+        shared_runs=sum(1 for _, _, shared in rows if shared),
+    )
+
+
 def _figure_rows(
-    run: RunInfo, figures: Iterable[tuple[str, tuple[float, str]]]
-) -> Iterable[tuple[str, str, str, float, str]]:
-    for name, (value, unit) in figures:
-        yield run.run_id, run.system, name, float(value), unit
+    run: RunInfo, figures: Iterable[tuple[str, Figure]]
+) -> Iterable[tuple[str, str, str, float, str, str, int | None]]:
+    for name, figure in figures:
+        shared = None if figure.shared_cores is None else int(figure.shared_cores)
+        yield (run.run_id, run.system, name, float(figure.value), figure.unit,
+               json.dumps(list(figure.samples or [figure.value])), shared)

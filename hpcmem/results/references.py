@@ -7,6 +7,8 @@ The YAML file (``config/references.yaml`` documents the format in its header)::
       min_runs: 3            # judge against the history only once it holds this many
       lower: -0.5            # relative tolerance below the history median (<= 0, or null)
       upper: 0.5             # relative tolerance above it (>= 0, or null)
+      alpha: 0.05            # significance level of the rank test over repeats (0 < alpha < 1)
+      max_spread: 0.5        # (max - min) / median of a point's repeats above which it is noisy
     references:
       "<system>:<partition>":          # "*" matches any system or partition
         "<figure>": [target, lower, upper, unit]
@@ -30,6 +32,7 @@ from typing import Any
 
 from hpcmem.errors import HpcmemError
 from hpcmem.results.registry import BENCHMARKS, metric
+from hpcmem.results.samples import NOISY_SPREAD
 from hpcmem.textfiles import TextFileError, read_yaml
 
 __all__ = [
@@ -71,6 +74,8 @@ class References:
     history_min_runs: int = 3
     history_lower: float | None = -0.5
     history_upper: float | None = 0.5
+    history_alpha: float = 0.05
+    history_max_spread: float = NOISY_SPREAD
 
     def lookup(self, system: str, figure: str) -> Reference | None:
         """The reference for ``figure`` on ``system`` (``name:partition``), or None."""
@@ -164,11 +169,11 @@ def parse_references(data: Any, source: str = "references") -> References:
         raise ReferencesError(
             f"{source}: history: must be a mapping of last, min_runs, lower, upper"
         )
-    unknown = set(history) - {"last", "min_runs", "lower", "upper"}
+    unknown = set(history) - {"last", "min_runs", "lower", "upper", "alpha", "max_spread"}
     if unknown:
         raise ReferencesError(
             f"{source}: history: unknown key {sorted(map(str, unknown))[0]!r} "
-            "(accepted: last, min_runs, lower, upper)"
+            "(accepted: last, min_runs, lower, upper, alpha, max_spread)"
         )
     for key in ("last", "min_runs"):
         value = history.get(key, getattr(refs, f"history_{key}"))
@@ -177,6 +182,14 @@ def parse_references(data: Any, source: str = "references") -> References:
                 f"{source}: history.{key}: {value!r} is not a whole number >= 1"
             )
         setattr(refs, f"history_{key}", value)
+    alpha = _number(history.get("alpha", refs.history_alpha), f"{source}: history.alpha")
+    if alpha is None or not 0 < alpha < 1:
+        raise ReferencesError(f"{source}: history.alpha: {alpha!r} must lie in (0, 1)")
+    spread = _number(history.get("max_spread", refs.history_max_spread),
+                     f"{source}: history.max_spread")
+    if spread is None or spread <= 0:
+        raise ReferencesError(f"{source}: history.max_spread: {spread!r} must be > 0")
+    refs.history_alpha, refs.history_max_spread = alpha, spread
     refs.history_lower, refs.history_upper = _tolerances(
         history.get("lower", refs.history_lower),
         history.get("upper", refs.history_upper),
