@@ -32,17 +32,20 @@ def _verdict_section(verdict: dict[str, Any]) -> str:
                 f'{html.escape(str(verdict.get("checked_at")))}.</p>')
 
     def shaped(items: list[dict[str, Any]]) -> list[list[Any]]:
-        return [[r["figure"], r["value"], r["unit"], r["reference"], r["lower_bound"],
-                 r["upper_bound"], r["history_median"], badge(r["verdict"]),
-                 html.escape(r["note"])] for r in items]
+        return [[r["figure"], r["value"], r["unit"], r.get("spread"), r["reference"],
+                 r["lower_bound"], r["upper_bound"], r["history_median"], r.get("p_value"),
+                 badge(r["verdict"]), html.escape(r["note"])] for r in items]
 
-    headers = ["figure", "value", "unit", "reference", "lower bound", "upper bound",
-               "history median", "verdict", "note"]
-    kinds = ["key", "num", "text", "num", "num", "num", "num", "raw", "raw"]
-    notable = [r for r in rows if r["verdict"] in ("FAIL", "MISSING")]
+    headers = ["figure", "value", "unit", "spread", "reference", "lower bound", "upper bound",
+               "history median", "p", "verdict", "note"]
+    kinds = ["key", "num", "text", "num", "num", "num", "num", "num", "num", "raw", "raw"]
+    notable = [r for r in rows if r["verdict"] in ("FAIL", "NOISY", "MISSING")]
     parts = [headline]
     if notable:
-        parts.append("<h3>Failures and missing figures</h3>")
+        parts.append("<h3>Failures, noisy and missing figures</h3>")
+        parts.append('<p class="note">NOISY: outside a band, but not told apart from noise '
+                     '(repeats too spread, not significant, or the node shared its cores); '
+                     'listed, not a failure.</p>')
         parts.append(table(headers, shaped(notable), kinds))
     parts.append(f"<details><summary>All {len(rows)} checked figures</summary>"
                  f"{table(headers, shaped(rows), kinds)}</details>")
