@@ -7,13 +7,19 @@ system:partition the point was measured in (its Slurm partition; --system for al
 points; falling back to system:* and *:*), and with the median of the
 last N runs in the history store (--history DIR; this run is appended after
 checking, once per run_id, and only when the verdict could be written too).
-Prints a verdict table; --verdict-out writes it as JSON for `hpcmem report --verdict`.
+Against the history a figure regresses only when it is beyond tolerance AND its
+repeats differ significantly from the history's (Mann-Whitney U); a figure outside a
+band that cannot be told from noise (repeats too spread, not significant, the node
+shared its cores) is NOISY: listed, not a failure.
+Prints the verdict table; with --table-out the table goes to that file and the
+terminal gets a short summary (counts, failing and noisy figures). --verdict-out
+writes the verdict as JSON for `hpcmem report --verdict`.
 
-Exit status: 0 when every figure is within tolerance, 1 on a regression (a figure
-out of bounds in either direction, a failed point, an invalid record), 2 on bad
-input (references file, summary folder, options, a --verdict-out or --history that
-cannot be written: checked before anything is compared). Quiet apart from the table: fit
-for cron and scrontab.
+Exit status: 0 when no figure regressed (NOISY ones included), 1 on a regression (a
+figure out of bounds in either direction, a failed point, an invalid record), 2 on bad
+input (references file, summary folder, options, a --verdict-out, --table-out or
+--history that cannot be written: checked before anything is compared). Quiet apart from
+the table: fit for cron and scrontab.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "its records were measured in, else where the check runs: Slurm's "
                         "cluster:partition or HOST:default)")
     parser.add_argument("--verdict-out", metavar="FILE", help="write the verdict as JSON")
+    parser.add_argument("--table-out", metavar="FILE",
+                        help="write the full verdict table here and print a short summary")
     parser.add_argument("--no-append", action="store_true",
                         help="compare with the history but do not append this run to it")
 
@@ -59,14 +67,17 @@ def run(args: argparse.Namespace) -> int:
         conclude,
         format_table,
         requested_system,
+        verdict_document,
     )
     from hpcmem.results.references import ReferencesError, load_references
+    from hpcmem.results.verdict_summary import summary_lines
 
     with bad_input(CheckError, where="--system"):
         system = requested_system(args.system)
-    with bad_input(OutputPathError, where="--verdict-out"):
-        if args.verdict_out:
-            check_output_file(args.verdict_out)
+    for option, path in (("--verdict-out", args.verdict_out), ("--table-out", args.table_out)):
+        with bad_input(OutputPathError, where=option):
+            if path:
+                check_output_file(path)
     with bad_input(OutputPathError, where="--history"):
         if args.history:
             check_output_dir(args.history)
@@ -78,10 +89,14 @@ def run(args: argparse.Namespace) -> int:
         with bad_input(CheckError, where="--last"):
             result = check(summary, references, system, history_folder=args.history,
                            last=args.last)
-        with bad_input(OutputPathError, where="--verdict-out"):
+        with bad_input(OutputPathError, where="--verdict-out or --table-out"):
             conclude(result, summary, append=not args.no_append, verdict_out=args.verdict_out,
-                     references_path=args.references)
-    print(format_table(result), flush=True)
+                     references_path=args.references, table_out=args.table_out)
+    if args.table_out:
+        document = verdict_document(result, args.references)
+        print("\n".join(summary_lines(document, table=args.table_out)), flush=True)
+    else:
+        print(format_table(result), flush=True)
     return 1 if result.verdict == "FAIL" else 0
 
 

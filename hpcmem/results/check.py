@@ -34,7 +34,7 @@ import os
 import re
 from collections.abc import Iterable
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,7 @@ __all__ = [
     "read_verdict",
     "requested_system",
     "summary_figures",
+    "verdict_document",
 ]
 
 _SYSTEM = re.compile(r"^[^:\s]+:[^:\s]+$")
@@ -279,6 +280,8 @@ def _judge(figure: Measured, references: References, history: Baseline | None,
     row = Row(figure.name, figure.value, figure.unit, None, None, None, None, 0, "NEW", "",
               figure.system, samples=list(figure.samples), spread=spread(figure.samples),
               shared_cores=figure.shared_cores)
+    if references.history_shared_cores == "judge":  # recorded, but no excuse
+        figure = replace(figure, shared_cores=None)
     noisy = None
     if row.spread is not None and row.spread > references.history_max_spread:
         noisy = (f"its repeats spread {row.spread:.0%} of their median "
@@ -395,9 +398,11 @@ def check(summary: Summary, references: References, system: str | None = None, *
 
 
 def conclude(result: CheckResult, summary: Summary, *, append: bool,
-             verdict_out: str | os.PathLike[str] | None, references_path: str) -> None:
+             verdict_out: str | os.PathLike[str] | None, references_path: str,
+             table_out: str | os.PathLike[str] | None = None) -> None:
     """Append the run to the history, once per system its points ran in (when ``append``
-    and the check had one), and write the verdict file: both or neither. The verdict is
+    and the check had one), and write the verdict file (and the table, ``table_out``, as
+    :func:`format_table` prints it): all or none. The verdict is
     written in full under a temporary name inside the history's transaction, the
     transaction committed, and only then the verdict renamed into place: a failure to
     write the verdict appends nothing, a failure to append leaves no verdict.
@@ -406,16 +411,22 @@ def conclude(result: CheckResult, summary: Summary, *, append: bool,
     ``OSError`` for the history store.
     """
     with ExitStack() as stack:
-        handle = None
-        if verdict_out is not None:
-            stack.enter_context(write_errors(verdict_out))
-            handle = stack.enter_context(atomic_open(Path(verdict_out)))
+        handles = {}
+        for path in (verdict_out, table_out):
+            if path is not None:
+                stack.enter_context(write_errors(path))
+                handles[path] = stack.enter_context(atomic_open(Path(path)))
 
         def write_verdict(appended: bool) -> None:
             result.appended = appended
-            if handle is not None:  # an OSError here must not pass for the history's
-                with write_errors(verdict_out or ""):
-                    _write_json(handle, _verdict_document(result, references_path))
+            # an OSError here must not pass for the history's
+            if verdict_out is not None:
+                with write_errors(verdict_out):
+                    _write_json(handles[verdict_out],
+                                verdict_document(result, references_path))
+            if table_out is not None:
+                with write_errors(table_out):
+                    _write_text(handles[table_out], format_table(result) + "\n")
 
         runs = []
         for name in sorted({r.system for r in result.rows if r.value is not None}):
@@ -465,14 +476,18 @@ def format_table(result: CheckResult) -> str:
 
 def _write_json(handle: Any, document: dict[str, Any]) -> None:
     """``document`` written and flushed to disk, so that a full disk shows here."""
-    json.dump(document, handle, indent=1)
-    handle.write("\n")
+    _write_text(handle, json.dumps(document, indent=1) + "\n")
+
+
+def _write_text(handle: Any, text: str) -> None:
+    """``text`` written and flushed to disk, so that a full disk shows here."""
+    handle.write(text)
     handle.flush()
     os.fsync(handle.fileno())
 
 
-def _verdict_document(result: CheckResult, references_path: str) -> dict[str, Any]:
-    """The verdict file's content, for ``hpcmem report --verdict``."""
+def verdict_document(result: CheckResult, references_path: str) -> dict[str, Any]:
+    """The verdict file's content, for ``hpcmem report --verdict`` and the summary lines."""
     return {
         "verdict": result.verdict,
         "system": result.system,

@@ -9,6 +9,7 @@ The YAML file (``config/references.yaml`` documents the format in its header)::
       upper: 0.5             # relative tolerance above it (>= 0, or null)
       alpha: 0.05            # significance level of the rank test over repeats (0 < alpha < 1)
       max_spread: 0.5        # (max - min) / median of a point's repeats above which it is noisy
+      shared_cores: noisy    # a point that shared cores, outside a band: noisy, or judge it
     references:
       "<system>:<partition>":          # "*" matches any system or partition
         "<figure>": [target, lower, upper, unit]
@@ -44,6 +45,11 @@ __all__ = [
 ]
 
 
+_HISTORY_KEYS = ("last", "min_runs", "lower", "upper", "alpha", "max_spread", "shared_cores")
+#: accepted values of history.shared_cores
+SHARED_CORES = ("noisy", "judge")
+
+
 class ReferencesError(HpcmemError, ValueError):
     """A references file that cannot be used; the message names the field."""
 
@@ -76,6 +82,8 @@ class References:
     history_upper: float | None = 0.5
     history_alpha: float = 0.05
     history_max_spread: float = NOISY_SPREAD
+    #: what a figure outside a band gets when its point shared cores: NOISY, or judged anyway
+    history_shared_cores: str = "noisy"
 
     def lookup(self, system: str, figure: str) -> Reference | None:
         """The reference for ``figure`` on ``system`` (``name:partition``), or None."""
@@ -169,11 +177,11 @@ def parse_references(data: Any, source: str = "references") -> References:
         raise ReferencesError(
             f"{source}: history: must be a mapping of last, min_runs, lower, upper"
         )
-    unknown = set(history) - {"last", "min_runs", "lower", "upper", "alpha", "max_spread"}
+    unknown = set(history) - {*_HISTORY_KEYS}
     if unknown:
         raise ReferencesError(
             f"{source}: history: unknown key {sorted(map(str, unknown))[0]!r} "
-            "(accepted: last, min_runs, lower, upper, alpha, max_spread)"
+            f"(accepted: {', '.join(_HISTORY_KEYS)})"
         )
     for key in ("last", "min_runs"):
         value = history.get(key, getattr(refs, f"history_{key}"))
@@ -190,6 +198,11 @@ def parse_references(data: Any, source: str = "references") -> References:
     if spread is None or spread <= 0:
         raise ReferencesError(f"{source}: history.max_spread: {spread!r} must be > 0")
     refs.history_alpha, refs.history_max_spread = alpha, spread
+    shared = history.get("shared_cores", refs.history_shared_cores)
+    if shared not in SHARED_CORES:
+        raise ReferencesError(f"{source}: history.shared_cores: {shared!r} is not one of "
+                              f"{', '.join(SHARED_CORES)}")
+    refs.history_shared_cores = shared
     refs.history_lower, refs.history_upper = _tolerances(
         history.get("lower", refs.history_lower),
         history.get("upper", refs.history_upper),

@@ -34,12 +34,13 @@ rule check_regressions:
         hpcmem=get_hpcmem,
         history=config["check"]["history"],
     shell:
+        # The full table goes to {output.verdict}, the short summary to the log.
         # Exit status 1 is a verdict (a regression), not a failure of this rule: it is kept in
         # {output.status} and turned into the workflow's exit status by report_verdict below.
         # Status 2 (bad input) and above fail the rule.
         "status=0; {params.hpcmem:q} check {input.summary:q} --references {input.references:q}"
         " --history {params.history:q} --verdict-out {output.verdict_json:q}"
-        " > {output.verdict:q} 2> {log:q} || status=$?;"
+        " --table-out {output.verdict:q} > {log:q} 2>&1 || status=$?;"
         " if [ $status -gt 1 ]; then cat {log:q} >&2; exit $status; fi;"
         " echo $status > {output.status:q}"
 

@@ -11,7 +11,10 @@ from snakemake.logging import logger
 from snakemake.utils import validate
 
 from hpcmem.node.planned import BINDINGS
+from hpcmem.node.state import YIELD_ENV
+from hpcmem.results.check import read_verdict
 from hpcmem.results.records import git_sha
+from hpcmem.results.verdict_summary import summary_lines
 from hpcmem.um import PRESETS
 from hpcmem.units import parse_size as size_bytes
 from hpcmem.workflow.container_images import ImageRef
@@ -175,12 +178,15 @@ def train_points():
 
 
 def get_run_env(wildcards):
-    """VAR=value words for ``env``: run id, commit, and MEMKIND_HBW_NODES when HBW is emulated."""
+    """VAR=value words for ``env``: run id, commit, MEMKIND_HBW_NODES when HBW is emulated,
+    and Open MPI's yield-when-idle when collectives.yield_when_idle asks for it."""
     words = [f"HPCMEM_RUN_ID={config['run_id']}"]
     if GIT_SHA:
         words.append(f"HPCMEM_GIT_SHA={GIT_SHA}")
     if config["collectives"]["emulate_hbw"] is not None:
         words.append(f"MEMKIND_HBW_NODES={config['collectives']['emulate_hbw']}")
+    if config["collectives"]["yield_when_idle"]:
+        words.append(f"{YIELD_ENV}=1")
     return words
 
 
@@ -197,7 +203,7 @@ def get_collectives_options(wildcards):
     for key in ("iterations", "warmup"):
         if sweep[key] is not None:
             options += [f"--{key}", str(sweep[key])]
-    return options
+    return options + ["--repeats", str(sweep["repeats"])]
 
 
 def get_policy(wildcards):
@@ -333,17 +339,17 @@ def get_all_records(wildcards):
 
 
 def report_verdict():
-    """When this invocation asked for the verdict: print where the report and the verdict
-    are, and fail the workflow on a regression (check.fail_on_regression)."""
+    """When this invocation asked for the verdict: print its short summary (counts, failing
+    and noisy figures, where the report and the full table are), and fail the workflow on a
+    regression (check.fail_on_regression)."""
     if not any(job.rule.name == "check_regressions" for job in workflow.dag.jobs):
         return
     report_html = rules.render_report.output.report
     verdict_table = rules.check_regressions.output.verdict
-    if os.path.exists(report_html):
-        print(f"\nhpcmem: report  {os.path.abspath(report_html)}")
-    print(f"hpcmem: verdict {os.path.abspath(verdict_table)}\n")
-    with open(verdict_table) as table:
-        print(table.read())
+    verdict = read_verdict(rules.check_regressions.output.verdict_json)
+    report = os.path.abspath(report_html) if os.path.exists(report_html) else None
+    print("\n" + "\n".join(summary_lines(verdict, report=report,
+                                          table=os.path.abspath(verdict_table))) + "\n")
     with open(rules.check_regressions.output.status) as status:
         regression = status.read().strip() != "0"
     if regression and config["check"]["fail_on_regression"]:
