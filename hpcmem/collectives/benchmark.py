@@ -324,7 +324,7 @@ def _node_mark(ctx: _Context, load_before: list[float] | None = None) -> dict[st
 
 def _crowded(ctx: _Context) -> bool:
     """Whether the ranks outnumber their CPUs not busy with other work, measured while every
-    rank sleeps for a moment; rank 0 says so (OSU text and stderr) before anything is timed."""
+    rank sleeps for a moment; rank 0 says so on stderr before anything is timed."""
     ctx.busy = BusyCpus(ctx.cpus, ctx.ranks) if ctx.rank == 0 else None
     ctx.comm.Barrier()
     _node_mark(ctx)
@@ -340,7 +340,6 @@ def _crowded(ctx: _Context) -> bool:
                "(collectives.yield_when_idle) on shared nodes")
     note = (f"{ctx.ranks} ranks on {len(ctx.cpus)} CPUs, {other:.1f} of them busy with other "
             f"work: ranks share cores, latencies include waiting ({waiting})")
-    ctx.emit(osu.note_line("warning", note))
     print(f"hpcmem collectives: warning: {note}", file=sys.stderr, flush=True)
     return True
 
