@@ -29,6 +29,7 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -92,7 +93,7 @@ def check(summary: Path, history: Path, references: Path, append: bool) -> dict[
 
 def judged(verdict: dict[str, Any]) -> dict[str, Any]:
     """What one run's verdict says: counts, and the figures that failed."""
-    failed = [f["figure"] for f in verdict["figures"] if f["verdict"] == "FAIL"]
+    failed = {f["figure"]: f["note"] for f in verdict["figures"] if f["verdict"] == "FAIL"}
     return {"verdict": verdict["verdict"], "counts": verdict["counts"], "failed": failed}
 
 
@@ -140,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--references", type=Path, default=REPO / "config" / "references.yaml")
     parser.add_argument("--out", type=Path, help="also write the JSON document here")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the load on the way out
     conditions = args.conditions.split(",")
     if set(conditions) - set(CONDITIONS) or args.clean < 1 or args.injected < 1:
         parser.error("--conditions: quiet, busy; --clean and --injected: at least 1")

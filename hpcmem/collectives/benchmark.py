@@ -6,8 +6,9 @@ does), writes them (inputs with rank-dependent values, receive buffers with a
 sentinel), and for each size checks one call against the NumPy reference
 before timing anything, and the result buffer again after the timed iterations (outside the
 timed region), so a collective that goes wrong only while timed fails the point too. Each
-point is timed in ``Options.repeats`` independent loops; its record keeps every repeat's
-figures (``repeats``) and their medians, and the node state around them (``node``).
+point is timed in ``Options.repeats`` independent loops, in rounds over the sizes of an op
+and buffer kind; its record keeps every repeat's figures (``repeats``) and their medians,
+and the node state around them (``node``).
 Before the first point the ranks sleep for a moment while rank 0 measures how busy their
 CPUs are: when the ranks outnumber the free ones, it says so before anything is timed.
 Rank 0 emits OSU-style text through ``emit`` and returns the records; the other ranks
@@ -222,15 +223,27 @@ def _allocate(
     return send, recv
 
 
-def _point(
-    ctx: _Context,
-    op: Op,
-    kind: str,
-    size: int,
-    send_full: np.ndarray | None,
-    recv_full: np.ndarray | None,
-) -> None:
-    """Check, time and record one size."""
+@dataclass
+class _Point:
+    """One size of an op and buffer kind on this rank: its calls, result and repeats so far."""
+
+    size: int
+    call: Callable[[], Any]  # the collective, prebound
+    timed: Callable[[], Any]  # what the timed loop calls (the same, unless a test slows it)
+    send: np.ndarray | None
+    recv: np.ndarray | None
+    result: np.ndarray | None
+    reference: Any
+    iterations: int
+    warmup: int
+    reason: str | None = None  # why its result is wrong, on this rank
+    load_before: list[float] | None = None
+    repeats: list[timing.Latency] = field(default_factory=list)
+
+
+def _prepare(ctx: _Context, op: Op, size: int, send_full: np.ndarray | None,
+             recv_full: np.ndarray | None) -> _Point:
+    """Bind one size and check one call against the NumPy reference, before any timing."""
     from mpi4py import MPI
 
     comm, rank, ranks = ctx.comm, ctx.rank, ctx.ranks
@@ -241,25 +254,35 @@ def _point(
     if recv is not None:
         recv.fill(SENTINEL)
     call = op.bind(comm, send, recv, count, ranks, ROOT, MPI)
-    result = recv if recv is not None else send
-    reference = op.reference(count, ranks, rank, ROOT)
-    call()
-    reason = check(op.name, result, reference)
-    iterations, warmup = osu_counts(size, ctx.options.iterations, ctx.options.warmup)
+    timed = call
     if ctx.options.slowdown and ctx.options.slowdown[0] == op.name:
-        call = slowdown.slowed(call, ctx.options.slowdown[1])
-    load_before = load_average()
-    repeats = [
-        timing.across_ranks(
-            comm, timing.rank_latency(comm, call, iterations, warmup, separate=op.sized))
-        for _ in range(ctx.options.repeats)
-    ]
-    node = _node_mark(ctx, load_before)
-    if reason is None and (after := check(op.name, result, reference)):  # outside the timing
-        reason = f"after the timed iterations: {after}"
-    reasons = comm.gather(reason, root=0)
-    placements = comm.gather([_placement(send), _placement(recv)], root=0)
-    if rank != 0:
+        timed = slowdown.slowed(call, ctx.options.slowdown[1])
+    iterations, warmup = osu_counts(size, ctx.options.iterations, ctx.options.warmup)
+    point = _Point(size, call, timed, send, recv, recv if recv is not None else send,
+                   op.reference(count, ranks, rank, ROOT), iterations, warmup)
+    call()
+    point.reason = check(op.name, point.result, point.reference)
+    return point
+
+
+def _time_once(ctx: _Context, op: Op, point: _Point) -> None:
+    """One repeat of ``point``: the full timed loop, then its result checked again (outside
+    the timed region), so a collective that goes wrong only while timed fails the point."""
+    if not point.repeats:
+        point.load_before = load_average()
+    seconds = timing.rank_latency(ctx.comm, point.timed, point.iterations, point.warmup,
+                                  separate=op.sized)
+    point.repeats.append(timing.across_ranks(ctx.comm, seconds))
+    if point.reason is None and (after := check(op.name, point.result, point.reference)):
+        point.reason = f"after the timed iterations: {after}"
+
+
+def _finish(ctx: _Context, op: Op, kind: str, point: _Point) -> None:
+    """Record one size (rank 0) and print its OSU row."""
+    node = _node_mark(ctx, point.load_before)
+    reasons = ctx.comm.gather(point.reason, root=0)
+    placements = ctx.comm.gather([_placement(point.send), _placement(point.recv)], root=0)
+    if ctx.rank != 0:
         return
     failures = [f"rank {r}: {text}" for r, text in enumerate(reasons) if text]
     status, why = ("failed", "; ".join(failures)) if failures else ("ok", None)
@@ -268,18 +291,18 @@ def _point(
             ctx,
             op,
             kind,
-            size,
+            point.size,
             status,
             why,
             node=node,
             placement=merge_placements([p for pair in placements for p in pair]),
-            **_repeat_fields(op, size, ranks, repeats),
+            **_repeat_fields(op, point.size, ctx.ranks, point.repeats),
             validated=not failures,
         )
     )
-    ctx.emit(osu.row(op, size, timing.median_latency(repeats), iterations))
+    ctx.emit(osu.row(op, point.size, timing.median_latency(point.repeats), point.iterations))
     if failures:
-        ctx.emit(osu.note_line("failed", why, size if op.sized else None))
+        ctx.emit(osu.note_line("failed", why, point.size if op.sized else None))
 
 
 def _run_op_buffer(ctx: _Context, op: Op, kind: str) -> None:
@@ -303,9 +326,15 @@ def _run_op_buffer(ctx: _Context, op: Op, kind: str) -> None:
             merged = merge_placements([p for pair in placements for p in pair])
             for line in osu.header_lines(op, describe(kind, merged, ctx.memory)):
                 ctx.emit(line)
-        for size in _op_sizes(ctx, op):
-            _point(ctx, op, kind, size, send, recv)
-        del send, recv  # before ExitStack frees MPI.Alloc_mem memory
+        points = [_prepare(ctx, op, size, send, recv) for size in _op_sizes(ctx, op)]
+        # repeats in rounds over the sizes: a burst of other work on the node then hits one
+        # repeat of several points (spread), not every repeat of one point (a false change)
+        for _ in range(ctx.options.repeats):
+            for point in points:
+                _time_once(ctx, op, point)
+        for point in points:
+            _finish(ctx, op, kind, point)
+        del send, recv, points  # before ExitStack frees MPI.Alloc_mem memory
 
 
 def _run_id(options: Options) -> str:
