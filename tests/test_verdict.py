@@ -23,7 +23,8 @@ from hpcmem.results.verdict_summary import summary_lines
 
 FIXTURE = Path(__file__).parent / "fixtures" / "records" / "collectives" / "rep1.jsonl"
 FIGURE = "collectives/allreduce/numpy/float32/ranks=2/binding=cores/size=8/latency_us.avg"
-QUIET = [1.00, 1.04, 0.97]
+#: three quiet runs of three repeats, all distinct (ties would leave the exact test)
+QUIET = [[1.00, 1.04, 0.97], [0.98, 1.02, 1.01], [1.03, 0.99, 1.005]]
 
 
 def point_run(tmp_path: Path, run_id: str, day: int, latencies: list[float],
@@ -79,7 +80,7 @@ def history_of(tmp_path: Path, refs: Path, runs: list[list[float]], shared: bool
 
 
 def test_a_significant_slowdown_beyond_tolerance_fails(tmp_path: Path, refs: Path) -> None:
-    history = history_of(tmp_path, refs, [QUIET, [0.98, 1.02, 1.01], [1.03, 0.99, 1.005]])
+    history = history_of(tmp_path, refs, QUIET)
     code, out = check(point_run(tmp_path, "slow", 9, [2.0, 2.1, 1.95]), refs, history)
     row = verdict_row(out)
     assert code == 1 and " FAIL " in row
@@ -96,7 +97,7 @@ def test_beyond_tolerance_but_not_significant_is_noisy(tmp_path: Path, refs: Pat
 
 def test_repeats_that_disagree_are_noisy_unless_all_of_them_are_slow(tmp_path: Path,
                                                                      refs: Path) -> None:
-    history = history_of(tmp_path, refs, [QUIET] * 3)
+    history = history_of(tmp_path, refs, QUIET)
     code, out = check(point_run(tmp_path, "spread", 9, [1.2, 2.0, 9.0]), refs, history,
                       "--no-append")
     assert code == 0 and "repeats spread 390% of their median" in verdict_row(out)
@@ -106,13 +107,13 @@ def test_repeats_that_disagree_are_noisy_unless_all_of_them_are_slow(tmp_path: P
 
 def test_shared_cores_explain_a_slowdown_only_against_a_quiet_history(tmp_path: Path,
                                                                       refs: Path) -> None:
-    quiet = history_of(tmp_path / "q", refs, [QUIET] * 3)
+    quiet = history_of(tmp_path / "q", refs, QUIET)
     busy_run = [3.0, 3.2, 3.1]
     code, out = check(point_run(tmp_path, "busy", 9, busy_run, shared=True), refs, quiet)
     assert code == 0 and "shared cores with other work, the history's runs did not" in (
         verdict_row(out))
     # against a history measured beside the same load, the same slowdown is a regression
-    busy = history_of(tmp_path / "b", refs, [QUIET] * 3, shared=True)
+    busy = history_of(tmp_path / "b", refs, QUIET, shared=True)
     code, out = check(point_run(tmp_path, "busy2", 9, busy_run, shared=True), refs, busy)
     assert code == 1 and " FAIL " in verdict_row(out)
 

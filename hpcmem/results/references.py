@@ -7,7 +7,7 @@ The YAML file (``config/references.yaml`` documents the format in its header)::
       min_runs: 3            # judge against the history only once it holds this many
       lower: -0.5            # relative tolerance below the history median (<= 0, or null)
       upper: 0.5             # relative tolerance above it (>= 0, or null)
-      alpha: 0.05            # significance level of the rank test over repeats (0 < alpha < 1)
+      alpha: 0.01            # significance level of the rank test over repeats (0 < alpha < 1)
       max_spread: 0.5        # (max - min) / median of a point's repeats above which it is noisy
       shared_cores: noisy    # a point that shared cores, outside a band: noisy, or judge it
     references:
@@ -80,7 +80,7 @@ class References:
     history_min_runs: int = 3
     history_lower: float | None = -0.5
     history_upper: float | None = 0.5
-    history_alpha: float = 0.05
+    history_alpha: float = 0.01
     history_max_spread: float = NOISY_SPREAD
     #: what a figure outside a band gets when its point shared cores: NOISY, or judged anyway
     history_shared_cores: str = "noisy"

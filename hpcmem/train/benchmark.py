@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import socket
+import time
 from typing import TYPE_CHECKING, Any
 
 from hpcmem.errors import HpcmemError
+from hpcmem.node.state import BusyCpus, load_average, node_state
 from hpcmem.train.point import TrainPoint
 from hpcmem.train.record import ok_record, unfinished_record
 
@@ -155,7 +157,13 @@ def run_point(
         gpu_budget=point.gpu_budget,
         allow_oversubscription=allow_oversubscription,
     )
-    return train_point(point, shape, data, memory, device=device, binding=binding)
+    busy = BusyCpus(tuple(binding["cpus"]), processes=1)
+    busy.mark(time.process_time())
+    load_before = load_average()
+    record = train_point(point, shape, data, memory, device=device, binding=binding)
+    record["node"] = node_state(binding["cpus"], 1, load_before=load_before,
+                                other_busy_cpus=busy.mark(time.process_time()))
+    return record
 
 
 def train_point(
