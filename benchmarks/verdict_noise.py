@@ -2,7 +2,7 @@
 
 For each condition (``quiet``: nothing started beside the runs; ``busy``: one busy-loop
 process per CPU for the whole condition) it runs a small sweep (``hpcmem collectives``
-under ``mpirun -n 2``: allreduce and bcast on numpy buffers, 8 to 64 B, 3 repeats) and
+under ``mpirun -n 2``: allreduce and bcast on numpy buffers, 8 to 64 B, 5 repeats) and
 checks every run with ``hpcmem check`` against ``config/references.yaml`` and a history of
 its own, as the nightly does:
 
@@ -92,9 +92,12 @@ def check(summary: Path, history: Path, references: Path, append: bool) -> dict[
 
 
 def judged(verdict: dict[str, Any]) -> dict[str, Any]:
-    """What one run's verdict says: counts, and the figures that failed."""
-    failed = {f["figure"]: f["note"] for f in verdict["figures"] if f["verdict"] == "FAIL"}
-    return {"verdict": verdict["verdict"], "counts": verdict["counts"], "failed": failed}
+    """What one run's verdict says: counts, and the failed and noisy figures with notes."""
+    def notes(kind: str) -> dict[str, str]:
+        return {f["figure"]: f["note"] for f in verdict["figures"] if f["verdict"] == kind}
+
+    return {"verdict": verdict["verdict"], "counts": verdict["counts"], "failed": notes("FAIL"),
+            "noisy": notes("NOISY")}
 
 
 def condition_runs(condition: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -135,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--injected", type=int, default=10, help="slowed runs per condition")
     parser.add_argument("--conditions", default=",".join(CONDITIONS),
                         help="comma list of quiet, busy")
-    parser.add_argument("--repeats", type=int, default=3, help="repeats per point")
+    parser.add_argument("--repeats", type=int, default=5, help="repeats per point")
     parser.add_argument("--slowdown", default="allreduce:300",
                         help="HPCMEM_TEST_SLOWDOWN of the injected runs (OP:MICROSECONDS)")
     parser.add_argument("--references", type=Path, default=REPO / "config" / "references.yaml")

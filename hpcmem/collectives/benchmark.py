@@ -51,6 +51,9 @@ __all__ = ["describe", "exit_code", "merge_placements", "run"]
 ROOT = 0
 #: how long every rank sleeps while rank 0 measures the other work on their CPUs
 IDLE_PROBE_SECONDS = 0.2
+#: rounds over the sizes run and thrown away before the repeats: beside a CPU-heavy job the
+#: first round after the ranks slept is often slowed for milliseconds, the later ones not
+WARMUP_ROUNDS = 1
 
 
 @dataclass
@@ -329,6 +332,10 @@ def _run_op_buffer(ctx: _Context, op: Op, kind: str) -> None:
         points = [_prepare(ctx, op, size, send, recv) for size in _op_sizes(ctx, op)]
         # repeats in rounds over the sizes: a burst of other work on the node then hits one
         # repeat of several points (spread), not every repeat of one point (a false change)
+        for _ in range(WARMUP_ROUNDS):  # untimed: settles the ranks' scheduling first
+            for point in points:
+                _time_once(ctx, op, point)
+                point.repeats.clear()
         for _ in range(ctx.options.repeats):
             for point in points:
                 _time_once(ctx, op, point)
