@@ -152,6 +152,20 @@ def test_a_history_without_samples_gains_them_and_still_judges(tmp_path: Path,
     assert code == 1 and "3 against 3 samples: too few for a rank test" in verdict_row(out)
 
 
+def test_table_out_keeps_the_table_and_prints_a_short_summary(tmp_path: Path,
+                                                             refs: Path) -> None:
+    history = history_of(tmp_path, refs, QUIET)
+    table = tmp_path / "verdict.txt"
+    code, out = check(point_run(tmp_path, "slow", 9, [2.0, 2.1, 1.95]), refs, history,
+                      "--table-out", str(table))
+    assert code == 1 and " FAIL " in verdict_row(table.read_text())
+    assert out.splitlines() == [
+        "hpcmem: FAIL: 1 pass, 1 fail, 0 noisy, 0 new, 0 missing (system lab:p, run slow)",
+        f"  FAIL {FIGURE}: slower than the history (above the upper bound): +99% vs median "
+        "(p=0.0091, 3 against 9 samples)",
+        f"hpcmem: verdict {table} (every figure)"]
+
+
 @pytest.mark.parametrize(("m", "n"), [(1, 1), (2, 3), (3, 3), (3, 5), (4, 4)])
 def test_the_exact_rank_test_matches_counting_every_ordering(m: int, n: int) -> None:
     values = [0.11, 0.52, 0.23, 0.94, 0.35, 0.76, 0.47, 0.18]
