@@ -148,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     conditions = args.conditions.split(",")
     if set(conditions) - set(CONDITIONS) or args.clean < 1 or args.injected < 1:
         parser.error("--conditions: quiet, busy; --clean and --injected: at least 1")
+    where = machine()  # the commit measured: read before the runs
     work = Path(tempfile.mkdtemp(prefix="verdict-noise-"))
     try:
         results = {c: condition_runs(c, args, work) for c in conditions}
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     document = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join(["python", "benchmarks/verdict_noise.py", *(argv or sys.argv[1:])]),
-        "machine": machine(),
+        "machine": where,
         "sweep": [*SWEEP, "--repeats", str(args.repeats)],
         "slowdown": args.slowdown,
         "held": held,
