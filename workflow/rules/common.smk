@@ -347,8 +347,8 @@ def report_verdict():
     report_html = rules.render_report.output.report
     verdict_table = rules.check_regressions.output.verdict
     verdict = read_verdict(rules.check_regressions.output.verdict_json)
-    report = os.path.abspath(report_html) if os.path.exists(report_html) else None
-    print("\n" + "\n".join(summary_lines(verdict, report=report,
+    html = os.path.abspath(report_html) if os.path.exists(report_html) else None
+    print("\n" + "\n".join(summary_lines(verdict, report=html,
                                           table=os.path.abspath(verdict_table))) + "\n")
     with open(rules.check_regressions.output.status) as status:
         regression = status.read().strip() != "0"
