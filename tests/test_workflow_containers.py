@@ -12,9 +12,9 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 from container_image import BuiltImage, snakemake, without_runtime, workdir_with
 from slurm_cluster import SlurmCluster
+from slurm_site import site_profile
 
 from hpcmem.results.records import read_records, validate_record
 from hpcmem.workflow.container_images import ImageRef
@@ -165,21 +165,6 @@ def test_true_stops_the_run_naming_the_build_log(apptainer: str, tmp_path: Path)
     assert not list((tmp_path / "images").glob("*.sif"))
 
 
-def slurm_profile(folder: Path) -> Path:
-    """profiles/slurm with its SITE settings for the one-node test cluster; ranks start with
-    `srun --mpi=pmix`."""
-    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
-    profile["default-resources"]["slurm_account"] = "hpcmem"
-    resources = profile["set-resources"]
-    resources["build_wheel"]["cpus_per_task"] = 2
-    for rule in ("run_collectives", "run_collectives_native"):
-        resources[rule] = {**resources[rule], "mpi": "srun --mpi=pmix"}
-    profile.update({"slurm-init-seconds-before-status-checks": 2, "retries": 0})
-    folder.mkdir(parents=True)
-    (folder / "config.yaml").write_text(yaml.safe_dump(profile))
-    return folder
-
-
 @pytest.mark.slurm
 def test_slurm_runs_collectives_in_the_image_with_srun_pmix(
     cpu_image: BuiltImage, slurm_cluster: SlurmCluster, tmp_path: Path
@@ -187,10 +172,12 @@ def test_slurm_runs_collectives_in_the_image_with_srun_pmix(
     sweep = copy.deepcopy(SWEEP)
     sweep["collectives"].update(buffers=["hbw"], bindings=["cores", "hbw"])
     image = cpu_image.ref
-    work = workdir_with(tmp_path / "work", **sweep, container={  # native: on the local profile
-        "enabled": True, "image_dir": str(Path(image.image).parent), "compare_native": False})
-    result = snakemake(work, profile=slurm_profile(tmp_path / "profile"),
-                       env=slurm_cluster.env())  # fmt: skip
+    sweep["container"] = {"enabled": True, "image_dir": str(Path(image.image).parent),
+                          "compare_native": False}  # native: on the local profile
+    work = workdir_with(tmp_path / "work")
+    profile = site_profile(tmp_path / "profile", slurm_cluster, sweep,
+                           **{"set-resources__run_collectives__mpi": "srun --mpi=pmix"})
+    result = snakemake(work, profile=profile, env=slurm_cluster.env())
     assert result.returncode == 0, result.stdout
     assert f"srun --mpi=pmix -n 2 {image.runtime} exec --bind {work}" in result.stdout
     job_ids = set()
