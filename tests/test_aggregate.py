@@ -103,7 +103,7 @@ def test_outputs_complete_and_no_temporary_files(everything: tuple[Path, pd.Data
 
 def test_a_failing_write_leaves_no_file(tmp_path: Path) -> None:
     loaded = load_records([FIXTURES / "collectives" / "rep1.jsonl"])
-    summary = summarize(loaded.ok)
+    summary = summarize(loaded)
     summary["run_ids"] = [{"not": "serializable"}, 1.5] + [None] * (len(summary) - 2)
     out = tmp_path / "out"
     with pytest.raises(Exception):  # noqa: B017 - pyarrow's own conversion error

@@ -251,7 +251,7 @@ def test_bad_references_exit_2_naming_the_field(summary: Path, tmp_path: Path, c
 
 
 def test_bad_summary_and_options_exit_2(summary: Path, tmp_path: Path) -> None:
-    refs = write_refs(tmp_path / "r.yaml", {})
+    refs = write_refs(tmp_path / "r.yaml", {}, history={"last": 5})
     code, _, err = run_check(tmp_path / "nowhere", refs)
     assert code == 2 and "SUMMARY:" in err and "no summary.parquet" in err
     code, _, err = run_check(summary, refs, "--last", "0")
@@ -269,3 +269,15 @@ def test_shipped_references_parse_and_match_the_local_sweep(summary: Path) -> No
     assert err == ""
     assert "PASS" in row_of(out, f"{HBW8}/latency_us.avg")  # 1.00 us against 1.3 -75%/+900%
     assert code == 0
+
+
+def test_a_nan_latency_is_a_failure_not_a_vanished_point(tmp_path: Path) -> None:
+    record = json.loads((FIXTURES / "collectives" / "rep1.jsonl").open().readline())
+    text = json.dumps(record)
+    nan = text.replace(f'"avg": {record["latency_us"]["avg"]}', '"avg": NaN')
+    (tmp_path / "r.jsonl").write_text(nan + "\n")
+    assert main(["aggregate", str(tmp_path / "r.jsonl"), "--out", str(tmp_path / "s")]) == 0
+    refs = write_refs(tmp_path / "r.yaml", {"collectives/*/latency_us.avg": [1.0, -0.5, 0.5, "us"]})
+    code, out, _ = run_check(tmp_path / "s", refs)
+    assert code == 1
+    assert "non-finite number NaN is not accepted" in out and "# FAIL: 0 pass, 1 fail" in out

@@ -66,9 +66,12 @@ def test_the_cluster_is_site_like_and_jobs_see_their_own_cluster(
     assert _wait_finished(slurm_cluster, job_id) == "COMPLETED"
     conf = Path((tmp_path / "job.out").read_text().strip())
     assert conf.is_relative_to(slurm_cluster.state_dir)
-    shown = slurm_cluster.run("sacct", "-n", "-X", "-P", "-j", job_id,
-                              "-o", "Partition,Account,QOS").stdout.strip()  # fmt: skip
-    assert shown == f"{slurm_cluster.other_partition}|{slurm_cluster.account}|{slurm_cluster.qos}"
+    expected = f"{slurm_cluster.other_partition}|{slurm_cluster.account}|{slurm_cluster.qos}"
+    deadline = time.monotonic() + 30  # slurmdbd fills in partition and QOS a moment later
+    while (shown := slurm_cluster.run("sacct", "-n", "-X", "-P", "-j", job_id, "-o",
+                                      "Partition,Account,QOS").stdout.strip()) != expected:
+        assert time.monotonic() < deadline, shown
+        time.sleep(0.5)
     # accounting is enforced: an unknown QOS or an account without association is refused
     for option, error in ((("--qos", "nosuch"), "Invalid qos specification"),
                           (("-A", "nosuch"), "Invalid account")):

@@ -108,7 +108,7 @@ def test_unknown_name_and_bad_yaml(tmp_path):
         load_policy("fast")
     bad = tmp_path / "bad.yaml"
     bad.write_text("params: {preferred_location: [gpu\n")
-    with pytest.raises(PolicyError, match=r"bad\.yaml: not valid YAML"):
+    with pytest.raises(PolicyError, match=r"bad\.yaml:2: not valid YAML"):
         load_policy(bad)
     empty = tmp_path / "empty.yaml"
     empty.write_text("")

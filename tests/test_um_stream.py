@@ -10,6 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
+from um_functions import Square  # noqa: E402
+
 from hpcmem.errors import HpcmemError  # noqa: E402
 from hpcmem.um import BudgetError  # noqa: E402
 from hpcmem.um.stream import BudgetTooSmall, CpuTransport, Streamer  # noqa: E402
@@ -19,21 +21,6 @@ MiB = 2**20
 #: parameters' state.
 TIGHT = 12 * MiB
 ORDER = ("params", "activations", "inputs")
-
-
-class Square(torch.autograd.Function):
-    """A custom autograd function given a parameter as input."""
-
-    @staticmethod
-    def forward(ctx, x, weight):
-        ctx.save_for_backward(x, weight)
-        return (x @ weight) ** 2
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, weight = ctx.saved_tensors
-        inner = 2 * (x @ weight) * grad
-        return inner @ weight.t(), x.t() @ inner
 
 
 class Block(nn.Module):

@@ -130,7 +130,7 @@ def rank_processes(
     workflow: subprocess.Popen, workdir: Path, target: Path, timeout: float = 300
 ) -> list[psutil.Process]:
     """The two MPI ranks of ``workflow`` writing ``target`` (in ``workdir``), once they print."""
-    osu = workdir / target.with_name(target.stem + ".osu.txt.tmp")
+    osu_pattern = target.stem + ".osu.txt.*.tmp"  # the job's own temporary name
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if workflow.poll() is not None:
@@ -141,7 +141,9 @@ def rank_processes(
             if (process.info["cwd"] == str(workdir) and str(target) in cmdline
                     and "collectives" in cmdline and "bind" not in cmdline):
                 ranks.append(process)
-        if len(ranks) == 2 and osu.exists() and osu.stat().st_size > 0:
+        written = [osu for osu in (workdir / target.parent).glob(osu_pattern)
+                   if osu.stat().st_size > 0]
+        if len(ranks) == 2 and written:
             return ranks
         time.sleep(0.2)
     raise AssertionError(f"the ranks writing {target} did not start in {timeout} s")
@@ -208,3 +210,76 @@ def test_binding_the_node_cannot_provide_is_a_skipped_record(workdir: Path):
     skipped = pd.read_csv(run / "summary" / "skipped.csv")
     assert len(skipped) == 8 and skipped["reason"].str.startswith(reason).all()
     assert escape(reason) in (run / "report" / "report.html").read_text()
+
+
+#: the orphans of a killed run, as docs/workflow.md's recovery recipe finds them
+ORPHANS = "hpcmem (bind|collectives|train)"
+
+
+def test_recipe_right_after_kill_9_of_snakemake_keeps_every_finished_point(workdir: Path):
+    (workdir / "config" / "steady.yaml").write_text(
+        "collectives:\n  iterations: 200000\n  warmup: 0\n")  # a few seconds per point
+    configs = ("--configfile", str(workdir / "config" / "config.yaml"),
+               str(workdir / "config" / "steady.yaml"))
+    points = sorted(path for op in ("allreduce", "bcast")  # the sweep of .test/config
+                    for path in (workdir / RUN / "collectives" / op).rglob("hbw.jsonl"))
+    assert len(points) == 4
+    for path in points:  # the sweep to do again
+        path.unlink()
+        path.with_name("hbw.osu.txt").unlink()
+    for step in ("summary", "report", "check"):
+        shutil.rmtree(workdir / RUN / step)
+    started = time.time()
+    log = workdir / "killed-run.log"
+    with log.open("w") as out:  # its own process group, as a shell's job control gives it
+        workflow = subprocess.Popen(command(workdir, *configs), stdout=out,
+                                    stderr=subprocess.STDOUT, env=environment(), cwd=REPO,
+                                    start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        # a point finished (and Snakemake said so) while the next one runs
+        if " steps (" in log.read_text() and _orphans(workflow.pid):
+            break
+        assert workflow.poll() is None, log.read_text()
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"no point finished while another ran:\n{log.read_text()}")
+    os.kill(workflow.pid, signal.SIGKILL)  # snakemake alone: its jobs live on
+    workflow.wait(timeout=30)
+    done_before = log.read_text().count(" steps (")
+    kept = {p: p.read_bytes() for p in points if p.exists() and p.stat().st_mtime > started}
+    assert len(kept) >= done_before >= 1
+
+    # The recipe, at once: end the orphans' process group, unlock, rerun.
+    found = subprocess.run(["pgrep", "-f", ORPHANS], capture_output=True, text=True)
+    groups = {os.getpgid(int(pid)) for pid in found.stdout.split() if _alive(int(pid))}
+    assert workflow.pid in groups  # the recipe finds the killed run's group
+    subprocess.run(["kill", "-TERM", "--", f"-{workflow.pid}"], check=True)
+    assert snakemake(workdir, "--unlock").returncode == 0
+    result = snakemake(workdir, *configs)
+    assert result.returncode == 0, result.stdout
+    assert not _orphans(workflow.pid)
+    for path in points:
+        assert {r["status"] for r in read_records(path)} == {"ok"}, path
+    # the points Snakemake saw finish are kept as they were, not redone
+    assert result.stdout.count("rule run_collectives:") <= len(points) - done_before
+    assert len([p for p, data in kept.items() if p.read_bytes() != data]) <= len(kept) - done_before
+    # the terminated orphans removed their temporary files (SIGKILL alone leaves them)
+    assert [tmp for path in points for tmp in path.parent.glob("*.tmp")] == []
+
+
+def _alive(pid: int) -> bool:
+    return psutil.pid_exists(pid)
+
+
+def _orphans(group: int) -> list[psutil.Process]:
+    """The hpcmem processes left in process group ``group``."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if os.getpgid(process.pid) == group and "collectives" in (process.info["cmdline"]
+                                                                      or []):
+                found.append(process)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return found

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -158,6 +159,12 @@ def test_every_schema_key_has_type_description_and_default():
         ({"collectives": {"custom_bindings": {"n0": "--membind=0 --cpubind=0"}}}, "does not match"),
         ({"collectives": {"custom_bindings": {"Bad-Name": "--membind=0"}}}, "does not match"),
         ({"collectives": {"emulate_hbw": "node0"}}, "is not valid under any of the given schemas"),
+        ({"output_dir": "/etc"}, "'/etc' does not match"),
+        ({"output_dir": "../../../../etc"}, "'../../../../etc' does not match"),
+        ({"output_dir": "results/../../etc"}, "'results/../../etc' does not match"),
+        ({"output_dir": ".."}, "'..' does not match"),
+        ({"check": {"history": "/etc"}}, "'/etc' does not match"),
+        ({"check": {"history": "results/.."}}, "'results/..' does not match"),
     ],
 )
 def test_bad_values_are_rejected_naming_the_value(config: dict, message: str):
@@ -166,7 +173,8 @@ def test_bad_values_are_rejected_naming_the_value(config: dict, message: str):
     text = str(error.value)
     assert message in text
     section, fields = next(iter(config.items()))
-    location = f"['{section}']" + (f"['{next(iter(fields))}']" if fields else "")
+    nested = isinstance(fields, dict) and fields
+    location = f"['{section}']" + (f"['{next(iter(fields))}']" if nested else "")
     assert location in text or "was unexpected" in message  # names the field or the key
 
 
@@ -230,12 +238,23 @@ def test_injection_through_snakemake_stops_before_anything_runs(workdir, path, p
          "config collectives.min_size: larger than collectives.max_size"),
         ({"collectives": {"enabled": False}, "train": {"enabled": False}},
          "config collectives.enabled, train.enabled: both false, nothing to run"),
+        ({"output_dir": "a-file"}, "config output_dir: 'a-file' is a file, not a folder"),
+        ({"collectives": {"custom_bindings": {"none": "--membind=0"}}},
+         "config collectives.custom_bindings: 'none' is a built-in name"),
+        ({"train": {"policy_files": {"cuda": "config/mine.yaml"}}},
+         "config train.policy_files: 'cuda' is a built-in name"),
+        ({"check": {"history": "a-file"}},
+         "config check.history: 'a-file' is a file, not a folder"),
     ],
 )
 def test_workflow_checks_name_the_key(workdir, change, message):
+    (workdir / "a-file").write_text("not a folder\n")
     config = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
     for section, values in change.items():
-        config[section].update(values)
+        if isinstance(values, dict):
+            config[section].update(values)
+        else:
+            config[section] = values
     write_config(workdir, config)
     result = snakemake(workdir, "-n")
     assert result.returncode != 0
@@ -314,3 +333,28 @@ def test_make_run_script_starts_a_fresh_timestamped_run():
     run_id = re.search(r"^hpcmem: workflow run (\d{8}T\d{6}Z) ", result.stdout, re.MULTILINE)[1]
     assert f"results/{run_id}/build/wheelhouse" in result.stdout
     assert job_counts(result.stdout)["run_collectives"] == 12
+
+
+ALIAS_BOMB = "".join(
+    f"{name}: &{name} [{', '.join([f'*{previous}'] * 9)}]\n"
+    for previous, name in itertools.pairwise("abcdefgh")
+)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + ALIAS_BOMB.encode(),
+         "config/config.yaml:2: not valid YAML (aliases (*name) are not accepted)"),
+        (b"run_id: caf\xe9\n", "config/config.yaml: not UTF-8 text (byte 0xe9 at offset 11)"),
+        (b"\x7fELF\x02\x01\x01\x00", "config/config.yaml: not a text file (NUL byte at offset 7)"),
+    ],
+)
+def test_config_file_not_text_or_with_aliases_is_refused_at_once(workdir, content, message):
+    (workdir / "config" / "config.yaml").write_bytes(content)
+    started = time.monotonic()
+    result = snakemake(workdir, "-n", timeout=60)
+    assert time.monotonic() - started < 30
+    assert result.returncode != 0
+    assert f"config file {message}" in result.stdout
+    assert len(result.stdout) < 5000

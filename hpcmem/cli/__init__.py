@@ -2,7 +2,8 @@
 
 Each command module exposes ``HELP`` (one line), ``add_arguments(parser)`` and
 ``run(args) -> int``; it maps arguments to the domain code and the domain's errors to
-exit codes (:func:`bad_input`: 2), nothing else. Command modules import heavy
+exit codes (:func:`bad_input` and every :class:`hpcmem.errors.BadInputError`: 2),
+nothing else. Command modules import heavy
 dependencies (torch, mpi4py, pandas) inside ``run`` so that ``hpcmem --help`` stays fast.
 """
 
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from hpcmem import __version__
-from hpcmem.errors import HpcmemError
+from hpcmem.errors import BadInputError, clip
 
 #: subcommand name -> module under hpcmem.cli
 COMMANDS: dict[str, str] = {
@@ -30,7 +31,7 @@ COMMANDS: dict[str, str] = {
 }
 
 
-class UsageError(HpcmemError):
+class UsageError(BadInputError):
     """A bad option value: printed as one line, exit code 2."""
 
 
@@ -73,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args) or 0)
-    except UsageError as error:
-        print(f"hpcmem {args.command}: error: {error}", file=sys.stderr)
+    except BadInputError as error:  # a bad option, an unreadable input, an unusable output
+        print(f"hpcmem {args.command}: error: {clip(str(error))}", file=sys.stderr)
         return 2
 
 

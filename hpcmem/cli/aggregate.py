@@ -31,9 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Aggregate, then say on stderr what was left out."""
+    from hpcmem.outputs import OutputPathError
     from hpcmem.results.aggregate import aggregate
 
-    with bad_input(FileNotFoundError, PermissionError, ValueError, where="RESULTS"):
+    with bad_input(OutputPathError, where="--out"), \
+            bad_input(FileNotFoundError, PermissionError, ValueError, where="RESULTS"):
         result = aggregate(args.results, args.out)
     loaded = result.loaded
     counts = result.metadata["records"]

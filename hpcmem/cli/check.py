@@ -6,12 +6,13 @@ is compared with its reference [target, lower, upper, unit] for the
 system:partition the point was measured in (its Slurm partition; --system for all
 points; falling back to system:* and *:*), and with the median of the
 last N runs in the history store (--history DIR; this run is appended after
-checking, once per run_id).
+checking, once per run_id, and only when the verdict could be written too).
 Prints a verdict table; --verdict-out writes it as JSON for `hpcmem report --verdict`.
 
 Exit status: 0 when every figure is within tolerance, 1 on a regression (a figure
 out of bounds in either direction, a failed point, an invalid record), 2 on bad
-input (references file, summary folder, options). Quiet apart from the table: fit
+input (references file, summary folder, options, a --verdict-out or --history that
+cannot be written: checked before anything is compared). Quiet apart from the table: fit
 for cron and scrontab.
 """
 
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from hpcmem.cli import UsageError, bad_input
 
@@ -48,30 +51,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check, print the table, write the verdict; 1 on a regression."""
+    from hpcmem.outputs import OutputPathError, check_output_dir, check_output_file
     from hpcmem.results.aggregate import read_summary
     from hpcmem.results.check import (
         CheckError,
         check,
+        conclude,
         format_table,
         requested_system,
-        write_verdict,
     )
     from hpcmem.results.references import ReferencesError, load_references
 
     with bad_input(CheckError, where="--system"):
         system = requested_system(args.system)
+    with bad_input(OutputPathError, where="--verdict-out"):
+        if args.verdict_out:
+            check_output_file(args.verdict_out)
+    with bad_input(OutputPathError, where="--history"):
+        if args.history:
+            check_output_dir(args.history)
     with bad_input(ReferencesError, where="--references"):
         references = load_references(args.references)
     with bad_input(FileNotFoundError, ValueError, where="SUMMARY"):
         summary = read_summary(args.summary)
-    try:
+    with _history_errors(args.history):
         with bad_input(CheckError, where="--last"):
             result = check(summary, references, system, history_folder=args.history,
-                           last=args.last, append=not args.no_append)
-    except (sqlite3.Error, OSError) as error:
-        problem = f"not a usable history store ({error})"
-        raise UsageError(f"--history: {args.history}: {problem}") from None
+                           last=args.last)
+        with bad_input(OutputPathError, where="--verdict-out"):
+            conclude(result, summary, append=not args.no_append, verdict_out=args.verdict_out,
+                     references_path=args.references)
     print(format_table(result), flush=True)
-    if args.verdict_out:
-        write_verdict(args.verdict_out, result, args.references)
     return 1 if result.verdict == "FAIL" else 0
+
+
+@contextmanager
+def _history_errors(folder: str | None) -> Iterator[None]:
+    """A history store that cannot be read or written is bad input (exit 2), naming it."""
+    try:
+        yield
+    except (sqlite3.Error, OSError) as error:
+        raise UsageError(f"--history: {folder}: not a usable history store ({error})") from None

@@ -1,8 +1,8 @@
 """OSU-compatible latency benchmark of mpi4py collectives on NumPy, memkind and MPI buffers.
 
 Run it under a launcher: `mpirun -n 2 hpcmem collectives --op allreduce --buffer numpy,hbw`.
-Every point is checked once against a NumPy reference before it is timed; a
-wrong result marks the record `failed` and the exit code 1. Timing follows
+Every point is checked against a NumPy reference before it is timed and again after the
+timed iterations; a wrong result marks the record `failed` and the exit code 1. Timing follows
 OSU's C suite: each iteration timed alone with MPI.Wtime, a barrier between
 iterations outside the timed region, avg/min/max of the ranks' mean latencies.
 Rank 0 prints OSU-style tables (`osu_<op> -f` columns) and writes JSONL records
@@ -23,7 +23,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING
+import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from hpcmem.cli import UsageError, bad_input
 from hpcmem.collectives.buffers import BUFFER_KINDS
@@ -36,6 +38,7 @@ from hpcmem.collectives.sizes import (
     OSU_WARMUP,
     OSU_WARMUP_LARGE,
 )
+from hpcmem.outputs import OutputPathError, check_output_file, write_errors
 
 if TYPE_CHECKING:
     from hpcmem.collectives.options import Options
@@ -145,24 +148,61 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
 
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    problem = _agreed(comm, lambda: args.output and check_output_file(args.output))
+    if problem:
+        if rank == 0:
+            raise UsageError(f"--output: {problem}")
+        return 2
+    try:
+        return _measure_and_write(comm, options, args.output)
+    except Exception:  # any rank failing alone would leave the others waiting forever
+        if comm.Get_size() == 1:
+            raise
+        traceback.print_exc()
+        sys.stderr.flush()
+        comm.Abort(1)
+        raise
+
+
+def _agreed(comm: Any, step: Callable[[], Any]) -> str | None:
+    """Run ``step`` on rank 0; every rank gets its OutputPathError message, or None."""
+    problem = None
+    if comm.Get_rank() == 0:
+        try:
+            step()
+        except OutputPathError as error:
+            problem = str(error)
+    return comm.bcast(problem, root=0)
+
+
+def _measure_and_write(comm: Any, options: Options, output: str | None) -> int:
+    """Measure, write the records on rank 0; every rank returns rank 0's exit code."""
     from hpcmem.collectives.benchmark import exit_code
     from hpcmem.collectives.benchmark import run as run_benchmark
     from hpcmem.results.records import write_records
 
-    comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     records = run_benchmark(comm, options, _print if rank == 0 else _discard)
-    code = 0
-    if rank == 0:
-        if args.output:
-            write_records(args.output, records)
-        code = exit_code(records)
-        if code:
-            print(
-                "hpcmem collectives: error: a result differed from its reference "
-                "(see the 'failed' lines above)",
-                file=sys.stderr,
-            )
+
+    def write() -> None:
+        if output:
+            with write_errors(output):
+                write_records(output, records)
+
+    problem = _agreed(comm, write)
+    if problem:
+        if rank == 0:
+            print(f"hpcmem collectives: error: --output: {problem}", file=sys.stderr)
+        return 2
+    code = exit_code(records) if rank == 0 else 0
+    if code:
+        print(
+            "hpcmem collectives: error: a result differed from its reference "
+            "(see the 'failed' lines above)",
+            file=sys.stderr,
+        )
     return comm.bcast(code, root=0)
 
 

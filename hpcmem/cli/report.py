@@ -32,16 +32,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Read the summary (and verdict) and write the report."""
+    from hpcmem.outputs import OutputPathError, check_output_file
     from hpcmem.results.aggregate import read_summary
     from hpcmem.results.check import VerdictError, read_verdict
     from hpcmem.results.report import write_report
 
+    with bad_input(OutputPathError, where="--out"):
+        check_output_file(args.out)
     with bad_input(VerdictError, where="--verdict"):
         verdict = read_verdict(args.verdict) if args.verdict else None
     with bad_input(FileNotFoundError, ValueError, where="SUMMARY"):
         summary = read_summary(args.summary)
     with bad_input(FileNotFoundError, ValueError, where="--native"):
         native = read_summary(args.native) if args.native else None
-    write_report(args.out, summary, verdict, native)
+    with bad_input(OutputPathError, where="--out"):
+        write_report(args.out, summary, verdict, native)
     print(f"hpcmem report: wrote {args.out}")
     return 0

@@ -17,9 +17,10 @@ that escaped routing, losses). Without a CUDA GPU the command fails, or with
 
 Counts take decimal units (125M, 1.3B, 6B); byte sizes binary units (512M, 40G).
 Exit status: 0 done (or skipped), 1 no GPU or out of memory (a `failed` record is
-written), 2 bad option value or refused oversubscription, 3 --gpu-budget below the
-least one step needs (measured by the first step; the `failed` record and the message
-name the budget and that minimum, `budget_minimum_bytes`).
+written), 2 bad option value, refused oversubscription, or an --output that cannot be
+written (checked before training), 3 --gpu-budget below the least one step needs
+(measured by the first step; the `failed` record and the message name the budget and
+that minimum, `budget_minimum_bytes`).
 """
 
 from __future__ import annotations
@@ -115,10 +116,14 @@ def _point(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Validate, refuse oversubscription, check the GPU, then train and record."""
+    from hpcmem.outputs import OutputPathError, check_output_file, write_errors
     from hpcmem.train.sizing import OversubscriptionRefused, check_oversubscribe
     from hpcmem.um import oversubscription_allowed
 
     point, policy = _point(args)
+    if args.output:
+        with bad_input(OutputPathError, where="--output"):
+            check_output_file(args.output)
     with bad_input(ValueError):
         allowed = oversubscription_allowed(args.allow_oversubscription)
     if point.oversubscribe is not None:
@@ -138,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         from hpcmem.results.records import write_records
 
-        write_records(args.output, [record])
+        with bad_input(OutputPathError, where="--output"), write_errors(args.output):
+            write_records(args.output, [record])
     print(summary_line(record))
     if record["status"] != "failed":
         return 0

@@ -4,10 +4,11 @@
 for each op and buffer kind it allocates the largest buffers once (as OSU
 does), writes them (inputs with rank-dependent values, receive buffers with a
 sentinel), and for each size checks one call against the NumPy reference
-before timing anything. Rank 0 emits OSU-style text through ``emit`` and
-returns the records; the other ranks return an empty list. With ``Options.skip_reason``
-set on any rank (the binding could not be applied there) nothing runs: every point
-becomes a ``skipped`` record with that reason.
+before timing anything, and the result buffer again after the timed iterations (outside the
+timed region), so a collective that goes wrong only while timed fails the point too.
+Rank 0 emits OSU-style text through ``emit`` and returns the records; the other ranks
+return an empty list. With ``Options.skip_reason`` set on any rank (the binding could not
+be applied there) nothing runs: every point becomes a ``skipped`` record with that reason.
 """
 
 from __future__ import annotations
@@ -196,14 +197,16 @@ def _point(
     if recv is not None:
         recv.fill(SENTINEL)
     call = op.bind(comm, send, recv, count, ranks, ROOT, MPI)
+    result = recv if recv is not None else send
+    reference = op.reference(count, ranks, rank, ROOT)
     call()
-    reason = check(
-        op.name, recv if recv is not None else send, op.reference(count, ranks, rank, ROOT)
-    )
+    reason = check(op.name, result, reference)
     iterations, warmup = osu_counts(size, ctx.options.iterations, ctx.options.warmup)
     latency = timing.across_ranks(
         comm, timing.rank_latency(comm, call, iterations, warmup, separate=op.sized)
     )
+    if reason is None and (after := check(op.name, result, reference)):  # outside the timing
+        reason = f"after the timed iterations: {after}"
     reasons = comm.gather(reason, root=0)
     placements = comm.gather([_placement(send), _placement(recv)], root=0)
     if rank != 0:

@@ -23,13 +23,17 @@ the benchmarks' own tables
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpcmem.errors import clip
+from hpcmem.outputs import check_output_dir, write_errors
 from hpcmem.results.records import atomic_open, read_lines, utc_now, validate_record
 from hpcmem.results.registry import BENCHMARKS
 
@@ -65,20 +69,104 @@ _SKIPPED_COLUMNS = ["file", "line", "benchmark", "status", "point", "reason", "r
 _REJECTED_COLUMNS = ["file", "line", "error"]
 
 
+class _Distinct:
+    """Distinct values in the order first seen (dicts and lists compared by content)."""
+
+    def __init__(self) -> None:
+        self.values: list[Any] = []
+        self._seen: set[Any] = set()
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            return
+        key = json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else value
+        if key not in self._seen:
+            self._seen.add(key)
+            self.values.append(value)
+
+
+#: metadata.json's lists of distinct values -> the record field each comes from
+_METADATA_FIELDS = {
+    "run_ids": "run_id", "hosts": "host", "git_shas": "git_sha",
+    "hpcmem_versions": "hpcmem_version", "containers": "container",
+    "slurm_job_ids": "slurm_job_id", "systems": "system",
+    **{key: name for spec in BENCHMARKS.values() for key, name in spec.metadata.items()},
+}
+#: with the point key, what makes a record one measurement: the same again is a duplicate
+_IDENTITY = ("run_id", "host", "slurm_job_id", "timestamp", "status")
+_ROW_COLUMNS = ["point", "benchmark", *_COORDINATES, "emulated", *_METRICS, "run_id", "host",
+                "system"]
+
+
 @dataclass
 class Loaded:
-    """Records read from the inputs, sorted into usable, left-out and invalid."""
+    """Records read from the inputs, one at a time: the usable ones as summary rows (one
+    list per column, strings shared), the left-out and invalid ones listed, and what the
+    run metadata needs; no record is kept whole, so memory stays well below the input's size.
+    """
 
-    ok: list[dict[str, Any]] = field(default_factory=list)
+    columns: dict[str, list[Any]] = field(
+        default_factory=lambda: {name: [] for name in _ROW_COLUMNS})
     skipped: list[dict[str, Any]] = field(default_factory=list)
     rejected: list[dict[str, Any]] = field(default_factory=list)
-    valid: list[dict[str, Any]] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    distinct: dict[str, _Distinct] = field(
+        default_factory=lambda: {key: _Distinct() for key in _METADATA_FIELDS})
+    timestamps: list[str] = field(default_factory=list)  # the first and the last
+    valid: int = 0
+    hbw_emulated: bool = False
+    #: digest of (point, *_IDENTITY) -> (file, line) where that record was first read
+    _places: dict[bytes, tuple[str, int]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> int:
+        """How many records were averaged in."""
+        return len(self.columns["point"])
 
     @property
     def lines(self) -> int:
         """How many non-empty lines were read, valid or not."""
-        return len(self.valid) + len(self.rejected)
+        return self.valid + len(self.rejected)
+
+    def add(self, path: str, number: int, record: Any, error: str | None) -> None:
+        """Sort one line: rejected (with the reason), skipped, or a summary row."""
+        where = {"file": path, "line": number}
+        if error is None:
+            problems = validate_record(record)
+            error = "; ".join(problems) if problems else None
+        if error is None:
+            coordinates, key = _point(record)
+            identity = json.dumps([key, *(record[name] for name in _IDENTITY)])
+            place = hashlib.blake2b(identity.encode(), digest_size=16).digest()
+            if first := self._places.get(place):
+                error = (f"duplicate of {first[0]}:{first[1]} "
+                         f"(same point, {', '.join(_IDENTITY)})")
+            else:
+                self._places[place] = (path, number)
+        if error is not None:
+            self.rejected.append({**where, "error": clip(error)})
+            return
+        self._remember(record)
+        reason = _left_out_reason(record)
+        if reason is not None:
+            status, why = reason
+            self.skipped.append({**where, "benchmark": record["benchmark"], "status": status,
+                                 "point": key, "reason": why, "run_id": record["run_id"],
+                                 "host": record["host"]})
+            return
+        for name, value in _flatten(record, coordinates, key).items():
+            self.columns[name].append(sys.intern(value) if isinstance(value, str) else value)
+        placement = record.get("placement")
+        self.hbw_emulated |= isinstance(placement, dict) and bool(placement.get("emulated"))
+
+    def _remember(self, record: dict[str, Any]) -> None:
+        self.valid += 1
+        for key, name in _METADATA_FIELDS.items():
+            self.distinct[key].add(record.get(name))
+        stamp = record["timestamp"]
+        if not self.timestamps:
+            self.timestamps = [stamp, stamp]
+        self.timestamps = [min(self.timestamps[0], stamp), max(self.timestamps[1], stamp)]
 
 
 @dataclass
@@ -129,35 +217,15 @@ def _point(record: dict[str, Any]) -> tuple[dict[str, Any], str]:
 
 
 def load_records(files: Iterable[Path]) -> Loaded:
-    """Read and validate every record of ``files``; sort them into ok, skipped and rejected."""
+    """Read and validate every record of ``files``, one line at a time; sort them into
+    summary rows, skipped and rejected (not JSON, not UTF-8, non-finite numbers, schema
+    violations, duplicates)."""
     loaded = Loaded()
     for path in files:
-        loaded.files.append(str(path))
+        name = str(path)
+        loaded.files.append(name)
         for number, record, error in read_lines(path):
-            where = {"file": str(path), "line": number}
-            if error is None:
-                problems = validate_record(record)
-                error = "; ".join(problems) if problems else None
-            if error is not None:
-                loaded.rejected.append({**where, "error": error})
-                continue
-            loaded.valid.append(record)
-            reason = _left_out_reason(record)
-            if reason is None:
-                loaded.ok.append(record)
-            else:
-                status, why = reason
-                loaded.skipped.append(
-                    {
-                        **where,
-                        "benchmark": record["benchmark"],
-                        "status": status,
-                        "point": _point(record)[1],
-                        "reason": why,
-                        "run_id": record["run_id"],
-                        "host": record["host"],
-                    }
-                )
+            loaded.add(name, number, record, error)
     return loaded
 
 
@@ -169,10 +237,11 @@ def _left_out_reason(record: dict[str, Any]) -> tuple[str, str] | None:
     return None if why is None else ("failed", why)
 
 
-def _flatten(record: dict[str, Any]) -> dict[str, Any]:
+def _flatten(record: dict[str, Any], coordinates: dict[str, Any], key: str
+             ) -> dict[str, Any]:
     """One ok record as a flat row: coordinates, point key and metric values."""
-    coordinates, key = _point(record)
-    row = {"benchmark": record["benchmark"], "point": key, **coordinates}
+    row = dict.fromkeys(_ROW_COLUMNS)
+    row.update(benchmark=record["benchmark"], point=key, **coordinates)
     for metric in BENCHMARKS[record["benchmark"]].metrics:
         row[metric.name] = metric.of(record)
     placement = record.get("placement")
@@ -187,15 +256,11 @@ def _joined(values: Iterable[Any]) -> str:
     return ",".join(sorted({str(v) for v in values if v is not None}))
 
 
-def summarize(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def summarize(loaded: Loaded) -> pd.DataFrame:
     """One row per point: medians over repeats of every metric, with repeat count and runs."""
     import pandas as pd
 
-    rows = pd.DataFrame(
-        [_flatten(r) for r in records],
-        columns=["point", "benchmark", *_COORDINATES, "emulated", *_METRICS, "run_id", "host",
-                 "system"],
-    )
+    rows = pd.DataFrame(loaded.columns, columns=_ROW_COLUMNS)
     rows[_METRICS] = rows[_METRICS].apply(pd.to_numeric, errors="coerce")
     groups = rows.groupby("point", sort=False)
     summary = groups[["benchmark", *_COORDINATES]].first()
@@ -213,35 +278,14 @@ def summarize(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 def run_metadata(loaded: Loaded) -> dict[str, Any]:
     """Run metadata over every valid record: runs, hosts, versions, container, Slurm jobs."""
-
-    def unique(name: str) -> list[Any]:
-        seen: list[Any] = []
-        for record in loaded.valid:
-            value = record.get(name)
-            if value is not None and value not in seen:
-                seen.append(value)
-        return seen
-
-    stamps = sorted(r["timestamp"] for r in loaded.valid)
-    per_benchmark = {key: unique(name) for spec in BENCHMARKS.values()
-                     for key, name in spec.metadata.items()}
+    first, last = loaded.timestamps or [None, None]
     return {
-        "run_ids": unique("run_id"),
-        "hosts": unique("host"),
-        "git_shas": unique("git_sha"),
-        "hpcmem_versions": unique("hpcmem_version"),
-        "containers": unique("container"),
-        "slurm_job_ids": unique("slurm_job_id"),
-        "systems": unique("system"),
-        **per_benchmark,
-        "hbw_emulated": any(
-            isinstance(r.get("placement"), dict) and r["placement"].get("emulated")
-            for r in loaded.ok
-        ),
-        "first_timestamp": stamps[0] if stamps else None,
-        "last_timestamp": stamps[-1] if stamps else None,
+        **{key: distinct.values for key, distinct in loaded.distinct.items()},
+        "hbw_emulated": loaded.hbw_emulated,
+        "first_timestamp": first,
+        "last_timestamp": last,
         "records": {
-            "ok": len(loaded.ok),
+            "ok": loaded.ok,
             "failed": sum(s["status"] == "failed" for s in loaded.skipped),
             "skipped": sum(s["status"] == "skipped" for s in loaded.skipped),
             "rejected": len(loaded.rejected),
@@ -261,9 +305,11 @@ def write_outputs(out_dir: Path, summary: pd.DataFrame, loaded: Loaded,
     """Write every output file into ``out_dir``.
 
     All contents are rendered in memory first, so a conversion error writes
-    nothing; then each file is written under a temporary name and renamed.
+    nothing; then every file is written under a temporary name, and only when all are
+    written are they renamed into place: a failure (a full disk) leaves the folder as it was.
     """
     import io
+    from contextlib import ExitStack
 
     import pandas as pd
 
@@ -280,26 +326,27 @@ def write_outputs(out_dir: Path, summary: pd.DataFrame, loaded: Loaded,
     contents = {name: frame.to_csv(index=False).encode() for name, frame in tables.items()}
     contents["metadata.json"] = (json.dumps(metadata, indent=2, sort_keys=True) + "\n").encode()
     contents["summary.parquet"] = parquet.getvalue()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name, data in contents.items():
-        with atomic_open(out_dir / name, "wb") as handle:
-            handle.write(data)
+    with write_errors(out_dir), ExitStack() as stack:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, data in contents.items():
+            stack.enter_context(atomic_open(out_dir / name, "wb")).write(data)
 
 
 def aggregate(inputs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str]
               ) -> AggregateResult:
     """Validate, summarize and write the records found under ``inputs`` into ``out_dir``.
 
-    Raises ``ValueError`` when the inputs hold no record line at all.
+    Raises ``ValueError`` when the inputs hold no record line at all and
+    :class:`hpcmem.outputs.OutputPathError` when ``out_dir`` cannot be written (checked first).
     """
+    out = check_output_dir(out_dir)
     files = find_inputs(inputs)
     loaded = load_records(files)
     if loaded.lines == 0:
         names = ", ".join(map(str, inputs))
         raise ValueError(f"no records found in {names} (looked for non-empty *.jsonl lines)")
-    summary = summarize(loaded.ok)
+    summary = summarize(loaded)
     metadata = run_metadata(loaded)
-    out = Path(out_dir)
     write_outputs(out, summary, loaded, metadata)
     return AggregateResult(summary=summary, loaded=loaded, metadata=metadata, out_dir=out)
 

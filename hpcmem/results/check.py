@@ -8,14 +8,15 @@ when it was compared and lies inside; ``NEW`` when there was nothing to compare
 with. Failed points and invalid records of the summary are ``FAIL`` rows too:
 a benchmark that stopped producing correct results is a regression. An exact
 reference key with no figure in the summary is listed as ``MISSING`` (not a
-failure: sweeps change). The run is appended to the history after checking.
+failure: sweeps change). :func:`conclude` then appends the run to the history and
+writes the verdict, both or neither.
 
 The system (``cluster:partition``) whose references and history apply is chosen per
 point: the one asked for (``--system``, ``HPCMEM_SYSTEM``), else the Slurm partition the
 point's records were measured in, else where the check itself runs. A run whose points
 ran in two partitions is judged, and appended to the history, once per partition.
 
-The verdict file (``hpcmem check --verdict-out``) is written by :func:`write_verdict` and
+The verdict file (``hpcmem check --verdict-out``) is written by :func:`conclude` and
 read back by :func:`read_verdict` (``hpcmem report --verdict``).
 """
 
@@ -26,17 +27,20 @@ import math
 import os
 import re
 from collections.abc import Iterable
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from hpcmem.errors import HpcmemError
+from hpcmem.outputs import write_errors
 from hpcmem.results.aggregate import Summary
 from hpcmem.results.history import History, HistoryMedian, RunInfo
 from hpcmem.results.records import atomic_open, slurm_system, utc_now
 from hpcmem.results.references import References
 from hpcmem.results.registry import BENCHMARKS, metric
 from hpcmem.results.spec import LOWER
+from hpcmem.textfiles import TextFileError, read_text
 
 __all__ = [
     "CheckError",
@@ -45,6 +49,7 @@ __all__ = [
     "VerdictError",
     "check",
     "check_system",
+    "conclude",
     "default_system",
     "evaluate",
     "format_table",
@@ -52,7 +57,6 @@ __all__ = [
     "read_verdict",
     "requested_system",
     "summary_figures",
-    "write_verdict",
 ]
 
 _SYSTEM = re.compile(r"^[^:\s]+:[^:\s]+$")
@@ -63,7 +67,7 @@ class CheckError(HpcmemError, ValueError):
 
 
 class VerdictError(HpcmemError, ValueError):
-    """A file that is not a readable verdict of :func:`write_verdict`."""
+    """A file that is not a readable verdict of :func:`conclude`."""
 
 
 @dataclass
@@ -110,7 +114,7 @@ class CheckResult:
 
 def check_system(system: str) -> str:
     """``system`` when it reads ``NAME:PARTITION``; CheckError otherwise."""
-    if not _SYSTEM.match(system):
+    if not _SYSTEM.fullmatch(system):
         raise CheckError(f"{system!r} is not NAME:PARTITION (e.g. mycluster:gpu)")
     return system
 
@@ -267,9 +271,10 @@ def _run_info(summary: Summary, system: str, run_id: str, verdict: str) -> RunIn
 
 
 def check(summary: Summary, references: References, system: str | None = None, *,
-          history_folder: str | os.PathLike[str] | None = None, last: int | None = None,
-          append: bool = True) -> CheckResult:
-    """Check ``summary``; with a history folder, compare and then append this run to it.
+          history_folder: str | os.PathLike[str] | None = None, last: int | None = None
+          ) -> CheckResult:
+    """Check ``summary`` against the references and, with a history folder, the last runs
+    there; nothing is written (:func:`conclude` records the result).
 
     ``system`` applies to every point; None chooses per point (:func:`point_systems`).
     ``last`` (default: the references' ``history.last``) must be a whole number >= 1.
@@ -285,16 +290,42 @@ def check(summary: Summary, references: References, system: str | None = None, *
     # asking for fewer runs than min_runs (--last 1) means: judge on what was asked for
     rows = evaluate(summary, references, systems, medians,
                     min_runs=min(references.history_min_runs, last))
-    result = CheckResult(rows, ",".join(used), run_id,
-                         str(history_folder) if store else None, last, appended=False)
-    if store is not None and append:
-        for name in used:
-            values = {r.figure: (r.value, r.unit) for r in rows
+    return CheckResult(rows, ",".join(used), run_id,
+                       str(history_folder) if store else None, last, appended=False)
+
+
+def conclude(result: CheckResult, summary: Summary, *, append: bool,
+             verdict_out: str | os.PathLike[str] | None, references_path: str) -> None:
+    """Append the run to the history, once per system its points ran in (when ``append``
+    and the check had one), and write the verdict file: both or neither. The verdict is
+    written in full under a temporary name inside the history's transaction, the
+    transaction committed, and only then the verdict renamed into place: a failure to
+    write the verdict appends nothing, a failure to append leaves no verdict.
+
+    Raises :class:`hpcmem.outputs.OutputPathError` for the verdict and ``sqlite3.Error`` or
+    ``OSError`` for the history store.
+    """
+    with ExitStack() as stack:
+        handle = None
+        if verdict_out is not None:
+            stack.enter_context(write_errors(verdict_out))
+            handle = stack.enter_context(atomic_open(Path(verdict_out)))
+
+        def write_verdict(appended: bool) -> None:
+            result.appended = appended
+            if handle is not None:  # an OSError here must not pass for the history's
+                with write_errors(verdict_out or ""):
+                    _write_json(handle, _verdict_document(result, references_path))
+
+        runs = []
+        for name in sorted({r.system for r in result.rows if r.value is not None}):
+            values = {r.figure: (r.value, r.unit) for r in result.rows
                       if r.value is not None and r.system == name}
-            if values:
-                appended = store.append(_run_info(summary, name, run_id, result.verdict), values)
-                result.appended = result.appended or appended
-    return result
+            runs.append((_run_info(summary, name, result.run_id, result.verdict), values))
+        if result.history_folder is not None and append and runs:
+            History(result.history_folder).append_all(runs, then=write_verdict)
+        else:
+            write_verdict(False)
 
 
 def _fmt(value: float | None) -> str:
@@ -327,10 +358,17 @@ def format_table(result: CheckResult) -> str:
     return "\n".join(line.rstrip() for line in text)
 
 
-def write_verdict(path: str | os.PathLike[str], result: CheckResult, references_path: str
-                  ) -> None:
-    """Write the verdict as JSON (atomically), for ``hpcmem report --verdict``."""
-    document: dict[str, Any] = {
+def _write_json(handle: Any, document: dict[str, Any]) -> None:
+    """``document`` written and flushed to disk, so that a full disk shows here."""
+    json.dump(document, handle, indent=1)
+    handle.write("\n")
+    handle.flush()
+    os.fsync(handle.fileno())
+
+
+def _verdict_document(result: CheckResult, references_path: str) -> dict[str, Any]:
+    """The verdict file's content, for ``hpcmem report --verdict``."""
+    return {
         "verdict": result.verdict,
         "system": result.system,
         "run_id": result.run_id,
@@ -341,18 +379,14 @@ def write_verdict(path: str | os.PathLike[str], result: CheckResult, references_
         "counts": result.counts(),
         "figures": [asdict(row) for row in result.rows],
     }
-    with atomic_open(Path(path)) as handle:
-        json.dump(document, handle, indent=1)
-        handle.write("\n")
 
 
 def read_verdict(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The verdict :func:`write_verdict` wrote; VerdictError names what is wrong with it."""
+    """The verdict :func:`conclude` wrote; VerdictError names what is wrong with it."""
     try:
-        with open(path) as handle:
-            verdict = json.load(handle)
-    except OSError as error:
-        raise VerdictError(f"{path}: cannot read ({error.strerror})") from None
+        verdict = json.loads(read_text(path))
+    except TextFileError as error:
+        raise VerdictError(str(error)) from None
     except json.JSONDecodeError as error:
         raise VerdictError(f"{path}:{error.lineno}: not JSON ({error.msg})") from None
     if not isinstance(verdict, dict) or "verdict" not in verdict or "figures" not in verdict:

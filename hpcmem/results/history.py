@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,38 +114,50 @@ class History:
             for figure, vals in values.items()
         }
 
-    def append(self, run: RunInfo, figures: Mapping[str, tuple[float, str]]) -> bool:
+    def append(self, run: RunInfo, figures: Mapping[str, tuple[float, str]],
+               then: Callable[[bool], None] = lambda appended: None) -> bool:
         """Record ``run`` and its ``figures`` (name -> (value, unit)) in one transaction.
 
-        Returns False, changing nothing, when the run is already recorded.
+        Returns False, changing nothing, when the run is already recorded. ``then`` is
+        called inside the transaction with that answer; when it raises, nothing is appended.
         """
+        return self.append_all([(run, figures)], then)
+
+    def append_all(self, runs: Sequence[tuple[RunInfo, Mapping[str, tuple[float, str]]]],
+                   then: Callable[[bool], None] = lambda appended: None) -> bool:
+        """Record several ``(run, figures)`` (one per system) in one transaction, skipping
+        runs already recorded; True when any was new. ``then`` as for :meth:`append`."""
         with closing(self._connect()) as db:
             db.execute("BEGIN IMMEDIATE")
             try:
-                exists = db.execute(
-                    "SELECT 1 FROM runs WHERE run_id = ? AND system = ?",
-                    (run.run_id, run.system),
-                ).fetchone()
-                if exists:
-                    db.execute("ROLLBACK")
-                    return False
-                db.execute(
-                    "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        run.run_id, run.system, run.timestamp, run.checked_at, run.git_sha,
-                        json.dumps(run.hosts), run.hpcmem_version, json.dumps(run.container),
-                        json.dumps(run.slurm_job_ids), run.verdict,
-                    ),
-                )
-                db.executemany(
-                    "INSERT INTO figures VALUES (?, ?, ?, ?, ?)",
-                    _figure_rows(run, figures.items()),
-                )
-                db.execute("COMMIT")
+                appended = False
+                for run, figures in runs:
+                    exists = db.execute(
+                        "SELECT 1 FROM runs WHERE run_id = ? AND system = ?",
+                        (run.run_id, run.system),
+                    ).fetchone()
+                    if exists:
+                        continue
+                    db.execute(
+                        "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            run.run_id, run.system, run.timestamp, run.checked_at,
+                            run.git_sha, json.dumps(run.hosts), run.hpcmem_version,
+                            json.dumps(run.container), json.dumps(run.slurm_job_ids),
+                            run.verdict,
+                        ),
+                    )
+                    db.executemany(
+                        "INSERT INTO figures VALUES (?, ?, ?, ?, ?)",
+                        _figure_rows(run, figures.items()),
+                    )
+                    appended = True
+                then(appended)
+                db.execute("COMMIT" if appended else "ROLLBACK")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-        return True
+        return appended
 
 
 def _figure_rows(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import socket
 import subprocess
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from hpcmem import __version__
+from hpcmem.errors import HpcmemError, clip
 from hpcmem.node.probe import current_container
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "atomic_open",
     "common_fields",
     "git_sha",
+    "parse_line",
     "read_lines",
     "read_records",
     "record_schema",
@@ -171,17 +174,48 @@ def write_records(path: str | os.PathLike[str], records: Iterable[dict[str, Any]
             handle.write(json.dumps(record, sort_keys=True) + "\n")
 
 
+class _NonFinite(HpcmemError, ValueError):
+    """A JSON number that is not finite (NaN, Infinity, 1e999): no measurement is."""
+
+
+def _refuse_constant(name: str) -> float:
+    raise _NonFinite(f"non-finite number {name} is not accepted")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NonFinite(f"non-finite number {clip(text, 40)} is not accepted")
+    return value
+
+
+def parse_line(raw: bytes) -> tuple[Any, str | None]:
+    """``(parsed JSON, None)`` for one JSONL line, or ``(None, why it is refused)``: not
+    UTF-8, not JSON, or holding a non-finite number."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return None, f"not UTF-8 text (byte 0x{raw[error.start]:02x} at column {error.start + 1})"
+    try:
+        return json.loads(line, parse_constant=_refuse_constant, parse_float=_finite_float), None
+    except _NonFinite as error:
+        return None, f"not a valid JSON record ({error})"
+    except json.JSONDecodeError as error:
+        return None, f"not a JSON record ({error.msg}; column {error.colno})"
+    except RecursionError:
+        return None, "not a JSON record (nested too deeply)"
+
+
 def read_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any, str | None]]:
-    """``(line number, parsed JSON, None)`` for each non-empty line of a JSONL file, or
-    ``(line number, None, error)`` for a line that is not JSON."""
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
+    """``(line number, parsed JSON, None)`` for each non-empty line of a JSONL file, read as
+    bytes one line at a time, or ``(line number, None, error)`` for a line :func:`parse_line`
+    refuses."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            if not raw.strip():
                 continue
-            try:
-                yield number, json.loads(line), None
-            except json.JSONDecodeError as error:
-                yield number, None, f"not a JSON record ({error.msg}; column {error.colno})"
+            record, error = parse_line(raw)
+            yield number, record, error
 
 
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

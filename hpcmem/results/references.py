@@ -30,6 +30,7 @@ from typing import Any
 
 from hpcmem.errors import HpcmemError
 from hpcmem.results.registry import BENCHMARKS, metric
+from hpcmem.textfiles import TextFileError, read_yaml
 
 __all__ = [
     "Reference",
@@ -196,21 +197,18 @@ def parse_references(data: Any, source: str = "references") -> References:
             _reference(_check_pattern(p, f"{where}[{p!r}]"), v, f"{where}[{p!r}]")
             for p, v in figures.items()
         ]
+    if not any(refs.scopes.values()) and "history" not in data:
+        raise ReferencesError(
+            f"{source}: no references and no history settings: nothing to check against "
+            "(format in config/references.yaml's header)"
+        )
     return refs
 
 
 def load_references(path: str | os.PathLike[str]) -> References:
     """Read and validate a references YAML file; raises ``ReferencesError`` naming the field."""
-    import yaml
-
     try:
-        with open(path) as handle:
-            data = yaml.safe_load(handle)
-    except OSError as error:
-        raise ReferencesError(f"{path}: cannot read ({error.strerror})") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise ReferencesError(f"{where}: not valid YAML ({problem})") from None
+        data = read_yaml(path)
+    except TextFileError as error:
+        raise ReferencesError(str(error)) from None
     return parse_references(data, str(path))

@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from hpcmem import __version__
+from hpcmem.outputs import write_errors
 from hpcmem.results.aggregate import Summary, benchmark_points
 from hpcmem.results.container_report import container_section
 from hpcmem.results.records import atomic_open, utc_now
@@ -136,7 +137,7 @@ def render_report(summary: Summary, verdict: dict[str, Any] | None = None,
 
 def write_report(path: str | os.PathLike[str], summary: Summary,
                  verdict: dict[str, Any] | None = None, native: Summary | None = None) -> None:
-    """Render and write the report atomically."""
+    """Render and write the report atomically; OutputPathError when it cannot be written."""
     page = render_report(summary, verdict, native)
-    with atomic_open(path) as handle:
+    with write_errors(path), atomic_open(path) as handle:
         handle.write(page)

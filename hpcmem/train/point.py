@@ -69,6 +69,22 @@ def _one_of(name: str, value: str, accepted: tuple[str, ...]) -> str:
     return value
 
 
+#: the narrowest transformer (one head of 64): each token and position costs this many weights
+_NARROWEST = 64
+
+
+def _check_tables(chosen: dict[str, int], params: int) -> None:
+    """Blame a --seq-len or --vocab that was chosen, not --params, when its table alone
+    outgrows the model."""
+    for name, rows in chosen.items():
+        if rows * _NARROWEST > params:
+            raise PointError(
+                f"{_option(name)}: {rows:,} needs a table of {rows * _NARROWEST:,} parameters "
+                f"at least, more than the {params:,} of --params (accepted: at most "
+                f"{params // _NARROWEST:,})"
+            )
+
+
 def make_point(
     *,
     model: str = "transformer",
@@ -118,6 +134,9 @@ def make_point(
     if not _DEVICE.fullmatch(device):
         raise PointError(f"--device: {device!r} is not one of cuda, cuda:N, cpu")
     transformer, cnn = model == "transformer", model == "cnn"
+    if transformer and params_requested is not None:
+        _check_tables({name: given[name] for name in ("seq_len", "vocab")
+                       if given[name] is not None}, params_requested)
     return TrainPoint(
         model=model,
         params_requested=params_requested,

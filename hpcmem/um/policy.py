@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.errors import HpcmemError
+from hpcmem.textfiles import TextFileError, load_yaml, read_text
 
 __all__ = [
     "ALLOCATORS",
@@ -194,12 +195,10 @@ def policy_from_dict(data: Any, default_name: str | None = None) -> Policy:
 
 
 def _read_yaml(text: str, source: str) -> Any:
-    import yaml
-
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise PolicyError(f"policy file {source}: not valid YAML ({error})") from error
+        return load_yaml(text, source)
+    except TextFileError as error:
+        raise PolicyError(f"policy file {error}") from None
 
 
 @cache
@@ -239,7 +238,11 @@ def load_policy(name_or_path: str | Path | Policy) -> Policy:
         return PRESETS[text]
     path = Path(text)
     if path.suffix in (".yaml", ".yml") and path.is_file():
-        return policy_from_dict(_read_yaml(path.read_text(), str(path)), path.stem)
+        try:
+            text = read_text(path)
+        except TextFileError as error:
+            raise PolicyError(f"policy file {error}") from None
+        return policy_from_dict(_read_yaml(text, str(path)), path.stem)
     raise PolicyError(
         f"unknown policy {text!r}: not one of {', '.join(PRESETS)}, or a policy YAML file (*.yaml)"
     )

@@ -25,8 +25,12 @@ rule run_collectives:
         mpi="mpiexec",
         tasks=lambda wildcards: int(wildcards.ranks),
     shell:
+        # the OSU text goes to a name of this job's own (the shell's PID), so an orphan of a
+        # killed run and its rerun never share a file (the records are written the same way);
+        # a failed or terminated job removes it
+        "tmp={output.osu:q}.$$.tmp; trap 'rm -f \"$tmp\"' EXIT; trap 'exit 143' TERM INT HUP; "
         "env {params.env:q} {resources.mpi} -n {resources.tasks} {params.command:q}"
-        " > {output.osu:q}.tmp 2> {log:q} && mv {output.osu:q}.tmp {output.osu:q}"
+        ' > "$tmp" 2> {log:q}; mv "$tmp" {output.osu:q}'
 
 
 # The same points natively, when they run in an image (container.compare_native): the report

@@ -55,7 +55,25 @@ def check_names(key, names, builtin, defined, defined_key):
             )
 
 
+def check_not_builtin(key, defined, builtin):
+    """Stop naming ``key`` when a name defined there would shadow a built-in one."""
+    for name in defined:
+        if name in builtin:
+            raise WorkflowError(
+                f"config {key}: {name!r} is a built-in name (built in: {', '.join(builtin)}); "
+                "give yours another name"
+            )
+
+
+def check_folder(key, path):
+    """Stop naming ``key`` when ``path`` exists and is not a folder."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise WorkflowError(f"config {key}: {path!r} is a file, not a folder")
+
+
 check_printable(config)
+check_folder("output_dir", config["output_dir"])
+check_folder("check.history", config["check"]["history"])
 if not (config["collectives"]["enabled"] or config["train"]["enabled"]):
     raise WorkflowError("config collectives.enabled, train.enabled: both false, nothing to run")
 if config["run_id"] is None:
@@ -64,6 +82,10 @@ if parse_size(config["collectives"]["min_size"], "collectives.min_size") > parse
     config["collectives"]["max_size"], "collectives.max_size"
 ):
     raise WorkflowError("config collectives.min_size: larger than collectives.max_size")
+check_not_builtin(
+    "collectives.custom_bindings", config["collectives"]["custom_bindings"], BINDINGS
+)
+check_not_builtin("train.policy_files", config["train"]["policy_files"], tuple(PRESETS))
 check_names(
     "collectives.bindings",
     config["collectives"]["bindings"],
