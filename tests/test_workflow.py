@@ -115,7 +115,7 @@ def test_end_to_end_on_the_local_profile(workdir: Path):
 def test_regression_fails_the_run_after_writing_report_and_verdict(workdir: Path):
     (workdir / "config" / "strict.yaml").write_text(
         'references:\n  "*:*":\n    "collectives/*/latency_us.avg": [0.001, null, 0.0, us]\n'
-        "history:\n  shared_cores: judge\n"  # this busy test machine must not excuse it
+        "history:\n  shared_cores: judge\n"  # judged even on a busy node: this run must fail
     )
     result = snakemake(workdir, "--config", "check={references: config/strict.yaml}")
     assert result.returncode == 1, result.stdout
