@@ -211,3 +211,18 @@ def test_bad_judging_settings_are_refused_naming_them(history: dict, message: st
     with pytest.raises(ReferencesError) as error:
         parse_references({"history": history}, "r.yaml")
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_speedup_of_a_noisy_point_is_marked_not_a_speedup(tmp_path: Path) -> None:
+    from hpcmem.collectives.tables import latency_range, speedup_table
+    from hpcmem.results.aggregate import read_summary
+
+    aggregate([FIXTURE.parent], tmp_path / "s")
+    points = read_summary(tmp_path / "s").points
+    spans = latency_range(points).set_index(points["point"])
+    hbw8 = FIGURE.replace("/numpy/", "/hbw/").rsplit("/", 1)[0]
+    # the fixture's hbw allreduce at 8 B has repeats 0.9, 1.0 and 50 us
+    assert spans.loc[hbw8].tolist() == [0.9, 50.0, pytest.approx(49.1)]
+    speed = speedup_table(points)
+    noisy = speed[speed["noisy"]]
+    assert noisy[["op", "buffer", "size_bytes"]].values.tolist() == [["allreduce", "hbw", 8]]
