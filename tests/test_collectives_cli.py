@@ -28,6 +28,7 @@ BAD_OPTIONS = [
     (["--warmup", "-1"], "--warmup: '-1' is not an integer >= 0"),
     (["--numpy-hugepage", "yes"], "--numpy-hugepage: 'yes' is not one of on, off"),
     (["--run-id", " "], "--run-id: ' ' is blank"),
+    (["--repeats", "0"], "--repeats: '0' is not an integer >= 1"),
 ]
 
 
@@ -115,3 +116,13 @@ def test_missing_mpi4py_is_one_line_naming_the_install(hpcmem_exe, tmp_path):
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1
     assert "mpi4py is not importable" in result.stderr and "pip install" in result.stderr
+
+
+@pytest.mark.parametrize("value", ["allreduce", "allreduse:300", "allreduce:0", "bcast:x"])
+def test_a_bad_injected_slowdown_is_one_line_and_exit_2(value, monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("HPCMEM_TEST_SLOWDOWN", value)
+    output = tmp_path / "r.jsonl"
+    assert main(["collectives", "--output", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"HPCMEM_TEST_SLOWDOWN: {value!r} is not OP:MICROSECONDS" in err
+    assert not output.exists()

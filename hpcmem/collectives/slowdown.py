@@ -14,13 +14,14 @@ from collections.abc import Callable
 from typing import Any
 
 from hpcmem.collectives.ops import OPS
+from hpcmem.errors import HpcmemError
 
 __all__ = ["SLOWDOWN_ENV", "SlowdownError", "injected_slowdown", "slowed"]
 
 SLOWDOWN_ENV = "HPCMEM_TEST_SLOWDOWN"
 
 
-class SlowdownError(ValueError):
+class SlowdownError(HpcmemError, ValueError):
     """``HPCMEM_TEST_SLOWDOWN`` holds something other than ``OP:MICROSECONDS``."""
 
 
