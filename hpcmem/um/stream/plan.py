@@ -217,10 +217,11 @@ def _recompute(probe: Probe, room: int) -> bool:
     Running a block's forward again is an order of magnitude cheaper than fetching what it
     saved back over PCIe (measured on an H200: 1.5 against 14.6 ms per layer of the 0.35B
     transformer, 4.1 against 60 ms per ResNet-50 bottleneck; benchmarks/gpu/primitives.py),
-    so blocks that do not fit are recomputed, never offloaded.
+    so blocks that do not fit are recomputed, never offloaded. Blocks that saved nothing
+    the probe could measure on the device gain nothing from it.
     """
     if not probe.recomputed or probe.block_saved_bytes <= 0:
-        return probe.recomputed
+        return False
     everything = probe.block_saved_bytes + probe.saved_bytes + sum(probe.state_bytes)
     return everything > room + probe.block_input_bytes + probe.largest_block_saved
 
