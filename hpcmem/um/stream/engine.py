@@ -206,11 +206,14 @@ class Streamer:
             if entry.resident:
                 return
             grad = param.grad
-            if entry.has_grad:  # a second backward before the optimizer step: accumulate
+            if entry.has_grad:  # accumulate: a second backward before the optimizer step,
+                # or a parameter used twice (a device change of ``.data`` gives it a new
+                # gradient accumulator); added in place, so no third copy is allocated
                 earlier, token = self.transport.fetch(entry.grad_home, entry.grad_ready)
                 self.transport.wait(token)
                 self.counters.h2d += entry.nbytes
-                grad = grad + earlier
+                grad.add_(earlier)
+                del earlier
             entry.grad_ready = self.transport.offload(grad, entry.grad_home)
             self.counters.d2h += entry.nbytes
             entry.has_grad = True

@@ -196,7 +196,8 @@ def plan_stream(budget: int, probe: Probe, priority: Sequence[str]) -> StreamPla
         used += cost
     streamed = [probe.state_bytes[i] for i in range(len(probe.state_bytes)) if i not in resident]
     chunk_room = (optimizer_room - used) // CHUNKS_IN_FLIGHT
-    chunk = max(max(streamed, default=0), min(chunk_room, WINDOW_MAX))
+    # A parameter whose state does not fit a chunk: one entry at a time, as the probe measured.
+    chunk = min(chunk_room, WINDOW_MAX) if max(streamed, default=0) <= chunk_room else 0
     keep = max(0, min(demand["activations"], quotas["activations"] + quotas["params"] - used))
     return StreamPlan(param_window, saved_window, chunk, tuple(sorted(resident)), keep, recompute)
 
