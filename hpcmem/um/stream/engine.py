@@ -113,6 +113,7 @@ class Streamer:
                 optimizer, self.params, arena=self.arena, transport=transport,
                 counters=self.counters, device_scope=device_scope,
             )
+            self.chunked.slice_bytes = out_cap(budget)
         for entry in entries:
             if entry.param.requires_grad and not entry.resident:
                 self._hooks.append(entry.param.register_post_accumulate_grad_hook(self._on_grad))
