@@ -1,5 +1,6 @@
 """The training part of the HTML report: step time per Unified Memory policy, one panel per
-model point, with the p10-p90 spread and the ratio to the ``um`` preset."""
+model point, with the p10-p90 spread and the ratio to the ``um`` preset; and, for models run
+under a GPU budget, the budget curve (:mod:`hpcmem.train.budget_curve`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from hpcmem.results.plots import PALETTE, embed, new_figure
 from hpcmem.results.report_template import folded_frame
+from hpcmem.train.budget_curve import budget_figure
 from hpcmem.train.tables import MODEL_POINT, STEP, step_time_table
 from hpcmem.um import PRESETS
 from hpcmem.units import format_count, format_size
@@ -74,4 +76,5 @@ def section(points: pd.DataFrame) -> str:
         return ('<p class="note">No training points in this summary '
                 "(see the skipped points below for why).</p>")
     table = folded_frame(step_time_table(points), "Step time table (ms, median over repeats)")
-    return f"{figure}\n{table}"
+    curve = budget_figure(points)
+    return f"{figure}\n{table}" + (f"\n{curve}" if curve else "")

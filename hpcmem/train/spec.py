@@ -53,6 +53,7 @@ TRAIN = Benchmark(
         Metric("peak_gpu_resident_bytes", "bytes", LOWER, required=False),
         Metric("pcie_transfer_ms", "ms", LOWER, required=False),
         Metric("pcie_bound_ms", "ms", LOWER, required=False),
+        Metric("peak_reserved_bytes", "bytes", LOWER, required=False),  # PyTorch's, any run
     ),
     fields={
         "required": ["model", "params", "batch", "dtype", "policy", "bytes_by_type", "gpu",
