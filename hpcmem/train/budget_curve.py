@@ -8,10 +8,9 @@ CPU offload with or without activation offload) is one point at PyTorch's peak r
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
-from hpcmem.results.plots import PALETTE, embed, log_value_axis, new_figure
+from hpcmem.results.plots import PALETTE, embed, log_value_axis, panel_grid
 from hpcmem.train.tables import STEP
 from hpcmem.units import format_count
 
@@ -49,12 +48,8 @@ def budget_figure(points: pd.DataFrame) -> str | None:
     if table.empty:
         return None
     models = list(table.groupby(MODEL, sort=True, dropna=False))
-    columns = min(len(models), 2)
-    rows = math.ceil(len(models) / columns)
-    figure, panels = new_figure(5.6 * columns, 4.2 * rows, columns=columns, rows=rows)
-    for axes in panels[len(models):]:
-        axes.set_visible(False)
-    for axes, (key, group) in zip(panels, models, strict=False):
+    figure, panels = panel_grid(len(models), 2, 5.6, 4.2)
+    for axes, (key, group) in zip(panels, models, strict=True):
         model, params, batch, _seq_len, dtype = key
         curve = group[group["gpu_budget"].notna()].sort_values(MEMORY)
         others = group[group["gpu_budget"].isna()]
