@@ -99,7 +99,7 @@ def worker(repeats: int, out: Path) -> None:
                 op = REGISTRY[name]
                 iterations, warmup = osu_counts(size, None, None)
                 per_block = max(iterations // BLOCKS, 5)
-                call = op.bind(comm, send, recv, size // 4, ranks, 0, MPI)
+                call = op.prepare(comm, send, recv, size // 4, ranks, 0, MPI)
                 methods = {
                     "hpcmem": partial(timing.rank_latency, comm, call, per_block, 0),
                     "minimal": partial(minimal_loop, comm, name, send, recv, per_block, 0),
