@@ -215,13 +215,15 @@ def _point(
     latency = timing.across_ranks(
         comm, timing.rank_latency(comm, call, iterations, warmup, separate=op.sized)
     )
+    if reason is None and (after := check(op.name, result, reference)):  # outside the timing
+        reason = f"after the timed iterations: {after}"
     native_latency = None
-    if ctx.native:
+    if ctx.native:  # then the same buffers again, timed in C, and checked again
         native_latency = timing.across_ranks(
             comm, native.rank_latency(comm, op, send, recv, count, ROOT, iterations, warmup)
         )
-    if reason is None and (after := check(op.name, result, reference)):  # outside the timing
-        reason = f"after the timed iterations: {after}"
+        if reason is None and (after := check(op.name, result, reference)):
+            reason = f"after the native loop's timed iterations: {after}"
     reasons = comm.gather(reason, root=0)
     placements = comm.gather([_placement(send), _placement(recv)], root=0)
     if rank != 0:
