@@ -21,7 +21,7 @@ APPTAINER_INSTALLER ?= ../shared/apptainer/install.sh
 OSU_TARBALL ?= ../shared/osu/osu-micro-benchmarks-7.4.tar.gz
 OSU_DIR ?= build/osu
 
-.PHONY: setup native run test lint bench clean container-runtime osu
+.PHONY: setup native run test lint bench bench-osu clean container-runtime osu
 
 setup: $(STAMPS)/system $(STAMPS)/python $(STAMPS)/native
 
@@ -63,6 +63,12 @@ test: setup lint container-runtime osu
 
 bench: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/collectives_overhead.py
+
+# OSU C against hpcmem (about 4 minutes on 2 quiet cores): where the gap comes from, then the
+# side-by-side table; both write under benchmarks/results/. Exit 1 when a target is missed.
+bench-osu: setup osu
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/collectives_gap.py
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/osu_comparison.py --osu-dir "$(OSU_DIR)"
 
 clean:
 	rm -rf build .venv results .pytest_cache

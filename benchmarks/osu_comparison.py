@@ -116,8 +116,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--osu-dir", required=True, metavar="DIR",
                         help="an OSU Micro-Benchmarks 7.x install (prefix or binaries' folder)")
-    parser.add_argument("--rounds", type=int, default=21,
-                        help=f"alternating rounds (default 21; below {MIN_ROUNDS_FINAL}: a trial)")
+    parser.add_argument("--rounds", type=int, default=31,
+                        help=f"alternating rounds (default 31; below {MIN_ROUNDS_FINAL}: a trial)")
     parser.add_argument("--max-size", default="1M", metavar="SIZE",
                         help="largest message (default 1M)")
     parser.add_argument("--out-dir", default=str(RESULTS), metavar="DIR",
