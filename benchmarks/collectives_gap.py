@@ -22,7 +22,6 @@ date, machine, commit and exact command.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import shlex
@@ -32,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from collectives_overhead import machine
+from provenance import header_lines, run_facts, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -103,25 +102,12 @@ def worker(level: str, rounds: int, out: Path) -> None:
         out.write_text(json.dumps(samples))
 
 
-def _commit() -> str:
-    def git(*argv: str) -> str:
-        return subprocess.run(["git", *argv], capture_output=True, text=True, cwd=REPO).stdout
-
-    return git("rev-parse", "--short", "HEAD").strip() + ("-dirty" if git("status", "--porcelain")
-                                                           .strip() else "")
-
-
 def markdown(result: dict) -> str:
     """The .md file: how it was run and the steps' medians with what each step removed."""
-    m = result["machine"]
     lines = [
         f"# Where the gap to OSU C comes from ({result['date']})",
         "",
-        f"- Command: `{result['command']}`; commit {result['commit']}",
-        f"- Machine: {m['host']}, {m['cpu']}, {m['cpus']} CPUs; {m['mpi']['library']}; "
-        f"mpi4py {m['mpi']['mpi4py']}; Python {m['python']}",
-        f"- Load average (1 min) before/after: {result['load_average_1min']['before']:.2f} / "
-        f"{result['load_average_1min']['after']:.2f}",
+        *header_lines(result),
         f"- Method: {result['launches']} launches per thread level, alternating, each "
         f"`{shlex.join(MPIRUN)}` with {result['rounds']} rounds; steps in rotating order "
         "within a launch; OSU's iteration counts; medians over all rounds (us).",
@@ -154,7 +140,7 @@ def main() -> int:
         return 0
     if args.launches < 1 or args.rounds < 1:
         parser.error("--launches and --rounds: need at least 1")
-    load_before = os.getloadavg()
+    load_before = os.getloadavg()[0]
     samples: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         for launch in range(args.launches):
@@ -168,24 +154,15 @@ def main() -> int:
                                 "--worker", level, str(raw)], env=env, check=True, cwd=REPO)
                 for key, values in json.loads(raw.read_text()).items():
                     samples.setdefault(key, []).extend(values)
-    now = dt.datetime.now(dt.timezone.utc)
     result = {
-        "date": now.isoformat(timespec="seconds"),
-        "command": shlex.join(["python", "benchmarks/collectives_gap.py", *sys.argv[1:]]),
-        "commit": _commit(),
+        **run_facts("benchmarks/collectives_gap.py", load_before),
         "launches": args.launches,
         "rounds": args.rounds,
-        "load_average_1min": {"before": load_before[0], "after": os.getloadavg()[0]},
-        "machine": machine(),
         "rows": [{"op": op, "size_bytes": size,
                   "us": {s: statistics.median(samples[f"{s}|{op}|{size}"]) for s in STEPS}}
                  for op in OPS for size in SIZES],
     }
-    out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"collectives_gap-{now:%Y-%m-%d}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-    stem.with_suffix(".md").write_text(markdown(result))
+    write_result(args.out_dir, "collectives_gap", result, markdown(result))
     print(markdown(result))
     return 0
 

@@ -16,8 +16,6 @@ binaries is named in one line).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
 import shlex
 import subprocess
@@ -25,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from collectives_overhead import machine
+from provenance import header_lines, run_facts, write_result
 
 from hpcmem.collectives import comparison
 from hpcmem.results.records import read_records
@@ -76,27 +74,15 @@ def hpcmem_round(max_size: int, scratch: Path) -> tuple[dict, dict]:
     return loops
 
 
-def commit() -> str:
-    """HEAD, with ``-dirty`` when the tree has uncommitted changes."""
-    head = _run(["git", "rev-parse", "--short", "HEAD"]).strip()
-    return head + ("-dirty" if _run(["git", "status", "--porcelain"]).strip() else "")
-
-
 def markdown(result: dict) -> str:
     """The .md file: date, machine, command, method, the table, the targets."""
-    m = result["machine"]
     trial = "" if result["rounds"] >= MIN_ROUNDS_FINAL else (
         f" — trial: fewer than {MIN_ROUNDS_FINAL} rounds")
     return "\n".join([
         f"# OSU C against hpcmem collectives ({result['date']}){trial}",
         "",
-        f"- Command: `{result['command']}`",
-        f"- Commit: {result['commit']}",
-        f"- Machine: {m['host']}, {m['cpu']}, {m['cpus']} CPUs, kernel {m['kernel']}",
-        f"- MPI: {m['mpi']['library']}; mpi4py {m['mpi']['mpi4py']}; Python {m['python']}",
+        *header_lines(result),
         f"- OSU Micro-Benchmarks {result['osu']['version']} ({result['osu']['dir']})",
-        f"- Load average (1 min) before/after: {result['load_average_1min']['before']:.2f} / "
-        f"{result['load_average_1min']['after']:.2f}",
         f"- Method: {result['rounds']} round(s), OSU first in even rounds and hpcmem first in odd "
         f"ones; each run `{shlex.join(MPIRUN)} ...`: OSU `osu_<op> -m "
         f"{MIN_SIZE}:{result['max_size']} -f -T mpi_float`, hpcmem `hpcmem collectives --op "
@@ -134,7 +120,7 @@ def main() -> int:
         print(f"osu_comparison.py: error: --rounds {args.rounds} / --max-size "
               f"{args.max_size}: need at least 1 round and {MIN_SIZE} bytes", file=sys.stderr)
         return 2
-    load_before = os.getloadavg()
+    load_before = os.getloadavg()[0]
     rounds, version = [], None
     with tempfile.TemporaryDirectory() as scratch:
         for number in range(args.rounds):
@@ -147,23 +133,14 @@ def main() -> int:
                     figures["mpi4py"], figures["native"] = hpcmem_round(max_size, Path(scratch))
             rounds.append(figures)
             print(f"round {number + 1}/{args.rounds} done", file=sys.stderr, flush=True)
-    now = dt.datetime.now(dt.timezone.utc)
     result = {
-        "date": now.isoformat(timespec="seconds"),
-        "command": shlex.join(["python", "benchmarks/osu_comparison.py", *sys.argv[1:]]),
-        "commit": commit(),
+        **run_facts("benchmarks/osu_comparison.py", load_before),
         "rounds": args.rounds,
         "max_size": max_size,
         "osu": {"dir": str(Path(args.osu_dir).resolve()), "version": version},
-        "load_average_1min": {"before": load_before[0], "after": os.getloadavg()[0]},
-        "machine": machine(),
         "rows": comparison.summarise(rounds),
     }
-    out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"osu_comparison-{now:%Y-%m-%d}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-    stem.with_suffix(".md").write_text(markdown(result))
+    stem = write_result(args.out_dir, "osu_comparison", result, markdown(result))
     print(markdown(result))
     print(f"wrote {stem}.json and .md ({format_size(max_size)} largest message)", file=sys.stderr)
     return 0 if all(all(row["targets"].values()) for row in result["rows"]) else 1
