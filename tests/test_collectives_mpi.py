@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 
@@ -182,3 +183,26 @@ def test_bad_option_under_mpirun_reported_once(mpirun, tmp_path):
     message = "hpcmem collectives: error: --buffer: 'hbm' is not one of " + ", ".join(BUFFER_KINDS)
     assert (result.stdout + result.stderr).count(message) == 1
     assert not output.exists()
+
+
+UNBUILT = """
+import sys
+sys.modules["hpcmem._timing"] = None  # as if hpcmem had been built without MPI headers
+from hpcmem.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_without_the_native_loop_built_records_and_tables_say_why(mpirun, tmp_path):
+    output = tmp_path / "r.jsonl"
+    argv = ["collectives", "--op", "bcast", "--max-size", "8", "--iterations", "2"]
+    result = mpirun(2, sys.executable, "-c", UNBUILT, *argv, "--output", str(output))
+    assert result.returncode == 0, result.stderr
+    records = read_records(output)
+    assert [r["size_bytes"] for r in records] == [4, 8]
+    for record in records:
+        assert validate_record(record) == [] and record["status"] == "ok"
+        assert "native_latency_us" not in record
+        assert record["native_unavailable"].startswith("the native timing loop hpcmem._timing")
+    (table,) = tables(result.stdout)
+    assert table["notes"] == [f"# native loop unavailable: {records[0]['native_unavailable']}"]

@@ -11,6 +11,7 @@ found at build time; :func:`unavailable` then says why it is missing.
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
 from typing import Any
 
@@ -34,12 +35,11 @@ class NativeLoopUnavailableError(HpcmemError, RuntimeError):
 
 def _native() -> ModuleType:
     try:
-        from hpcmem import _timing
+        return importlib.import_module("hpcmem._timing")
     except ImportError as error:
         raise NativeLoopUnavailableError(
             f"the native timing loop hpcmem._timing is not built ({error}); {INSTALL_HINT}"
         ) from None
-    return _timing
 
 
 def unavailable() -> str | None:
