@@ -1,5 +1,6 @@
 #include "timing_loop.hpp"
 
+#include <iterator>
 #include <stdexcept>
 
 namespace hpcmem::timing {
