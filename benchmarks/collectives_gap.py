@@ -12,7 +12,8 @@ between launches (``--launches`` of each):
 - C: page-aligned buffers (as OSU's posix_memalign);
 - D: prebound ``[array, datatype]`` messages: hpcmem's mpi4py loop now;
 - E: the native C loop called once per iteration from Python (only Python between calls);
-- F: the native C loop, all iterations in C (OSU's loop on the same buffers).
+- F: the native C loop, all iterations in C (OSU's loop on the same buffers);
+- G: F at thread level ``multiple``: the thread level's cost in C alone.
 
 The figure per step is the median over all rounds of the average latency across ranks.
 Results go to ``benchmarks/results/collectives_gap-<date>.{json,md}`` (``--out-dir``) with the
@@ -44,6 +45,7 @@ STEPS = {
     "D": "[array, datatype] messages (hpcmem's mpi4py loop)",
     "E": "native C call per iteration, Python between calls",
     "F": "native C loop (OSU's loop, same buffers)",
+    "G": "F at thread level multiple",
 }
 MPIRUN = ("mpirun", "-n", "2", "--bind-to", "core", "--map-by", "core")
 
@@ -61,7 +63,7 @@ def worker(level: str, rounds: int, out: Path) -> None:
 
     comm = MPI.COMM_WORLD
     rank, ranks = comm.Get_rank(), comm.Get_size()
-    steps = ("A",) if level == "multiple" else ("B", "C", "D", "E", "F")
+    steps = ("A", "G") if level == "multiple" else ("B", "C", "D", "E", "F")
     samples: dict[str, list[float]] = {}
     with ExitStack() as stack:
         largest = max(SIZES) // 4
@@ -115,13 +117,14 @@ def markdown(result: dict) -> str:
         *[f"- {step}: {text}" for step, text in STEPS.items()],
         "",
         "| op | size (B) | " + " | ".join(STEPS) + " | A-B thread level | B-C alignment | "
-        "C-D messages | D-E per-call Python | E-F Python between calls |",
-        "|---|---:|" + "---:|" * (len(STEPS) + 5),
+        "C-D messages | D-E per-call Python | E-F Python between calls | G-F thread level "
+        "in C |",
+        "|---|---:|" + "---:|" * (len(STEPS) + 6),
     ]
     for row in result["rows"]:
         us = row["us"]
         gaps = [us["A"] - us["B"], us["B"] - us["C"], us["C"] - us["D"], us["D"] - us["E"],
-                us["E"] - us["F"]]
+                us["E"] - us["F"], us["G"] - us["F"]]
         lines.append(f"| {row['op']} | {row['size_bytes']} | "
                      + " | ".join(f"{us[s]:.2f}" for s in STEPS) + " | "
                      + " | ".join(f"{gap:+.2f}" for gap in gaps) + " |")

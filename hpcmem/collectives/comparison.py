@@ -36,7 +36,7 @@ COMPARED_OPS = ("allreduce", "bcast", "gather")
 #: itself, an install prefix (``make install``, Spack, modules) and a 7.x build tree
 _SUBDIRS = ("", "libexec/osu-micro-benchmarks/mpi/collective", "mpi/collective",
             "c/mpi/collective/blocking")
-#: the issue's targets: mpi4py loop at 8 B within +0.6 us of OSU C, from 64 KiB on within
+#: the targets: mpi4py loop at 8 B within +0.6 us of OSU C, from 64 KiB on within
 #: 1.05x; the native loop within 3% at every size
 MPI4PY_SMALL_US = 0.6
 MPI4PY_LARGE_RATIO = 1.05
