@@ -14,12 +14,12 @@ PACKAGE_SOURCES := $(shell find native hpcmem -type f -not -path "*/__pycache__/
 # when it exists and we are root, so the container tests have a real runtime; without one they
 # are skipped, saying why. `make run` never installs it (no runtime: the workflow runs natively).
 APPTAINER_INSTALLER ?= ../shared/apptainer/install.sh
-# An OSU Micro-Benchmarks 7.x source tarball: `make test` builds it once into OSU_DIR when it
-# exists, so the OSU comparison test runs against real OSU binaries; without it (and without
-# an install already in OSU_DIR) that test is skipped, saying why. Point OSU_DIR at a site's
-# install (Spack, modules) to use that one instead.
+# An OSU Micro-Benchmarks 7.x source tarball: `make test` builds it once into OSU_DIR (outside
+# the checkout) when it exists, so the OSU comparison test runs against real OSU binaries;
+# without it (and without an install already in OSU_DIR) that test is skipped, saying why.
+# Point OSU_DIR at a site's install prefix (Spack, modules) to use that one instead.
 OSU_TARBALL ?= ../shared/osu/osu-micro-benchmarks-7.4.tar.gz
-OSU_DIR ?= build/osu
+OSU_DIR ?= $(HOME)/.cache/hpcmem/osu-7.4
 
 .PHONY: setup native run test lint bench bench-osu clean container-runtime osu
 

@@ -1,7 +1,7 @@
 """benchmarks/osu_comparison.py: OSU's C binaries and hpcmem side by side, for real.
 
 The run against OSU needs an OSU install: HPCMEM_OSU_DIR (``make test`` builds one from the
-OSU tarball into build/osu when the tarball exists); without it that test is skipped.
+OSU tarball into ~/.cache/hpcmem/osu-7.4 when the tarball exists); without it that test is skipped.
 """
 
 from __future__ import annotations
