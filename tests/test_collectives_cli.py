@@ -29,6 +29,9 @@ BAD_OPTIONS = [
     (["--numpy-hugepage", "yes"], "--numpy-hugepage: 'yes' is not one of on, off"),
     (["--run-id", " "], "--run-id: ' ' is blank"),
     (["--repeats", "0"], "--repeats: '0' is not an integer >= 1"),
+    (["--thread-level", "any"],
+     "--thread-level: 'any' is not one of single, funneled, serialized, multiple"),
+    (["--native-loop", "yes"], "--native-loop: 'yes' is not one of on, off"),
 ]
 
 

@@ -8,7 +8,10 @@ before timing anything, and the result buffer again after the timed iterations (
 timed region), so a collective that goes wrong only while timed fails the point too. Each
 point is timed in ``Options.repeats`` independent loops, in rounds over the sizes of an op
 and buffer kind; its record keeps every repeat's figures (``repeats``) and their medians,
-and the node state around them (``node``).
+and the node state around them (``node``). Unless ``Options.native_loop`` is off, each point
+is then timed once more by the native C loop on the same buffers (``native_latency_us``, and
+``python_overhead_us`` = the difference of the averages); where the native loop is not
+built, records say why in ``native_unavailable``.
 Before the first point the ranks sleep for a moment while rank 0 measures how busy their
 CPUs are: when the ranks outnumber the free ones, it says so before anything is timed.
 Rank 0 emits OSU-style text through ``emit`` and returns the records; the other ranks
@@ -30,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcmem.collectives import buffers, osu, slowdown, timing
+from hpcmem.collectives import buffers, native, osu, slowdown, timing
 from hpcmem.collectives.ops import OPS, SENTINEL, Op, check, rank_input
 from hpcmem.collectives.options import Options
 from hpcmem.collectives.sizes import osu_counts
@@ -67,6 +70,9 @@ class _Context:
     binding: dict[str, Any]
     mpi_library: str
     memory: dict[str, Any]
+    thread_level: str
+    native: bool  # time every point with the native loop too
+    native_unavailable: str | None  # asked for, but not built here: why
     cpus: tuple[int, ...] = ()  # the CPUs any rank may run on
     crowded: bool = False  # the ranks outnumbered the free CPUs before the run
     busy: BusyCpus | None = None  # rank 0: other work on the ranks' CPUs
@@ -169,10 +175,13 @@ def _record(
         iterations=iterations,
         warmup=warmup,
         mpi_library=ctx.mpi_library,
+        mpi_thread_level=ctx.thread_level,
         memory=ctx.memory,
     )
     if ctx.options.slowdown and ctx.options.slowdown[0] == op.name:
         record["injected_slowdown_us"] = ctx.options.slowdown[1]
+    if ctx.native_unavailable:
+        record["native_unavailable"] = ctx.native_unavailable
     record.update(fields)
     return record
 
@@ -231,6 +240,7 @@ class _Point:
     """One size of an op and buffer kind on this rank: its calls, result and repeats so far."""
 
     size: int
+    count: int  # elements per message
     call: Callable[[], Any]  # the collective, prebound
     timed: Callable[[], Any]  # what the timed loop calls (the same, unless a test slows it)
     send: np.ndarray | None
@@ -256,12 +266,12 @@ def _prepare(ctx: _Context, op: Op, size: int, send_full: np.ndarray | None,
     recv = None if recv_full is None or recv_len is None else recv_full[:recv_len]
     if recv is not None:
         recv.fill(SENTINEL)
-    call = op.bind(comm, send, recv, count, ranks, ROOT, MPI)
+    call = op.prepare(comm, send, recv, count, ranks, ROOT, MPI)
     timed = call
     if ctx.options.slowdown and ctx.options.slowdown[0] == op.name:
         timed = slowdown.slowed(call, ctx.options.slowdown[1])
     iterations, warmup = osu_counts(size, ctx.options.iterations, ctx.options.warmup)
-    point = _Point(size, call, timed, send, recv, recv if recv is not None else send,
+    point = _Point(size, count, call, timed, send, recv, recv if recv is not None else send,
                    op.reference(count, ranks, rank, ROOT), iterations, warmup)
     call()
     point.reason = check(op.name, point.result, point.reference)
@@ -280,15 +290,33 @@ def _time_once(ctx: _Context, op: Op, point: _Point) -> None:
         point.reason = f"after the timed iterations: {after}"
 
 
+def _native_latency(ctx: _Context, op: Op, point: _Point) -> timing.Latency | None:
+    """The same buffers timed once more by the native C loop, and checked again (None when
+    the native loop is off or not built)."""
+    if not ctx.native:
+        return None
+    seconds = native.rank_latency(ctx.comm, op, point.send, point.recv, point.count, ROOT,
+                                  point.iterations, point.warmup)
+    if point.reason is None and (after := check(op.name, point.result, point.reference)):
+        point.reason = f"after the native loop's timed iterations: {after}"
+    return timing.across_ranks(ctx.comm, seconds)
+
+
 def _finish(ctx: _Context, op: Op, kind: str, point: _Point) -> None:
-    """Record one size (rank 0) and print its OSU row."""
+    """Time the native loop, record one size (rank 0) and print its OSU row."""
     node = _node_mark(ctx, point.load_before)
+    native_latency = _native_latency(ctx, op, point)
     reasons = ctx.comm.gather(point.reason, root=0)
     placements = ctx.comm.gather([_placement(point.send), _placement(point.recv)], root=0)
     if ctx.rank != 0:
         return
     failures = [f"rank {r}: {text}" for r, text in enumerate(reasons) if text]
     status, why = ("failed", "; ".join(failures)) if failures else ("ok", None)
+    latency = timing.median_latency(point.repeats)
+    native_fields = {} if native_latency is None else {
+        "native_latency_us": native_latency.to_record(),
+        "python_overhead_us": latency.avg - native_latency.avg,
+    }
     ctx.records.append(
         _record(
             ctx,
@@ -301,9 +329,10 @@ def _finish(ctx: _Context, op: Op, kind: str, point: _Point) -> None:
             placement=merge_placements([p for pair in placements for p in pair]),
             **_repeat_fields(op, point.size, ctx.ranks, point.repeats),
             validated=not failures,
+            **native_fields,
         )
     )
-    ctx.emit(osu.row(op, point.size, timing.median_latency(point.repeats), point.iterations))
+    ctx.emit(osu.row(op, point.size, latency, point.iterations))
     if failures:
         ctx.emit(osu.note_line("failed", why, point.size if op.sized else None))
 
@@ -341,6 +370,9 @@ def _run_op_buffer(ctx: _Context, op: Op, kind: str) -> None:
                 _time_once(ctx, op, point)
         for point in points:
             _finish(ctx, op, kind, point)
+        if ctx.rank == 0:
+            for line in osu.native_lines(op, ctx.records[-len(points):], ctx.native_unavailable):
+                ctx.emit(line)
         del send, recv, points  # before ExitStack frees MPI.Alloc_mem memory
 
 
@@ -380,6 +412,15 @@ def _crowded(ctx: _Context) -> bool:
     return True
 
 
+def _thread_level() -> str:
+    """The thread level MPI provides (``single`` ... ``multiple``), as mpi4py spells them."""
+    from mpi4py import MPI
+
+    levels = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
+              MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
+    return levels[MPI.Query_thread()]
+
+
 def run(comm: Any, options: Options, emit: Callable[[str], None]) -> list[dict[str, Any]]:
     """Run every point of ``options`` on ``comm``; rank 0 gets the records, other ranks ``[]``."""
     previous = buffers.set_numpy_hugepage(options.numpy_hugepage)
@@ -388,8 +429,12 @@ def run(comm: Any, options: Options, emit: Callable[[str], None]) -> list[dict[s
         run_id = comm.bcast(_run_id(options) if comm.Get_rank() == 0 else None, root=0)
         binding = {**per_rank[0], "per_rank": per_rank} if per_rank else {}
         cpus = tuple(sorted({cpu for rank in per_rank or () for cpu in rank["cpus"]}))
+        missing = comm.allgather(native.unavailable() if options.native_loop else None)
+        why = "; ".join(sorted({text for text in missing if text})) or None
         ctx = _Context(
-            comm, options, emit, run_id, binding, mpi_library(), buffers.memory_settings(), cpus
+            comm, options, emit, run_id, binding, mpi_library(), buffers.memory_settings(),
+            thread_level=_thread_level(), native=options.native_loop and not why,
+            native_unavailable=why, cpus=cpus,
         )
         reasons = comm.allgather(options.skip_reason)  # one rank unable: none runs
         skip = "; ".join(sorted({reason for reason in reasons if reason}))
