@@ -9,7 +9,9 @@ when it lies outside the tolerance band around their median AND its repeats diff
 significantly from theirs (Mann-Whitney U over the samples, :mod:`hpcmem.results.ranktest`,
 when the numbers of samples allow a test at level ``alpha``), its own repeats agree (spread
 at most ``max_spread``, or all of them outside the band), and the node state does not
-explain it (shared cores now, none in the history, and slower; or the reverse, and faster).
+explain it (shared cores now, none in the history, and slower; or the reverse, and faster;
+unless every repeat lies outside the band: repeats run in rounds, so a busy neighbour shows
+as spread, and a change in every repeat is a change).
 Against a reference, a figure outside its bounds is ``NOISY`` when its point shared cores
 or its repeats disagree (some of them inside the bounds), else ``FAIL``. Failed points and
 invalid records of the summary are ``FAIL`` rows too: a benchmark that stopped producing
@@ -266,9 +268,12 @@ def _against_history(figure: Measured, history: Baseline, references: References
         if row.p_value >= references.history_alpha:
             return "NOISY", (f"{what}, not significant (p={row.p_value:.2g}, {m} against "
                              f"{n} samples)")
-    if noisy and not _all_outside(figure.samples, low, high, side):
+    # repeats run in rounds: a busy neighbour shows as spread, while a change that every
+    # repeat shows is a change, whatever the node state
+    consistent = _all_outside(figure.samples, low, high, side)
+    if noisy and not consistent:
         return "NOISY", f"{what}, {noisy}"
-    if why := _disturbance(side, metric_name, figure, history):
+    if not consistent and (why := _disturbance(side, metric_name, figure, history)):
         return "NOISY", f"{what}, {why}"
     test = (f"p={row.p_value:.2g}, {m} against {n} samples" if testable
             else f"{m} against {n} samples: too few for a rank test")
