@@ -286,13 +286,12 @@ def test_dry_run_of_the_default_config_lists_every_point(workdir):
     result = snakemake(workdir, "-n", "-p", "--profile", str(REPO / "profiles" / "local"),
                        wrap=without_runtime)
     assert result.returncode == 0, result.stdout
-    points = len(sweep["ops"]) * len(sweep["buffers"]) * len(sweep["ranks"]) * len(
-        sweep["bindings"]
-    )
+    points = len(sweep["ops"]) * len(sweep["buffers"]) * len(sweep["nodes"]) * len(
+        sweep["tasks_per_node"]) * len(sweep["bindings"])
     trains = len(train["models"]) * len(train["params"]) * len(train["policies"]) * len(
         train["gpu_budgets"]
     )
-    assert (points, trains) == (12, 6)  # 3 ops x 2 buffers x 1 rank count x 2 bindings; 2 x 3
+    assert (points, trains) == (12, 6)  # 3 ops x 2 buffers x 1 node x 1 rank count x 2 bindings; 2 x 3
     assert job_counts(result.stdout) == {
         "build_wheel": 1, "install_wheel": 1, "run_collectives": points, "run_train": trains,
         "aggregate_results": 1, "check_regressions": 1, "render_report": 1, "all": 1,

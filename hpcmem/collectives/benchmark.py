@@ -26,6 +26,7 @@ from hpcmem.collectives import buffers, osu, timing
 from hpcmem.collectives.ops import OPS, SENTINEL, Op, check, rank_input
 from hpcmem.collectives.options import Options
 from hpcmem.collectives.sizes import osu_counts
+from hpcmem.collectives.spread import layout_fields, placement_by_host
 from hpcmem.node import applied
 from hpcmem.node.probe import mpi_library
 from hpcmem.results.records import common_fields
@@ -46,6 +47,8 @@ class _Context:
     binding: dict[str, Any]
     mpi_library: str
     memory: dict[str, Any]
+    #: each rank's host name (rank i ran on hosts[i])
+    hosts: list[str] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -138,6 +141,7 @@ def _record(
         dtype=ctx.options.dtype,
         root=ROOT,
         ranks=ctx.ranks,
+        **layout_fields(ctx.hosts),
         size_bytes=size if op.sized else 0,
         iterations=iterations,
         warmup=warmup,
@@ -213,6 +217,8 @@ def _point(
         return
     failures = [f"rank {r}: {text}" for r, text in enumerate(reasons) if text]
     status, why = ("failed", "; ".join(failures)) if failures else ("ok", None)
+    placement = merge_placements([p for pair in placements for p in pair])
+    placement["hosts"] = placement_by_host(placements, ctx.hosts, merge_placements)
     seconds = latency.avg * 1e-6
     algbw = op.data_bytes(size, ranks) / seconds / 1e9 if seconds > 0 else 0.0
     ctx.records.append(
@@ -223,7 +229,7 @@ def _point(
             size,
             status,
             why,
-            placement=merge_placements([p for pair in placements for p in pair]),
+            placement=placement,
             latency_us=latency.to_record(),
             algbw_GBps=algbw,
             busbw_GBps=algbw * op.bus_factor(ranks),
@@ -273,7 +279,8 @@ def run(comm: Any, options: Options, emit: Callable[[str], None]) -> list[dict[s
         run_id = comm.bcast(_run_id(options) if comm.Get_rank() == 0 else None, root=0)
         binding = {**per_rank[0], "per_rank": per_rank} if per_rank else {}
         ctx = _Context(
-            comm, options, emit, run_id, binding, mpi_library(), buffers.memory_settings()
+            comm, options, emit, run_id, binding, mpi_library(), buffers.memory_settings(),
+            hosts=[rank["host"] for rank in per_rank or []],
         )
         reasons = comm.allgather(options.skip_reason)  # one rank unable: none runs
         skip = "; ".join(sorted({reason for reason in reasons if reason}))
