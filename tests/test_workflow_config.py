@@ -245,6 +245,9 @@ def test_injection_through_snakemake_stops_before_anything_runs(workdir, path, p
          "config train.policy_files: 'cuda' is a built-in name"),
         ({"check": {"history": "a-file"}},
          "config check.history: 'a-file' is a file, not a folder"),
+        ({"collectives": {"ranks": [2], "nodes": [1, 2]}},
+         "config collectives.ranks: [2] is the one-node form and nodes is [1, 2]: give "
+         "tasks_per_node instead of ranks (ranks = nodes x tasks_per_node)"),
     ],
 )
 def test_workflow_checks_name_the_key(workdir, change, message):
@@ -302,6 +305,22 @@ def test_dry_run_of_the_default_config_lists_every_point(workdir):
         assert f"--op {op} --buffer {buffer}" in result.stdout
     assert "MEMKIND_HBW_NODES=0 mpirun --oversubscribe" in result.stdout
     assert result.stdout.count("--skip-if-no-gpu") == trains
+
+
+def test_the_local_profile_refuses_a_multi_node_point_before_any_job(workdir):
+    config = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
+    config["collectives"].update(nodes=[1, 2], tasks_per_node=[1])
+    write_config(workdir, config)
+    result = snakemake(workdir, "--profile", str(REPO / "profiles" / "local"))
+    assert result.returncode != 0
+    assert ("config collectives.nodes: 2: the local executor runs every point on this one "
+            "machine (accepted here: 1); multi-node points need a profile with `executor: "
+            "slurm`") in result.stdout
+    assert not (workdir / "results").exists()
+    # the same points with ranks on one node list as before, each in its own folder
+    result = snakemake(workdir, "-n", "--profile", str(REPO / "profiles" / "local"))
+    assert "collectives/allreduce/numpy/nodes2_ranks2/none.jsonl" in result.stdout
+    assert "collectives/allreduce/numpy/ranks1/none.jsonl" in result.stdout
 
 
 def test_dry_run_in_a_fresh_clone_needs_no_profile(tmp_path: Path):
