@@ -47,6 +47,10 @@ ACTION="${1:-}"
 STATE_ARG="${2:-}"
 [[ "$STATE_ARG" != "--" ]] || STATE_ARG=""  # login -- CMD: the default DIR
 STATE="$(realpath -m "${STATE_ARG:-$REPO/.slurm}")"
+# Every action but start acts on the cluster as start made it (nodes, ports, names).
+if [[ "$ACTION" != start && -s "$STATE/etc/settings.env" ]]; then
+  source "$STATE/etc/settings.env"
+fi
 CLUSTER="${HPCMEM_SLURM_CLUSTER:-hpcmem}"
 ACCOUNT="${HPCMEM_SLURM_ACCOUNT:-hpcmem}"
 PARTITION="${HPCMEM_SLURM_PARTITION:-debug}"
@@ -74,6 +78,7 @@ SLURMD_PORT=$((CTLD_PORT + 1))
 DBD_PORT=$((CTLD_PORT + 2))
 HOST="$(hostname -s)"
 ADDR=127.0.0.1
+CTLD_HOST="$HOST($ADDR)"
 NODE_NAMES=("$HOST")
 TMP_FS=/tmp
 #: seconds before slurmctld marks a silent node DOWN (a lost node fails its jobs this soon)
@@ -81,6 +86,10 @@ SLURMD_TIMEOUT=30
 if ((NODES > 1)); then
   source "$HERE/netns.sh"
   ADDR="$SUBNET.1"
+  HOST="$HEAD_NAME"
+  # by name only: it resolves in the cluster's namespaces alone, so a client run outside
+  # them fails at once instead of sending anything to an address outside
+  CTLD_HOST="$HEAD_NAME"
   TMP_FS="$STATE/tmp"
   SLURMD_TIMEOUT=10
   NODE_NAMES=()
@@ -151,7 +160,7 @@ render() {
     -e "s|@NODE_LINES@|$NODE_LINES|g" -e "s|@DEF_MEM_PER_CPU@|$DEF_MEM_PER_CPU|g" \
     -e "s|@ENFORCE_LINE@|${ENFORCE:+AccountingStorageEnforce=$ENFORCE}|g" \
     -e "s|@PARTITION_LINES@|$PARTITION_LINES|g" \
-    -e "s|@TMP_FS@|$TMP_FS|g" \
+    -e "s|@TMP_FS@|$TMP_FS|g" -e "s|@CTLD_HOST@|$CTLD_HOST|g" \
     -e "s|@SLURMD_TIMEOUT@|$SLURMD_TIMEOUT|g" \
     "$HERE/$1.in" >"$STATE/etc/$1.tmp"
   mv "$STATE/etc/$1.tmp" "$STATE/etc/$1"
@@ -213,6 +222,11 @@ configure() {
   : >"$STATE/etc/plugstack.conf"
   chmod 600 "$STATE/etc/slurmdbd.conf"
   echo "export SLURM_CONF=$STATE/etc/slurm.conf" >"$STATE/env.sh"
+  local setting
+  for setting in CLUSTER=$CLUSTER ACCOUNT=$ACCOUNT PARTITION=$PARTITION QOS=$QOS \
+    ENFORCE=$ENFORCE NODES=$NODES PORT=$CTLD_PORT MYSQL_PORT=$MYSQL_PORT; do
+    printf 'export HPCMEM_SLURM_%s=%q\n' "${setting%%=*}" "${setting#*=}"
+  done >"$STATE/etc/settings.env"
 }
 
 # Slurm 22.05 ignores AuthInfo=socket= on its persistent connections to slurmdbd, so
@@ -360,7 +374,9 @@ start_slurmd() {
 # Run "$@" where the cluster's clients work: in the head namespace of a multi-node cluster.
 on_login() {
   if ((NODES > 1)); then
-    nsenter --net="/run/netns/$HEAD_NS" "$@"
+    nsenter --net="/run/netns/$HEAD_NS" unshare --mount --uts --propagation private -- sh -c \
+      'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"' \
+      sh "$HEAD_NAME" "$STATE/etc/hosts" "$@"
   else
     "$@"
   fi

@@ -1,16 +1,20 @@
 # Network namespaces of a multi-node test cluster; sourced by cluster.sh (HPCMEM_SLURM_NODES > 1).
 #
-# The head namespace NS_PREFIX"h" (the login and controller host) holds a bridge with
+# The head namespace NS_PREFIX"h" (the login and controller host "head") holds a bridge with
 # SUBNET.1; node i is namespace NS_PREFIX"n<i>", joined to the bridge by a veth pair, with
 # SUBNET.(10+i). The head runs MariaDB, slurmdbd and slurmctld; each node one slurmd in a
 # mount and UTS namespace of its own (host name node<i>, STATE/etc/hosts as /etc/hosts,
-# STATE/run/node<i>/slurm as /run/slurm, STATE/run/node<i>/tmp as TmpFS, STATE/tmp). Every address lives inside these namespaces and
-# nothing routes out of them; the names are unique per controller port.
+# STATE/run/node<i>/slurm as /run/slurm, STATE/run/node<i>/tmp as TmpFS, STATE/tmp). Every
+# address lives inside these namespaces and nothing routes out of them; the names are unique
+# per controller port. Clients (and the head's daemons) run through on_login: in the head's
+# network namespace, with host name "head" and the cluster's /etc/hosts.
 
 #: every address of the cluster is in SUBNET.0/24, inside the namespaces only
 SUBNET=10.213.0
 NS_PREFIX="hpcm${CTLD_PORT}"
 HEAD_NS="${NS_PREFIX}h"
+#: the head's host name, known in the cluster's /etc/hosts only
+HEAD_NAME=head
 BRIDGE="${NS_PREFIX}br"
 
 node_ns() { echo "${NS_PREFIX}n$1"; }
@@ -62,12 +66,12 @@ net_down() {
   ! ns_exists "$HEAD_NS" || ip netns del "$HEAD_NS"
 }
 
-# /etc/hosts of the nodes: the head under this machine's name, and every node.
+# /etc/hosts of the head and the nodes (bound over /etc/hosts in their mount namespaces).
 write_hosts() {
   local i
   {
     echo "127.0.0.1 localhost"
-    echo "$SUBNET.1 $HOST"
+    echo "$SUBNET.1 $HEAD_NAME"
     for ((i = 1; i <= NODES; i++)); do echo "$(node_addr "$i") node$i"; done
   } >"$STATE/etc/hosts"
 }
