@@ -180,6 +180,15 @@ check_tools() {
   ((${#socket} < 100)) || die "state dir too deep for a unix socket path ($socket)"
 }
 
+# The settings start was given, as the shell lines later actions read back.
+settings() {
+  local setting
+  for setting in CLUSTER=$CLUSTER ACCOUNT=$ACCOUNT PARTITION=$PARTITION QOS=$QOS \
+    ENFORCE=$ENFORCE NODES=$NODES PORT=$CTLD_PORT MYSQL_PORT=$MYSQL_PORT; do
+    printf 'export HPCMEM_SLURM_%s=%q\n' "${setting%%=*}" "${setting#*=}"
+  done
+}
+
 # Configuration files, generated once per state dir from this machine.
 configure() {
   mkdir -p "$STATE"/{etc,run/slurm,log,state,spool,munge} "$MYSQL_DIR"
@@ -222,11 +231,7 @@ configure() {
   : >"$STATE/etc/plugstack.conf"
   chmod 600 "$STATE/etc/slurmdbd.conf"
   echo "export SLURM_CONF=$STATE/etc/slurm.conf" >"$STATE/env.sh"
-  local setting
-  for setting in CLUSTER=$CLUSTER ACCOUNT=$ACCOUNT PARTITION=$PARTITION QOS=$QOS \
-    ENFORCE=$ENFORCE NODES=$NODES PORT=$CTLD_PORT MYSQL_PORT=$MYSQL_PORT; do
-    printf 'export HPCMEM_SLURM_%s=%q\n' "${setting%%=*}" "${setting#*=}"
-  done >"$STATE/etc/settings.env"
+  settings >"$STATE/etc/settings.env"
 }
 
 # Slurm 22.05 ignores AuthInfo=socket= on its persistent connections to slurmdbd, so
@@ -396,6 +401,12 @@ start_daemons() {
 
 do_start() {
   check_tools
+  if daemon_pid slurmctld >/dev/null && [[ -s "$STATE/etc/settings.env" ]] &&
+    [[ "$(settings)" != "$(cat "$STATE/etc/settings.env")" ]]; then
+    log "error: the cluster in $STATE runs with other settings ($STATE/etc/settings.env):" \
+      "stop it first"
+    exit 2
+  fi
   configure
   local begin=$SECONDS
   start_munged
