@@ -294,7 +294,7 @@ def test_dry_run_of_the_default_config_lists_every_point(workdir):
     trains = len(train["models"]) * len(train["params"]) * len(train["policies"]) * len(
         train["gpu_budgets"]
     )
-    assert (points, trains) == (12, 6)  # 3 ops x 2 buffers x 1 node x 1 rank count x 2 bindings; 2 x 3
+    assert (points, trains) == (12, 6)  # 3 ops x 2 buffers x 1 x 1 layout x 2 bindings; 2 x 3
     assert job_counts(result.stdout) == {
         "build_wheel": 1, "install_wheel": 1, "run_collectives": points, "run_train": trains,
         "aggregate_results": 1, "check_regressions": 1, "render_report": 1, "all": 1,
