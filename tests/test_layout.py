@@ -33,7 +33,8 @@ def test_launch_options_follow_the_launcher() -> None:
     assert two.launch_options("/usr/bin/srun --mpi=pmix") == [
         "--nodes=2", "--ntasks-per-node=2", "--ntasks=4"]
     assert two.launch_options("mpirun --oversubscribe") == ["-n", "4", "--map-by", "ppr:2:node"]
-    assert Layout(1, 2).launch_options("mpiexec") == ["-n", "2"]
+    assert Layout(1, 2).launch_options("mpiexec") == Layout(1, 2).launch_options("srun") == [
+        "-n", "2"]  # one node: the command lines of one-node points as they always were
 
 
 def test_slurm_resources_set_tasks_per_node_or_tasks_never_both() -> None:

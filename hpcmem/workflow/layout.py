@@ -8,8 +8,8 @@ resources.
 
 >>> Layout(2, 4).folder, Layout.from_folder("nodes2_ranks8")
 ('nodes2_ranks8', Layout(nodes=2, tasks_per_node=4))
->>> Layout(2, 4).launch_options("srun")
-['--nodes=2', '--ntasks-per-node=4', '--ntasks=8']
+>>> Layout(2, 4).launch_options("srun"), Layout(1, 4).launch_options("srun")
+(['--nodes=2', '--ntasks-per-node=4', '--ntasks=8'], ['-n', '4'])
 """
 
 from __future__ import annotations
@@ -66,16 +66,15 @@ class Layout:
 
     def launch_options(self, mpi: str) -> list[str]:
         """Options of the launcher ``mpi`` (the rule's ``mpi`` resource) that start this
-        layout's ranks: srun gets nodes and tasks per node, mpirun/mpiexec ``-n``, and Open
-        MPI's ``--map-by ppr:T:node`` on several nodes."""
+        layout's ranks: ``-n R`` on one node; on several, srun gets nodes and tasks per node,
+        mpirun/mpiexec Open MPI's ``--map-by ppr:T:node``."""
+        if self.nodes == 1:
+            return ["-n", str(self.ranks)]
         launcher = os.path.basename(shlex.split(mpi)[0]) if mpi.strip() else ""
         if launcher == "srun":
             return [f"--nodes={self.nodes}", f"--ntasks-per-node={self.tasks_per_node}",
                     f"--ntasks={self.ranks}"]
-        options = ["-n", str(self.ranks)]
-        if self.nodes > 1:
-            options += ["--map-by", f"ppr:{self.tasks_per_node}:node"]
-        return options
+        return ["-n", str(self.ranks), "--map-by", f"ppr:{self.tasks_per_node}:node"]
 
     def slurm_resources(self) -> dict[str, int]:
         """``nodes`` and the task count of the Slurm executor plugin, which takes either
