@@ -12,6 +12,7 @@ host that has no runtime: in a mount namespace where every runtime on PATH is ma
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,12 +29,15 @@ from hpcmem.workflow.containers import RUNTIMES, find_runtime
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+#: a Debian mirror that refuses connections at once: the CPU image cannot be built
+NO_MIRROR = "http://127.0.0.1:9/debian"
 RUNTIME_MISSING = (
     "needs Apptainer on PATH: `make test` as root installs it when APPTAINER_INSTALLER "
     "names an installer; elsewhere install Apptainer >= 1.2"
 )
 
-__all__ = ["BuiltImage", "snakemake", "snakemake_process", "without_runtime", "workdir_with"]
+__all__ = ["NO_MIRROR", "BuiltImage", "host_open_mpi", "leftovers", "snakemake",
+           "snakemake_process", "without_runtime", "workdir_with"]
 
 
 def without_runtime(command: Sequence[str]) -> list[str]:
@@ -43,6 +47,17 @@ def without_runtime(command: Sequence[str]) -> list[str]:
     masks = "".join(f"mount --bind /dev/null '{path}' && " for path in sorted(found))
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
             f'{masks}exec "$@"', "sh", *command]  # fmt: skip
+
+
+def host_open_mpi() -> str:
+    """This host's Open MPI version (4.1.4 on Debian 12)."""
+    out = subprocess.run(["ompi_info", "--version"], capture_output=True, text=True).stdout
+    return re.search(r"Open MPI v([\d.]+)", out)[1]
+
+
+def leftovers(folder: Path) -> list[str]:
+    """What a build left in the image folder, besides its lock files."""
+    return sorted(p.name for p in folder.iterdir() if not p.name.endswith(".lock"))
 
 
 def workdir_with(folder: Path, **sections: dict) -> Path:

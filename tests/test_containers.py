@@ -8,19 +8,17 @@ that cannot exist) fail for real, and the CPU image is built for real once per s
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import re
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
-from container_image import BuiltImage
+from container_image import NO_MIRROR, host_open_mpi, leftovers
 
 from hpcmem.results.aggregate import aggregate, read_summary
 from hpcmem.results.container_report import container_section, overhead_table
@@ -42,9 +40,7 @@ from hpcmem.workflow.containers import (
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
-BUILD_SCRIPT = REPO / "workflow" / "scripts" / "build_container.py"
-#: a mirror that refuses connections at once, and a registry name that can never resolve
-NO_MIRROR = "http://127.0.0.1:9/debian"
+#: a registry name that can never resolve
 NO_REGISTRY = "registry.invalid/hpcmem/none:1"
 
 
@@ -76,12 +72,6 @@ def test_gpu_definition_keeps_a_cuda_base_and_builds_a_matching_open_mpi() -> No
     sources = definition.files_sources({})
     assert sources == ["pyproject.toml", "requirements.txt", "README.md", "native", "hpcmem"]
     assert all((REPO / path).exists() for path in sources)  # relative to the repository
-
-
-def host_open_mpi() -> str:
-    """This host's Open MPI version (4.1.4 on Debian 12)."""
-    out = subprocess.run(["ompi_info", "--version"], capture_output=True, text=True).stdout
-    return re.search(r"Open MPI v([\d.]+)", out)[1]
 
 
 #: (definition text, what the error says after FILE:LINE)
@@ -257,11 +247,6 @@ def test_records_say_which_image_and_runtime_they_ran_in() -> None:
     assert native.stdout.strip() == "null"
 
 
-def leftovers(folder: Path) -> list[str]:
-    """What a build left in the image folder, besides its lock files."""
-    return sorted(p.name for p in folder.iterdir() if not p.name.endswith(".lock"))
-
-
 def test_an_unreachable_mirror_fails_the_build_naming_its_log(apptainer: str, tmp_path: Path):
     definition = parse_definition(REPO / "containers" / "hpcmem-cpu.def")
     log_path = tmp_path / "build.log"
@@ -289,71 +274,6 @@ def test_an_unfetchable_base_image_fails_the_build_naming_its_log(apptainer: str
     assert "registry.invalid" in str(error.value)
     assert str(error.value).endswith(f"; build log: {log_path}")
     assert leftovers(tmp_path / "images") == []
-
-
-def build_script(*options: str, cwd: Path) -> subprocess.CompletedProcess:
-    """workflow/scripts/build_container.py, as the build_container rule runs it."""
-    return subprocess.run([sys.executable, str(BUILD_SCRIPT), *options], capture_output=True,
-                          text=True, timeout=900, cwd=cwd)  # fmt: skip
-
-
-def test_failed_build_auto_runs_natively_true_stops(apptainer: str, cpu_image: BuiltImage,
-                                                   tmp_path: Path) -> None:  # fmt: skip
-    options = ["--name", "hpcmem-cpu", "--definition", str(REPO / "containers" / "hpcmem-cpu.def"),
-               "--image-dir", str(tmp_path / "images"), "--runtime", apptainer, "--context",
-               str(REPO), "--build-arg", f"MIRROR={NO_MIRROR}", "--wheelhouse",
-               str(cpu_image.workdir / "results" / "e2e" / "build" / "wheelhouse"),
-               "--log", str(tmp_path / "build.log")]  # fmt: skip
-    auto = build_script(*options, "--out", str(tmp_path / "auto.json"), cwd=tmp_path)
-    assert auto.returncode == 0, auto.stderr
-    ref = ImageRef.read(tmp_path / "auto.json")
-    assert ref.image is None and ref.reason.endswith(f"; build log: {tmp_path / 'build.log'}")
-    assert auto.stderr == f"hpcmem: container.enabled=auto: hpcmem-cpu runs natively: " \
-                          f"{ref.reason}\n"  # fmt: skip
-
-    required = build_script(*options, "--required", "--out", str(tmp_path / "true.json"),
-                            cwd=tmp_path)  # fmt: skip
-    assert required.returncode == 1
-    assert required.stderr.startswith("hpcmem: container.enabled=true: building hpcmem-cpu-")
-    assert required.stderr.endswith(f"; build log: {tmp_path / 'build.log'}\n")
-    assert not (tmp_path / "true.json").exists()
-    assert leftovers(tmp_path / "images") == []
-
-
-def test_the_cpu_image_is_built_once_and_runs_the_hosts_stack(
-    apptainer: str, cpu_image: BuiltImage, tmp_path: Path
-) -> None:
-    ref = cpu_image.ref
-    assert ref.built and ref.build_seconds > 0 and ref.arch == host_arch() == "amd64"
-    image = Path(ref.image)
-    assert image.name == f"hpcmem-cpu-{ref.key}.sif"
-    assert json.loads(image.with_suffix(".json").read_text())["digest"] == ref.digest
-    assert ref.runtime_version == runtime_version(apptainer)
-    assert f"hpcmem: image hpcmem-cpu: {image} (built in " in cpu_image.output
-
-    inside = subprocess.run([apptainer, "exec", str(image), "hpcmem", "info", "--json"],
-                            capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
-    info = json.loads(inside.stdout)
-    assert info["mpi"]["library"].startswith(f"Open MPI v{host_open_mpi()},")
-    assert info["mpi"]["mpi4py"] == importlib.metadata.version("mpi4py")
-    assert info["memkind"]["version"] and info["container"]["inside"] == str(image)
-    numpy = subprocess.run([apptainer, "exec", str(image), "python", "-c",
-                            "import numpy; print(numpy.__version__)"], capture_output=True,
-                           text=True, check=True)  # fmt: skip
-    assert numpy.stdout.strip() == importlib.metadata.version("numpy")
-
-    # the same definition and wheel again: the cached image, not a second build
-    started = time.monotonic()
-    again = build_script("--name", "hpcmem-cpu", "--definition",
-                         str(REPO / "containers" / "hpcmem-cpu.def"), "--image-dir",
-                         str(image.parent), "--runtime", apptainer, "--context", str(REPO),
-                         "--build-arg", f"MIRROR={DEFAULT_MIRROR}", "--wheelhouse",
-                         str(cpu_image.workdir / "results" / "e2e" / "build" / "wheelhouse"),
-                         "--out", str(tmp_path / "again.json"), cwd=tmp_path)  # fmt: skip
-    assert again.returncode == 0, again.stderr
-    assert again.stderr == f"hpcmem: image hpcmem-cpu: {image} (cached, {ref.digest})\n"
-    assert time.monotonic() - started < 60
-    assert ImageRef.read(tmp_path / "again.json").built is False
 
 
 def test_overhead_is_the_container_latency_over_the_native_one(tmp_path: Path) -> None:

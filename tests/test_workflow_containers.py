@@ -7,22 +7,34 @@ image cannot be built, and on a host without a runtime (tests/container_image.py
 from __future__ import annotations
 
 import copy
+import importlib.metadata
 import json
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
-import yaml
-from container_image import BuiltImage, snakemake, without_runtime, workdir_with
+from container_image import (
+    NO_MIRROR,
+    BuiltImage,
+    host_open_mpi,
+    leftovers,
+    snakemake,
+    without_runtime,
+    workdir_with,
+)
 from slurm_cluster import SlurmCluster
+from slurm_site import site_profile
 
 from hpcmem.results.records import read_records, validate_record
-from hpcmem.workflow.container_images import ImageRef
+from hpcmem.workflow.container_images import ImageRef, host_arch
+from hpcmem.workflow.containers import DEFAULT_MIRROR, runtime_version
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = Path("results", "e2e")
-#: an unreachable Debian mirror: the CPU image cannot be built
-NO_MIRROR = "http://127.0.0.1:9/debian"
+BUILD_SCRIPT = REPO / "workflow" / "scripts" / "build_container.py"
 #: two points (numpy and emulated-HBW buffers, memory bound to the HBW node), no training
 SWEEP = {"collectives": {"ops": ["allreduce"], "bindings": ["hbw"], "max_size": 64},
          "train": {"enabled": False}}  # fmt: skip
@@ -81,6 +93,71 @@ def test_dry_run_with_a_runtime_builds_the_images_first(apptainer: str, tmp_path
     assert f"hpcmem: container.enabled=auto: running in images through {apptainer}" in (
         result.stdout
     )
+
+
+def build_script(*options: str, cwd: Path) -> subprocess.CompletedProcess:
+    """workflow/scripts/build_container.py, as the build_container rule runs it."""
+    return subprocess.run([sys.executable, str(BUILD_SCRIPT), *options], capture_output=True,
+                          text=True, timeout=900, cwd=cwd)  # fmt: skip
+
+
+def test_failed_build_auto_runs_natively_true_stops(apptainer: str, cpu_image: BuiltImage,
+                                                   tmp_path: Path) -> None:  # fmt: skip
+    options = ["--name", "hpcmem-cpu", "--definition", str(REPO / "containers" / "hpcmem-cpu.def"),
+               "--image-dir", str(tmp_path / "images"), "--runtime", apptainer, "--context",
+               str(REPO), "--build-arg", f"MIRROR={NO_MIRROR}", "--wheelhouse",
+               str(cpu_image.workdir / "results" / "e2e" / "build" / "wheelhouse"),
+               "--log", str(tmp_path / "build.log")]  # fmt: skip
+    auto = build_script(*options, "--out", str(tmp_path / "auto.json"), cwd=tmp_path)
+    assert auto.returncode == 0, auto.stderr
+    ref = ImageRef.read(tmp_path / "auto.json")
+    assert ref.image is None and ref.reason.endswith(f"; build log: {tmp_path / 'build.log'}")
+    assert auto.stderr == f"hpcmem: container.enabled=auto: hpcmem-cpu runs natively: " \
+                          f"{ref.reason}\n"  # fmt: skip
+
+    required = build_script(*options, "--required", "--out", str(tmp_path / "true.json"),
+                            cwd=tmp_path)  # fmt: skip
+    assert required.returncode == 1
+    assert required.stderr.startswith("hpcmem: container.enabled=true: building hpcmem-cpu-")
+    assert required.stderr.endswith(f"; build log: {tmp_path / 'build.log'}\n")
+    assert not (tmp_path / "true.json").exists()
+    assert leftovers(tmp_path / "images") == []
+
+
+def test_the_cpu_image_is_built_once_and_runs_the_hosts_stack(
+    apptainer: str, cpu_image: BuiltImage, tmp_path: Path
+) -> None:
+    ref = cpu_image.ref
+    assert ref.built and ref.build_seconds > 0 and ref.arch == host_arch() == "amd64"
+    image = Path(ref.image)
+    assert image.name == f"hpcmem-cpu-{ref.key}.sif"
+    assert json.loads(image.with_suffix(".json").read_text())["digest"] == ref.digest
+    assert ref.runtime_version == runtime_version(apptainer)
+    assert f"hpcmem: image hpcmem-cpu: {image} (built in " in cpu_image.output
+
+    inside = subprocess.run([apptainer, "exec", str(image), "hpcmem", "info", "--json"],
+                            capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    info = json.loads(inside.stdout)
+    assert info["mpi"]["library"].startswith(f"Open MPI v{host_open_mpi()},")
+    assert info["mpi"]["mpi4py"] == importlib.metadata.version("mpi4py")
+    assert info["memkind"]["version"] and info["container"]["inside"] == str(image)
+    numpy = subprocess.run([apptainer, "exec", str(image), "python", "-c",
+                            "import numpy; print(numpy.__version__)"], capture_output=True,
+                           text=True, check=True)  # fmt: skip
+    assert numpy.stdout.strip() == importlib.metadata.version("numpy")
+
+    # the same definition and wheel again: the cached image, not a second build
+    started = time.monotonic()
+    again = build_script("--name", "hpcmem-cpu", "--definition",
+                         str(REPO / "containers" / "hpcmem-cpu.def"), "--image-dir",
+                         str(image.parent), "--runtime", apptainer, "--context", str(REPO),
+                         "--build-arg", f"MIRROR={DEFAULT_MIRROR}", "--wheelhouse",
+                         str(cpu_image.workdir / "results" / "e2e" / "build" / "wheelhouse"),
+                         "--out", str(tmp_path / "again.json"), cwd=tmp_path)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert again.stderr == f"hpcmem: image hpcmem-cpu: {image} (cached, {ref.digest})\n"
+    assert time.monotonic() - started < 60
+    assert ImageRef.read(tmp_path / "again.json").built is False
 
 
 @pytest.fixture(scope="module")
@@ -165,56 +242,32 @@ def test_true_stops_the_run_naming_the_build_log(apptainer: str, tmp_path: Path)
     assert not list((tmp_path / "images").glob("*.sif"))
 
 
-def slurm_profile(folder: Path, cluster: SlurmCluster) -> Path:
-    """profiles/slurm with its SITE settings for the test cluster; ranks start with
-    `srun --mpi=pmix`; the sweep is the work folder's config, not the profile's sweep.yaml."""
-    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
-    profile.pop("configfile")
-    profile["slurm-qos"] = cluster.qos
-    profile["default-resources"].update(slurm_partition=cluster.partition,
-                                        slurm_account=cluster.account)
-    resources = profile["set-resources"]
-    resources["build_wheel"]["cpus_per_task"] = 2
-    resources["run_train"].update(slurm_partition=cluster.partition, gpu=0, cpus_per_task=1,
-                                  mem_mb=2000)
-    for rule in ("run_collectives", "run_collectives_native"):
-        resources[rule] = {**resources[rule], "mpi": "srun --mpi=pmix"}
-    profile.update({"slurm-init-seconds-before-status-checks": 2, "retries": 0})
-    folder.mkdir(parents=True)
-    (folder / "config.yaml").write_text(yaml.safe_dump(profile))
-    return folder
-
-
 @pytest.mark.slurm
 def test_slurm_runs_collectives_in_the_image_with_srun_pmix(
     cpu_image: BuiltImage, slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
-    sweep = copy.deepcopy(SWEEP)
-    sweep["collectives"].update(buffers=["hbw"], bindings=["cores", "hbw"])
+    sweep = copy.deepcopy(SWEEP)  # one point: HBW buffers, each rank on its own core
+    sweep["collectives"].update(buffers=["hbw"], bindings=["cores"])
     image = cpu_image.ref
-    work = workdir_with(tmp_path / "work", **sweep, container={  # native: on the local profile
-        "enabled": True, "image_dir": str(Path(image.image).parent), "compare_native": False})
-    result = snakemake(work, profile=slurm_profile(tmp_path / "profile", slurm_cluster),
-                       env=slurm_cluster.env())  # fmt: skip
+    sweep["container"] = {"enabled": True, "image_dir": str(Path(image.image).parent),
+                          "compare_native": False}  # native: on the local profile
+    work = workdir_with(tmp_path / "work")
+    profile = site_profile(tmp_path / "profile", slurm_cluster, sweep,
+                           **{"set-resources__run_collectives__mpi": "srun --mpi=pmix"})
+    result = snakemake(work, profile=profile, env=slurm_cluster.env())
     assert result.returncode == 0, result.stdout
     assert f"srun --mpi=pmix -n 2 {image.runtime} exec --bind {work}" in result.stdout
-    job_ids = set()
-    for binding in ("cores", "hbw"):
-        found = records(work, "collectives", "allreduce", "hbw", "ranks2")
-        found = [r for r in found if r["binding"]["name"] == binding]
-        assert sorted(r["size_bytes"] for r in found) == SIZES
-        assert {r["container"]["digest"] for r in found} == {image.digest}
-        assert {r["container"]["runtime_version"] for r in found} == {image.runtime_version}
-        (job_id,) = {r["slurm_job_id"] for r in found}
-        job_ids.add(job_id)
-        steps = slurm_cluster.run("sacct", "-n", "-P", "-j", job_id, "-o", "JobID,NTasks,State")
-        assert [f"{job_id}.0", "2", "COMPLETED"] in [
-            line.split("|") for line in steps.stdout.splitlines()], steps.stdout  # fmt: skip
-        ranks = found[0]["binding"]["per_rank"]
-        if binding == "cores":  # each rank on its own core, as natively
-            assert sorted(r["cpus"] for r in ranks) == [[0], [1]]
-        else:
-            assert {r["mempolicy"]["mode"] for r in ranks} == {"bind"}
-    assert len(job_ids) == 2
+    found = records(work, "collectives", "allreduce", "hbw", "ranks2")
+    assert sorted(r["size_bytes"] for r in found) == SIZES
+    assert {r["container"]["digest"] for r in found} == {image.digest}
+    assert {r["container"]["runtime_version"] for r in found} == {image.runtime_version}
+    (job_id,) = {r["slurm_job_id"] for r in found}
+    steps = slurm_cluster.run("sacct", "-n", "-P", "-j", job_id, "-o", "JobID,NTasks,State")
+    assert [f"{job_id}.0", "2", "COMPLETED"] in [
+        line.split("|") for line in steps.stdout.splitlines()], steps.stdout  # fmt: skip
+    ranks = found[0]["binding"]["per_rank"]  # numactl in the image, measured in each rank
+    assert sorted(r["cpus"] for r in ranks) == [[0], [1]]
+    assert all(r["placement"]["emulated"] and r["placement"]["hbw_fraction"] == 1.0
+               for r in found)  # fmt: skip
     assert "rule run_collectives_native" not in result.stdout
     assert (work / RUN / "report" / "report.html").is_file()

@@ -182,6 +182,7 @@ def run_fsdp(args, shape, offload_activations: bool) -> dict[str, Any]:
         **common_fields("train", binding=applied.current()),
         "model": args.model,
         "params": shape.param_count(),
+        "params_requested": args.params if args.model == "transformer" else None,
         "batch": args.batch,
         "seq_len": args.seq_len if args.model == "transformer" else None,
         "dtype": args.dtype,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpcmem.collectives.tables import LATENCY
 from hpcmem.results.aggregate import benchmark_points
-from hpcmem.results.plots import embed, log_size_axis, log_value_axis, new_figure
+from hpcmem.results.plots import PALETTE, embed, log_size_axis, log_value_axis, new_figure
 from hpcmem.results.report_template import folded_frame, section, table
 
 if TYPE_CHECKING:
@@ -22,6 +22,8 @@ __all__ = ["container_section", "overhead_table"]
 
 #: what identifies a collectives point in both summaries
 KEYS = ["op", "dtype", "ranks", "binding", "buffer", "size_bytes", "nodes"]
+#: one line style per op, so lines of the same colour stay apart
+_LINES = ("-", "--", ":", "-.")
 
 
 def overhead_table(container: pd.DataFrame, native: pd.DataFrame) -> pd.DataFrame:
@@ -43,21 +45,23 @@ def overhead_table(container: pd.DataFrame, native: pd.DataFrame) -> pd.DataFram
 
 def _overhead_figure(overhead: pd.DataFrame) -> str:
     """The overhead ratio against message size, one line per op, buffer and binding."""
-    figure, (axes,) = new_figure(11, 3.9)
-    for (op, buffer, binding, ranks), line in overhead.groupby(
+    figure, (axes,) = new_figure(11, 4.8)
+    ops = sorted(overhead["op"].unique())
+    for number, ((op, buffer, binding, ranks), line) in enumerate(overhead.groupby(
         ["op", "buffer", "binding", "ranks"], sort=True
-    ):
+    )):
         line = line.sort_values("size_bytes")
         label = f"{op} · {buffer} · binding {binding} · {ranks} ranks"
         axes.plot(line["size_bytes"], line["overhead"], marker="o", markersize=3.5,
-                  linewidth=1.6, label=label)  # fmt: skip
+                  linewidth=1.6, label=label, color=PALETTE[number % len(PALETTE)],
+                  linestyle=_LINES[ops.index(op) % len(_LINES)])  # fmt: skip
     axes.axhline(1.0, color="#555", linewidth=1, linestyle="--")
     log_size_axis(axes, overhead["size_bytes"])
     if overhead["overhead"].max() / overhead["overhead"].min() > 4:
         log_value_axis(axes)  # symmetric for faster and slower; linear when the range is small
     axes.set_ylabel("container / native latency (\u00d7)")
     axes.set_title("container overhead by message size", fontsize=11)
-    axes.legend(fontsize=9, ncols=2)
+    figure.legend(fontsize=8, ncols=3, loc="outside lower center")  # below: lines stay visible
     return embed(figure, "container overhead ratio by message size",
                   "Median average latency in the image divided by the same point run natively "
                   "(dimensionless); above 1 the container is slower.")  # fmt: skip

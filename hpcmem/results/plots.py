@@ -13,7 +13,7 @@ from hpcmem.units import format_size
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["DPI", "PALETTE", "embed", "log_size_axis", "log_value_axis", "new_figure"]
+__all__ = ["DPI", "PALETTE", "embed", "log_size_axis", "log_value_axis", "new_figure", "panel_grid"]
 
 DPI = 100
 #: colours of the lines and bars of one figure, in order
@@ -27,6 +27,18 @@ def new_figure(width: float, height: float, columns: int = 1, rows: int = 1
 
     figure = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     return figure, figure.subplots(rows, columns, squeeze=False).ravel()
+
+
+def panel_grid(count: int, most_columns: int, width: float, height: float
+               ) -> tuple[Figure, list[Any]]:
+    """A figure of ``count`` panels, ``width`` x ``height`` inches each, at most
+    ``most_columns`` to a row; the panels beyond ``count`` are hidden."""
+    columns = min(count, most_columns)
+    rows = math.ceil(count / columns)
+    figure, panels = new_figure(width * columns, height * rows, columns=columns, rows=rows)
+    for axes in panels[count:]:
+        axes.set_visible(False)
+    return figure, list(panels[:count])
 
 
 def embed(figure: Figure, alt: str, caption: str) -> str:

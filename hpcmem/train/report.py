@@ -1,13 +1,14 @@
 """The training part of the HTML report: step time per Unified Memory policy, one panel per
-model point, with the p10-p90 spread and the ratio to the ``um`` preset."""
+model point, with the p10-p90 spread and the ratio to the ``um`` preset; and, for models run
+under a GPU budget, the budget curve (:mod:`hpcmem.train.budget_curve`)."""
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
-from hpcmem.results.plots import PALETTE, embed, new_figure
+from hpcmem.results.plots import PALETTE, embed, panel_grid
 from hpcmem.results.report_template import folded_frame
+from hpcmem.train.budget_curve import budget_figure
 from hpcmem.train.tables import MODEL_POINT, STEP, step_time_table
 from hpcmem.um import PRESETS
 from hpcmem.units import format_count, format_size
@@ -33,12 +34,8 @@ def training_figure(points: pd.DataFrame) -> str | None:
     if steps.empty:
         return None
     groups = list(steps.groupby(MODEL_POINT, sort=True, dropna=False))
-    columns = min(len(groups), 3)
-    rows = math.ceil(len(groups) / columns)
-    figure, panels = new_figure(4.2 * columns, 3.9 * rows, columns=columns, rows=rows)
-    for axes in panels[len(groups):]:
-        axes.set_visible(False)
-    for axes, (key, group) in zip(panels, groups, strict=False):
+    figure, panels = panel_grid(len(groups), 3, 4.2, 3.9)
+    for axes, (key, group) in zip(panels, groups, strict=True):
         model, params, batch, _seq_len, dtype, budget = key
         policies = list(group["policy"])
         median = group[STEP].to_numpy(dtype=float)
@@ -74,4 +71,5 @@ def section(points: pd.DataFrame) -> str:
         return ('<p class="note">No training points in this summary '
                 "(see the skipped points below for why).</p>")
     table = folded_frame(step_time_table(points), "Step time table (ms, median over repeats)")
-    return f"{figure}\n{table}"
+    curve = budget_figure(points)
+    return f"{figure}\n{table}" + (f"\n{curve}" if curve else "")

@@ -53,6 +53,9 @@ TRAIN = Benchmark(
         Metric("peak_gpu_resident_bytes", "bytes", LOWER, required=False),
         Metric("pcie_transfer_ms", "ms", LOWER, required=False),
         Metric("pcie_bound_ms", "ms", LOWER, required=False),
+        # PyTorch's peak reserved bytes: any run on a GPU (None on the CPU)
+        Metric("peak_reserved_bytes", "bytes", LOWER, required=False,
+               schema={"type": ["number", "null"], "minimum": 0}),
     ),
     fields={
         "required": ["model", "params", "batch", "dtype", "policy", "bytes_by_type", "gpu",

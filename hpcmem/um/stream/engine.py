@@ -100,7 +100,11 @@ class Streamer:
             # What else lives on the device (other jobs, caches) is not this job's.
             self._base_bytes = transport.live_bytes() - self._held
         self.saved = SavedTensors(self.params, transport, self.counters)
-        self.recompute = Recompute(repeated_blocks(model), transport.live_bytes)
+        self._binds = _ModuleBinds(model, self.params)
+        self._hooks += self._binds.handles
+        self.recompute = Recompute(
+            repeated_blocks(model), transport.live_bytes, around=self._binds.closing
+        )
         if recompute is not False:  # the probe recomputes: the least it can hold
             self.recompute.enable()
         self.chunked = None
@@ -109,10 +113,10 @@ class Streamer:
                 optimizer, self.params, arena=self.arena, transport=transport,
                 counters=self.counters, device_scope=device_scope,
             )
+            self.chunked.slice_bytes = out_cap(budget)
         for entry in entries:
             if entry.param.requires_grad and not entry.resident:
                 self._hooks.append(entry.param.register_post_accumulate_grad_hook(self._on_grad))
-        self._hooks += _bind_around_modules(model, self.params)
         self._probe_blocks = _BlockProbe(self.recompute.blocks)
         transport.reset_peak()
 
@@ -203,11 +207,14 @@ class Streamer:
             if entry.resident:
                 return
             grad = param.grad
-            if entry.has_grad:  # a second backward before the optimizer step: accumulate
+            if entry.has_grad:  # accumulate: a second backward before the optimizer step,
+                # or a parameter used twice (a device change of ``.data`` gives it a new
+                # gradient accumulator); added in place, so no third copy is allocated
                 earlier, token = self.transport.fetch(entry.grad_home, entry.grad_ready)
                 self.transport.wait(token)
                 self.counters.h2d += entry.nbytes
-                grad = grad + earlier
+                grad.add_(earlier)
+                del earlier
             entry.grad_ready = self.transport.offload(grad, entry.grad_home)
             self.counters.d2h += entry.nbytes
             entry.has_grad = True
@@ -227,6 +234,7 @@ class Streamer:
                 self._apply(self._plan())
             elif self._step > 2 and self.plan is not None:
                 self.saved.offload_below = keep_from(self._candidates, self._keep_bytes)
+        self._binds.open.clear()  # a forward that raised last step left its binds open
         self.params.begin_step()
         self.saved.begin_step()
         self.recompute.saved_bytes.clear()
@@ -472,41 +480,60 @@ class _BlockProbe:
         return self
 
 
-def _bind_around_modules(model: Any, params: ParamStreams) -> list[Any]:
+class _ModuleBinds:
     """Hooks binding each module's own streamed parameters for its forward.
 
     Operations bind what they use anyway; this also covers what reads a parameter without
     an operation first, such as a custom autograd function given it as an input (autograd
-    records the input's device when the function is applied).
+    records the input's device when the function is applied). Modules nest, so the binds
+    open at a time form a stack; a forward that raises (a recomputation stops with an
+    exception once it has what backward needs) skips its module's closing hook, and
+    :meth:`closing` drops what such a forward left bound.
     """
-    handles = []
-    for module in model.modules():
-        own = [params.by_param[id(p)] for p in module.parameters(recurse=False)]
-        own = [e for e in own if not e.resident]
-        if not own:
-            continue
-        running: list[list[tuple[Entry, int | None]]] = []
 
-        def before(module: Any, args: Any, own: list[Entry] = own,
-                   running: list = running) -> None:
+    def __init__(self, model: Any, params: ParamStreams) -> None:
+        self._params = params
+        self.open: list[list[tuple[Entry, int | None]]] = []
+        self.handles: list[Any] = []
+        for module in model.modules():
+            own = [params.by_param[id(p)] for p in module.parameters(recurse=False)]
+            own = [e for e in own if not e.resident]
+            if own:
+                self.handles.append(module.register_forward_pre_hook(self._before(own)))
+                self.handles.append(module.register_forward_hook(self._after))
+
+    def _before(self, own: list[Entry]) -> Callable[[Any, Any], None]:
+        def before(module: Any, args: Any) -> None:
             import torch
 
             with torch._C.DisableTorchFunction():
-                positions = [(entry, params.access(entry)) for entry in own]
+                positions = [(entry, self._params.access(entry)) for entry in own]
                 for entry, _ in positions:
-                    params.bind(entry)
-            running.append(positions)
+                    self._params.bind(entry)
+            self.open.append(positions)
 
-        def after(module: Any, args: Any, output: Any, running: list = running) -> None:
-            import torch
+        return before
 
-            with torch._C.DisableTorchFunction():
-                for entry, position in running.pop():
-                    params.after_access(entry, position)
+    def _after(self, module: Any, args: Any, output: Any) -> None:
+        if self.open:
+            self._close(self.open.pop())
 
-        handles.append(module.register_forward_pre_hook(before))
-        handles.append(module.register_forward_hook(after))
-    return handles
+    def _close(self, positions: list[tuple[Entry, int | None]]) -> None:
+        import torch
+
+        with torch._C.DisableTorchFunction():
+            for entry, position in positions:
+                self._params.after_access(entry, position)
+
+    @contextmanager
+    def closing(self) -> Iterator[None]:
+        """Whatever the forward inside leaves bound is released when it ends, raised or not."""
+        depth = len(self.open)
+        try:
+            yield
+        finally:
+            while len(self.open) > depth:
+                self._close(self.open.pop())
 
 
 def _nbytes(tensor: Any) -> int:

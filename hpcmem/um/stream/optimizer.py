@@ -7,6 +7,12 @@ optimizer's own step on that chunk alone, and write parameter and state back to 
 written back. Optimizer state made lazily at the first step gets its home then. Any
 optimizer whose update is per parameter works (all of ``torch.optim`` but LBFGS, whose
 ``step(closure)`` is refused).
+
+A parameter whose state is larger than a chunk (a tied embedding, under a small budget) is
+stepped in slices of rows when the optimizer's update is elementwise (``SLICEABLE``): each
+slice is given to the optimizer as a parameter of its own, with the slices of its state
+and a copy of its scalar state (Adam's ``step``), so the result is the same, element for
+element, as stepping it whole.
 """
 
 from __future__ import annotations
@@ -21,18 +27,35 @@ from hpcmem.um.stream.host import HostArena
 from hpcmem.um.stream.params import Counters, Entry, ParamStreams
 from hpcmem.um.stream.transport import Transport
 
-__all__ = ["ChunkedStep", "chunks"]
+__all__ = ["SLICEABLE", "ChunkedStep", "chunks", "row_slices"]
+
+#: Optimizers (``torch.optim`` class names) whose update is elementwise: a slice of rows
+#: steps exactly as it would inside the whole parameter.
+SLICEABLE = ("SGD", "Adam", "AdamW")
 
 
 @dataclass
 class _Loaded:
-    """One entry's device copies during its chunk's step."""
+    """One entry's (or a slice of its rows') device copies during its chunk's step."""
 
     entry: Entry
     param: Any
     grad: Any
     states: dict[str, Any]
     tokens: list[Any]
+    rows: slice | None = None  # None: the whole parameter
+    last: bool = True  # the last slice of its entry
+    stand_in: Any = None  # the parameter the optimizer steps for a slice
+
+
+def row_slices(entry: Entry, limit: int) -> list[slice | None]:
+    """Row ranges of at most ``limit`` bytes of state each ([None]: the whole entry)."""
+    rows = entry.param.shape[0] if entry.param.dim() > 1 else 0
+    pieces = min(rows, -(-entry.state_bytes // max(1, limit)))
+    if pieces < 2:
+        return [None]
+    step = -(-rows // pieces)
+    return [slice(start, min(start + step, rows)) for start in range(0, rows, step)]
 
 
 def chunks(entries: list[Entry], chunk_bytes: int) -> list[list[Entry]]:
@@ -69,6 +92,8 @@ class ChunkedStep:
         self.counters = counters
         self.device_scope = device_scope
         self.chunk_bytes = 0  # set by the plan; 0: one entry at a time
+        self.slice_bytes = 0  # state bytes above which an entry steps in slices (0: never)
+        self._sliceable = _elementwise(optimizer)
         self._had_own_step = "step" in optimizer.__dict__
         self._previous = optimizer.__dict__.get("step")
         self._original = optimizer.step
@@ -97,40 +122,59 @@ class ChunkedStep:
                     in_place.add(id(param))
             if in_place:
                 self._step_only(in_place)
-            self._stream(chunks(streamed, self.chunk_bytes))
+            self._stream(self._units(chunks(streamed, self.chunk_bytes)))
 
-    def _stream(self, groups: list[list[Entry]]) -> None:
+    def _units(self, groups: list[list[Entry]]) -> list[list[tuple[Entry, slice | None]]]:
+        """Each group as (entry, rows) units; an entry larger than the limit alone, sliced."""
+        limit = max(self.chunk_bytes, self.slice_bytes)
+        units: list[list[tuple[Entry, slice | None]]] = []
+        for group in groups:
+            entry = group[0]
+            large = len(group) == 1 and entry.states and entry.state_bytes > limit
+            if self._sliceable and self.slice_bytes and large:
+                units += [[(entry, rows)] for rows in row_slices(entry, limit)]
+            else:
+                units.append([(member, None) for member in group])
+        return units
+
+    def _stream(self, groups: list[list[tuple[Entry, slice | None]]]) -> None:
         loaded = self._fetch(groups[0]) if groups else []
         for index in range(len(groups)):
             upcoming = self._fetch(groups[index + 1]) if index + 1 < len(groups) else []
             self._activate(loaded)
-            self._step_only({id(item.entry.param) for item in loaded})
+            self._step_only(
+                {id(item.entry.param) for item in loaded},
+                {id(item.entry.param): item.stand_in for item in loaded if item.rows},
+            )
             self._write_back(loaded)
             loaded = upcoming
 
-    def _step_only(self, keep: set[int]) -> None:
+    def _step_only(self, keep: set[int], stand_ins: dict[int, Any] | None = None) -> None:
+        stand_ins = stand_ins or {}
         groups = self.optimizer.param_groups
         everything = [group["params"] for group in groups]
         try:
             for group, members in zip(groups, everything, strict=True):
-                group["params"] = [p for p in members if id(p) in keep]
+                group["params"] = [stand_ins.get(id(p), p) for p in members if id(p) in keep]
             self._original()
         finally:
             for group, members in zip(groups, everything, strict=True):
                 group["params"] = members
 
-    def _fetch(self, group: list[Entry]) -> list[_Loaded]:
+    def _fetch(self, group: list[tuple[Entry, slice | None]]) -> list[_Loaded]:
         fetch = self.transport.fetch
         loaded = []
-        for entry in group:
-            param, param_token = fetch(entry.home, entry.home_ready)
-            grad, grad_token = fetch(entry.grad_home, entry.grad_ready)
+        for entry, rows in group:
+            param, param_token = fetch(_rows(entry.home, rows), entry.home_ready)
+            grad, grad_token = fetch(_rows(entry.grad_home, rows), entry.grad_ready)
             states, tokens = {}, [param_token, grad_token]
             for key, home in entry.states.items():
-                states[key], token = fetch(home, entry.home_ready)
+                states[key], token = fetch(_rows(home, rows), entry.home_ready)
                 tokens.append(token)
-            self.counters.h2d += entry.state_bytes
-            loaded.append(_Loaded(entry, param, grad, states, tokens))
+            share = 1.0 if rows is None else (rows.stop - rows.start) / entry.param.shape[0]
+            self.counters.h2d += int(entry.state_bytes * share)
+            last = rows is None or rows.stop == entry.param.shape[0]
+            loaded.append(_Loaded(entry, param, grad, states, tokens, rows, last))
         return loaded
 
     def _activate(self, loaded: list[_Loaded]) -> None:
@@ -139,15 +183,37 @@ class ChunkedStep:
                 if token is not None:
                     self.transport.wait(token)
             param = item.entry.param
+            if item.rows is not None:
+                self._stand_in(item)
+                continue
             param.data = item.param
             param.grad = item.grad
             state = self.optimizer.state[param]
             for key, value in item.states.items():
                 state[key] = value
 
+    def _stand_in(self, item: _Loaded) -> None:
+        """A parameter of the slice's rows, with its state: the slices of the state, a copy
+        of the scalar state."""
+        import torch
+
+        stand_in = torch.nn.Parameter(item.param, requires_grad=item.entry.param.requires_grad)
+        stand_in.grad = item.grad
+        state = {
+            key: value.clone() if isinstance(value, torch.Tensor) else value
+            for key, value in self.optimizer.state[item.entry.param].items()
+            if key not in item.entry.states
+        }
+        state.update(item.states)
+        self.optimizer.state[stand_in] = state
+        item.stand_in = stand_in
+
     def _write_back(self, loaded: list[_Loaded]) -> None:
         offload = self.transport.offload
         for item in loaded:
+            if item.rows is not None:
+                self._write_back_rows(item)
+                continue
             entry, param = item.entry, item.entry.param
             state = self.optimizer.state[param]
             for key, value in state.items():
@@ -163,6 +229,24 @@ class ChunkedStep:
             param.data = entry.home
             entry.has_grad = False
 
+    def _write_back_rows(self, item: _Loaded) -> None:
+        entry, rows = item.entry, item.rows
+        state = self.optimizer.state.pop(item.stand_in)
+        token = self.transport.offload(item.stand_in.data, entry.home[rows])
+        for key, home in entry.states.items():
+            token = self.transport.offload(state[key], home[rows])
+        entry.home_ready = token
+        share = (rows.stop - rows.start) / entry.param.shape[0]
+        self.counters.d2h += int((entry.state_bytes - entry.nbytes) * share)
+        item.stand_in.grad = None
+        if item.last:  # every slice took the same scalar state forward: keep the last one's
+            own = self.optimizer.state[entry.param]
+            for key, value in state.items():
+                if key not in entry.states:
+                    own[key] = value
+            entry.param.grad = None
+            entry.has_grad = False
+
     def close(self) -> None:
         """Give the optimizer its own ``step`` back."""
         if self.optimizer.__dict__.get("step") is self._wrapper:
@@ -170,6 +254,16 @@ class ChunkedStep:
                 self.optimizer.step = self._previous
             else:
                 del self.optimizer.step
+
+
+def _rows(home: Any, rows: slice | None) -> Any:
+    return home if rows is None else home[rows]
+
+
+def _elementwise(optimizer: Any) -> bool:
+    import torch
+
+    return any(type(optimizer) is getattr(torch.optim, name) for name in SLICEABLE)
 
 
 def _param_shaped(value: Any, param: Any) -> bool:

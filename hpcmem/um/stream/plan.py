@@ -196,7 +196,8 @@ def plan_stream(budget: int, probe: Probe, priority: Sequence[str]) -> StreamPla
         used += cost
     streamed = [probe.state_bytes[i] for i in range(len(probe.state_bytes)) if i not in resident]
     chunk_room = (optimizer_room - used) // CHUNKS_IN_FLIGHT
-    chunk = max(max(streamed, default=0), min(chunk_room, WINDOW_MAX))
+    # A parameter whose state does not fit a chunk: one entry at a time, as the probe measured.
+    chunk = min(chunk_room, WINDOW_MAX) if max(streamed, default=0) <= chunk_room else 0
     keep = max(0, min(demand["activations"], quotas["activations"] + quotas["params"] - used))
     return StreamPlan(param_window, saved_window, chunk, tuple(sorted(resident)), keep, recompute)
 
@@ -217,10 +218,11 @@ def _recompute(probe: Probe, room: int) -> bool:
     Running a block's forward again is an order of magnitude cheaper than fetching what it
     saved back over PCIe (measured on an H200: 1.5 against 14.6 ms per layer of the 0.35B
     transformer, 4.1 against 60 ms per ResNet-50 bottleneck; benchmarks/gpu/primitives.py),
-    so blocks that do not fit are recomputed, never offloaded.
+    so blocks that do not fit are recomputed, never offloaded. Blocks that saved nothing
+    the probe could measure on the device gain nothing from it.
     """
     if not probe.recomputed or probe.block_saved_bytes <= 0:
-        return probe.recomputed
+        return False
     everything = probe.block_saved_bytes + probe.saved_bytes + sum(probe.state_bytes)
     return everything > room + probe.block_input_bytes + probe.largest_block_saved
 

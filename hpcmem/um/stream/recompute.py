@@ -6,7 +6,8 @@ twice. Checkpointing one (``torch.utils.checkpoint``, non-reentrant) keeps only 
 through forward and runs its forward again in backward. Buffers the block updates in
 forward (BatchNorm's running statistics) are restored after the recomputation, so they
 advance once per step, as without it. Each recomputation records how many device bytes it
-made (what the block saves for backward when it is not recomputed).
+made (what the block saves for backward when it is not recomputed), and runs inside
+``around`` (the streaming mode releases there what a stopped recomputation left bound).
 """
 
 from __future__ import annotations
@@ -66,8 +67,14 @@ class _KeepBuffers(AbstractContextManager[None]):
 class Recompute:
     """Checkpointing of a set of blocks, switched on and off as a whole."""
 
-    def __init__(self, blocks: list[Any], live_bytes: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        blocks: list[Any],
+        live_bytes: Callable[[], int],
+        around: Callable[[], AbstractContextManager[None]] = nullcontext,
+    ) -> None:
         self.blocks = blocks
+        self._around = around
         self.enabled = False
         self.saved_bytes: list[int] = []  # per recomputation since the last clear
         self._live_bytes = live_bytes
@@ -91,7 +98,8 @@ class Recompute:
                 return forward(*args, **kwargs)
             before = self._live_bytes()
             try:  # the recomputation stops (raises) once it has what backward needs
-                return forward(*args, **kwargs)
+                with self._around():
+                    return forward(*args, **kwargs)
             finally:
                 self.saved_bytes.append(self._live_bytes() - before)
 

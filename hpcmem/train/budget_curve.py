@@ -1,0 +1,76 @@
+"""The budget curve of the training report: step time against the GPU memory each variant
+held, one panel per model that ran under a GPU budget.
+
+A budgeted ``hpcmem`` run is plotted at its peak GPU-resident bytes (``peak_gpu_resident_bytes``)
+and joined to the other budgets of its model by a line; every other variant (``cuda``, FSDP2
+CPU offload with or without activation offload) is one point at PyTorch's peak reserved bytes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hpcmem.results.plots import PALETTE, embed, log_value_axis, panel_grid
+from hpcmem.train.tables import STEP
+from hpcmem.units import format_count
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["MEMORY", "budget_figure", "budget_points"]
+
+#: the model coordinates a curve shares: a model point without its budget and policy
+MODEL = ["model", "params", "batch", "seq_len", "dtype"]
+#: the column of the GPU memory a point held
+MEMORY = "gpu_bytes"
+GiB = 2**30
+
+
+def budget_points(points: pd.DataFrame) -> pd.DataFrame:
+    """The points of models with at least one budgeted run, with the memory each held."""
+    import pandas as pd
+
+    if "gpu_budget" not in points or points["gpu_budget"].isna().all():
+        return points.iloc[0:0].assign(**{MEMORY: pd.Series(dtype=float)})
+    budgeted = points.loc[points["gpu_budget"].notna(), MODEL].drop_duplicates()
+    table = points.merge(budgeted, on=MODEL, how="inner")
+    resident = table.get("peak_gpu_resident_bytes", pd.Series(float("nan"), index=table.index))
+    reserved = table.get("peak_reserved_bytes", pd.Series(float("nan"), index=table.index))
+    held = resident.where(table["gpu_budget"].notna(), reserved).astype(float)
+    return table.assign(**{MEMORY: held}).dropna(subset=[MEMORY, STEP])
+
+
+def budget_figure(points: pd.DataFrame) -> str | None:
+    """Step time against GPU memory held per variant, one panel per budgeted model."""
+    from matplotlib.ticker import FuncFormatter
+
+    table = budget_points(points)
+    if table.empty:
+        return None
+    models = list(table.groupby(MODEL, sort=True, dropna=False))
+    figure, panels = panel_grid(len(models), 2, 5.6, 4.2)
+    for axes, (key, group) in zip(panels, models, strict=True):
+        model, params, batch, _seq_len, dtype = key
+        curve = group[group["gpu_budget"].notna()].sort_values(MEMORY)
+        others = group[group["gpu_budget"].isna()]
+        axes.plot(curve[MEMORY] / GiB, curve[STEP], "o-", color=PALETTE[0],
+                  label="hpcmem under a budget")
+        for _, point in curve.iterrows():
+            axes.annotate(f"{point['gpu_budget'] / GiB:.1f}",
+                          (point[MEMORY] / GiB, point[STEP]), textcoords="offset points",
+                          xytext=(4, 4), fontsize=7)
+        for index, (policy, rows_) in enumerate(others.groupby("policy", sort=True)):
+            axes.plot(rows_[MEMORY] / GiB, rows_[STEP], "s", markersize=7,
+                      color=PALETTE[1 + index % (len(PALETTE) - 1)], label=policy)
+        axes.set_xscale("log", base=2)
+        axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
+        axes.set_xlabel("GPU memory held (GiB); hpcmem points labelled with their budget (GiB)")
+        axes.set_ylabel("step time (ms)")
+        log_value_axis(axes)
+        axes.set_title(f"{model}, {format_count(params)} params, batch {batch}, {dtype}",
+                       fontsize=10)
+        axes.legend(fontsize=7)
+    return embed(figure, "budget curve: step time against GPU memory held",
+                 "Median step time (ms) against the GPU memory each variant held: hpcmem at its "
+                 "peak GPU-resident bytes under each budget (the line), the others at PyTorch's "
+                 "peak reserved bytes.")
