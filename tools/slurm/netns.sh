@@ -4,7 +4,8 @@
 # SUBNET.1; node i is namespace NS_PREFIX"n<i>", joined to the bridge by a veth pair, with
 # SUBNET.(10+i). The head runs MariaDB, slurmdbd and slurmctld; each node one slurmd in a
 # mount and UTS namespace of its own (host name node<i>, STATE/etc/hosts as /etc/hosts,
-# STATE/run/node<i>/slurm as /run/slurm, STATE/run/node<i>/tmp as TmpFS, STATE/tmp). Every
+# STATE/run/node<i>/slurm as /run/slurm, STATE/run/node<i>/tmp as TmpFS, STATE/tmp, and a
+# /dev/shm of its own that node-down empties, as a power cut would). Every
 # address lives inside these namespaces and nothing routes out of them; the names are unique
 # per controller port. Clients (and the head's daemons) run through on_login: in the head's
 # network namespace, with host name "head" and the cluster's /etc/hosts.
@@ -83,7 +84,8 @@ start_node_slurmd() {
     "$TMP_FS" /run/slurm
   nsenter --net="/run/netns/$(node_ns "$1")" unshare --mount --uts --propagation private -- sh -c \
     'hostname "$1" && mount --bind "$2/slurm" /run/slurm && mount --bind "$2/tmp" "$3" &&
-     mount --bind "$4" /etc/hosts && shift 4 && exec "$@"' \
+     mount --bind "$4" /etc/hosts && mount -t tmpfs -o mode=1777 tmpfs /dev/shm &&
+     shift 4 && exec "$@"' \
     sh "$name" "$STATE/run/$name" "$TMP_FS" "$STATE/etc/hosts" \
     slurmd -N "$name" --conf-server "$ADDR:$CTLD_PORT" 9>&-
 }
