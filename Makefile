@@ -14,8 +14,14 @@ PACKAGE_SOURCES := $(shell find native hpcmem -type f -not -path "*/__pycache__/
 # when it exists and we are root, so the container tests have a real runtime; without one they
 # are skipped, saying why. `make run` never installs it (no runtime: the workflow runs natively).
 APPTAINER_INSTALLER ?= ../shared/apptainer/install.sh
+# An OSU Micro-Benchmarks 7.x source tarball: `make test` builds it once into OSU_DIR (outside
+# the checkout) when it exists, so the OSU comparison test runs against real OSU binaries;
+# without it (and without an install already in OSU_DIR) that test is skipped, saying why.
+# Point OSU_DIR at a site's install prefix (Spack, modules) to use that one instead.
+OSU_TARBALL ?= ../shared/osu/osu-micro-benchmarks-7.4.tar.gz
+OSU_DIR ?= $(HOME)/.cache/hpcmem/osu-7.4
 
-.PHONY: setup native run test lint bench clean container-runtime
+.PHONY: setup native run test lint bench bench-osu clean container-runtime osu
 
 setup: $(STAMPS)/system $(STAMPS)/python $(STAMPS)/native
 
@@ -48,11 +54,21 @@ container-runtime:
 	@if [ -x "$(APPTAINER_INSTALLER)" ] && [ "$$(id -u)" = 0 ]; then "$(APPTAINER_INSTALLER)"; \
 	else echo "hpcmem: no Apptainer installer run ($(APPTAINER_INSTALLER) missing or not root)"; fi
 
-test: setup lint container-runtime
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q tests
+osu:
+	@if [ -f "$(OSU_TARBALL)" ]; then tools/build-osu.sh "$(OSU_TARBALL)" "$(OSU_DIR)"; \
+	else echo "hpcmem: no OSU tarball at $(OSU_TARBALL): OSU_DIR=$(OSU_DIR) used as it is"; fi
+
+test: setup lint container-runtime osu
+	HPCMEM_OSU_DIR="$(abspath $(OSU_DIR))" PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q tests
 
 bench: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/collectives_overhead.py
+
+# OSU C against hpcmem (about 4 minutes on 2 quiet cores): where the gap comes from, then the
+# side-by-side table; both write under benchmarks/results/. Exit 1 when a target is missed.
+bench-osu: setup osu
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/collectives_gap.py
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/osu_comparison.py --osu-dir "$(OSU_DIR)"
 
 clean:
 	rm -rf build .venv results .pytest_cache

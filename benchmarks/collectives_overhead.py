@@ -22,13 +22,14 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from provenance import machine
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -99,7 +100,7 @@ def worker(repeats: int, out: Path) -> None:
                 op = REGISTRY[name]
                 iterations, warmup = osu_counts(size, None, None)
                 per_block = max(iterations // BLOCKS, 5)
-                call = op.bind(comm, send, recv, size // 4, ranks, 0, MPI)
+                call = op.prepare(comm, send, recv, size // 4, ranks, 0, MPI)
                 methods = {
                     "hpcmem": partial(timing.rank_latency, comm, call, per_block, 0),
                     "minimal": partial(minimal_loop, comm, name, send, recv, per_block, 0),
@@ -124,40 +125,6 @@ def worker(repeats: int, out: Path) -> None:
             for (name, kind, size), values in samples.items()
         ]
         out.write_text(json.dumps(rows))
-
-
-def machine() -> dict:
-    """A subset of ``hpcmem info --json`` plus the CPU model and kernel."""
-    info = json.loads(
-        subprocess.run(
-            [str(Path(sys.executable).parent / "hpcmem"), "info", "--json"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    )
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    return {
-        "host": info["host"],
-        "cpu": cpu,
-        "cpus": os.cpu_count(),
-        "kernel": platform.release(),
-        "numa_nodes": [
-            {"id": n["id"], "cpus": n["cpus"], "memory_total_bytes": n["memory_total_bytes"]}
-            for n in info["numa_nodes"]
-        ],
-        "hbw": info["hbw"],
-        "memkind": info["memkind"],
-        "mpi": info["mpi"],
-        "python": platform.python_version(),
-    }
 
 
 def summarise(rows: list[dict]) -> list[dict]:

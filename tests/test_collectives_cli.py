@@ -28,6 +28,9 @@ BAD_OPTIONS = [
     (["--warmup", "-1"], "--warmup: '-1' is not an integer >= 0"),
     (["--numpy-hugepage", "yes"], "--numpy-hugepage: 'yes' is not one of on, off"),
     (["--run-id", " "], "--run-id: ' ' is blank"),
+    (["--thread-level", "any"],
+     "--thread-level: 'any' is not one of single, funneled, serialized, multiple"),
+    (["--native-loop", "yes"], "--native-loop: 'yes' is not one of on, off"),
 ]
 
 

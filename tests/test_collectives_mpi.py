@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 
@@ -19,6 +20,8 @@ ROW = re.compile(
 BARRIER_ROW = re.compile(
     r"^(?P<avg> +\d+\.\d\d)(?P<min> +\d+\.\d\d)(?P<max> +\d+\.\d\d)(?P<it> +\d+)$"
 )
+NATIVE_TITLE = "# hpcmem native loop (C, same buffers); Python overhead = Avg Latency - Native Avg"
+NATIVE_ROW = re.compile(r"^# (?P<size>\d*) +(?P<native>\d+\.\d\d) +(?P<overhead>[+-]\d+\.\d\d)$")
 TITLES = {
     "bcast": "Broadcast",
     "gather": "Gather",
@@ -66,11 +69,11 @@ def test_every_op_and_buffer_is_validated_and_formatted(mpirun, tmp_path):
     for record in records:
         assert validate_record(record) == [], record
         assert (record["status"], record["validated"], record["ranks"]) == ("ok", True, 2), record
-        assert (
-            record["latency_us"]["min"]
-            <= record["latency_us"]["avg"]
-            <= record["latency_us"]["max"]
-        )
+        assert record["mpi_thread_level"] == "single"
+        for loop in ("latency_us", "native_latency_us"):  # both loops timed every point
+            assert 0 < record[loop]["min"] <= record[loop]["avg"] <= record[loop]["max"], loop
+        overhead = record["latency_us"]["avg"] - record["native_latency_us"]["avg"]
+        assert record["python_overhead_us"] == pytest.approx(overhead)
         assert len(record["binding"]["per_rank"]) == 2
         op = OPS[record["op"]]
         if op.sized:
@@ -98,7 +101,6 @@ def test_every_op_and_buffer_is_validated_and_formatted(mpirun, tmp_path):
         note, header = table["lines"]
         assert note.startswith(f"# hpcmem buffer: {kind} (")
         assert header == (HEADER if OPS[op].sized else BARRIER_HEADER)
-        assert table["notes"] == []
         assert len(table["rows"]) == (len(sizes) if OPS[op].sized else 1)
         for row in table["rows"]:
             match = (ROW if OPS[op].sized else BARRIER_ROW).match(row)
@@ -107,6 +109,16 @@ def test_every_op_and_buffer_is_validated_and_formatted(mpirun, tmp_path):
             record = by_point[(op, kind, int(match.groupdict().get("size", 0)))]
             assert float(match["avg"]) == pytest.approx(record["latency_us"]["avg"], abs=0.006)
             assert int(match["it"]) == record["iterations"] == 3
+        title, _, *native_rows = table["notes"]  # the native loop's block follows every table
+        assert title == NATIVE_TITLE and len(native_rows) == len(table["rows"])
+        for row in native_rows:
+            match = NATIVE_ROW.match(row)
+            assert match, row
+            record = by_point[(op, kind, int(match["size"] or 0))]
+            assert float(match["native"]) == pytest.approx(
+                record["native_latency_us"]["avg"], abs=0.006)
+            assert float(match["overhead"]) == pytest.approx(
+                record["python_overhead_us"], abs=0.006)
 
 
 def test_acceptance_command_hbw_emulated_on_node_0(mpirun, tmp_path):
@@ -133,6 +145,7 @@ def test_no_hbw_node_skips_hbw_and_records_numactl_binding(mpirun, tmp_path, mon
     argv = ["numactl", "--interleave=0", "hpcmem", "collectives", "--op", "allreduce,alltoall"]
     argv += ["--buffer", "hbw,hbw_preferred", "--max-size", "16", "--dtype", "int64"]
     argv += ["--iterations", "2", "--warmup", "0", "--output", str(tmp_path / "r.jsonl")]
+    argv += ["--native-loop", "off", "--thread-level", "multiple"]
     result = mpirun(2, *argv, env={"HPCMEM_NUMACTL_ARGS": "--interleave=0"})
     assert result.returncode == 0, result.stderr
     records = read_records(tmp_path / "r.jsonl")
@@ -151,6 +164,8 @@ def test_no_hbw_node_skips_hbw_and_records_numactl_binding(mpirun, tmp_path, mon
         if record["status"] == "skipped":
             assert "MEMKIND_HBW_NODES" in record["reason"]
         else:  # hbw_preferred fell back to DRAM: placement says so
+            assert record["mpi_thread_level"] == "multiple"
+            assert "native_latency_us" not in record and "python_overhead_us" not in record
             assert record["placement"]["hbw_fraction"] is None
             assert record["placement"]["memkind_kinds"] == ["dram"]
     found = tables(result.stdout)
@@ -159,6 +174,7 @@ def test_no_hbw_node_skips_hbw_and_records_numactl_binding(mpirun, tmp_path, mon
     assert all(
         t["rows"] == [] and t["notes"][0].startswith("# skipped: kind 'hbw'") for t in skipped
     )
+    assert all(t["notes"] == [] for t in found if t not in skipped)  # no native block
 
 
 def test_bad_option_under_mpirun_reported_once(mpirun, tmp_path):
@@ -167,3 +183,26 @@ def test_bad_option_under_mpirun_reported_once(mpirun, tmp_path):
     message = "hpcmem collectives: error: --buffer: 'hbm' is not one of " + ", ".join(BUFFER_KINDS)
     assert (result.stdout + result.stderr).count(message) == 1
     assert not output.exists()
+
+
+UNBUILT = """
+import sys
+sys.modules["hpcmem._timing"] = None  # as if hpcmem had been built without MPI headers
+from hpcmem.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_without_the_native_loop_built_records_and_tables_say_why(mpirun, tmp_path):
+    output = tmp_path / "r.jsonl"
+    argv = ["collectives", "--op", "bcast", "--max-size", "8", "--iterations", "2"]
+    result = mpirun(2, sys.executable, "-c", UNBUILT, *argv, "--output", str(output))
+    assert result.returncode == 0, result.stderr
+    records = read_records(output)
+    assert [r["size_bytes"] for r in records] == [4, 8]
+    for record in records:
+        assert validate_record(record) == [] and record["status"] == "ok"
+        assert "native_latency_us" not in record
+        assert record["native_unavailable"].startswith("the native timing loop hpcmem._timing")
+    (table,) = tables(result.stdout)
+    assert table["notes"] == [f"# native loop unavailable: {records[0]['native_unavailable']}"]

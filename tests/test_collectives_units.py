@@ -184,3 +184,28 @@ def test_timing_loop_counts_only_timed_calls_and_times_each():
     assert 0.002 <= seconds < 0.02
     latency = across_ranks(MPI.COMM_SELF, seconds)
     assert latency.avg == latency.min == latency.max == pytest.approx(seconds * 1e6)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "hbw_preferred"])
+def test_buffers_start_on_a_page_boundary_as_osu_posix_memalign(kind):
+    from contextlib import ExitStack
+
+    from hpcmem.collectives import buffers
+
+    with ExitStack() as stack:
+        for length in (1, 1000, 1 << 18):
+            array = buffers.allocate(kind, length, np.float32, stack)
+            assert array.ctypes.data % buffers.PAGE_SIZE == 0
+            assert (array.shape, array.dtype, array.flags.writeable) == ((length,), "float32", True)
+            array[:] = rank_input(1, length, np.float32)  # all of it is usable memory
+            assert array[-1] == rank_input(1, length)[-1]
+
+
+def test_native_loop_is_built_here_and_says_why_when_not(monkeypatch):
+    from hpcmem.collectives import native
+
+    assert native.unavailable() is None  # make setup builds it against Open MPI and mpi4py
+    monkeypatch.setitem(sys.modules, "hpcmem._timing", None)  # as if built without MPI
+    why = native.unavailable()
+    assert why.startswith("the native timing loop hpcmem._timing is not built")
+    assert "apt-get install libopenmpi-dev" in why and "make native" in why

@@ -4,7 +4,11 @@ Run it under a launcher: `mpirun -n 2 hpcmem collectives --op allreduce --buffer
 Every point is checked against a NumPy reference before it is timed and again after the
 timed iterations; a wrong result marks the record `failed` and the exit code 1. Timing follows
 OSU's C suite: each iteration timed alone with MPI.Wtime, a barrier between
-iterations outside the timed region, avg/min/max of the ranks' mean latencies.
+iterations outside the timed region, avg/min/max of the ranks' mean latencies. Each point
+is timed twice on the same buffers: by the mpi4py loop (the figures OSU's columns show) and
+by the native C loop (`--native-loop`, a `#` block after each table); the records carry both,
+and Python's overhead as their difference. MPI starts at `--thread-level` (default single,
+as OSU's MPI_Init).
 Rank 0 prints OSU-style tables (`osu_<op> -f` columns) and writes JSONL records
 (--output, written atomically). A buffer kind this node cannot provide (hbw
 without an HBW node: set MEMKIND_HBW_NODES to emulate one) becomes `skipped`.
@@ -30,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from hpcmem.cli import UsageError, bad_input
 from hpcmem.collectives.buffers import BUFFER_KINDS
 from hpcmem.collectives.ops import DTYPES, OPS
-from hpcmem.collectives.options import DEFAULT_MAX_SIZE, DEFAULT_OPS
+from hpcmem.collectives.options import DEFAULT_MAX_SIZE, DEFAULT_OPS, THREAD_LEVELS
 from hpcmem.collectives.sizes import (
     LARGE_MESSAGE_SIZE,
     OSU_ITERATIONS,
@@ -98,6 +102,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="NumPy's huge-page advice for numpy buffers (default: on when "
         "NUMPY_MADVISE_HUGEPAGE is set and not 0, else off, like OSU's malloc'd buffers)",
     )
+    add(
+        "--thread-level",
+        metavar="LEVEL",
+        default="single",
+        help=f"MPI thread level asked for: {', '.join(THREAD_LEVELS)} (default single, as "
+        "OSU's MPI_Init; mpi4py's own default, multiple, makes Open MPI lock per message)",
+    )
+    add(
+        "--native-loop",
+        metavar="on|off",
+        default="on",
+        help="also time every point with the native C loop on the same buffers, so "
+        "records carry Python's overhead (default on)",
+    )
     add("--output", metavar="FILE", help="write JSONL records here (atomically; rank 0)")
     add(
         "--run-id",
@@ -114,7 +132,8 @@ def options_from_args(args: argparse.Namespace) -> Options:
         return make_options(
             op=args.op, buffer=args.buffer, min_size=args.min_size, max_size=args.max_size,
             iterations=args.iterations, warmup=args.warmup, dtype=args.dtype,
-            numpy_hugepage=args.numpy_hugepage, run_id=args.run_id,
+            numpy_hugepage=args.numpy_hugepage, thread_level=args.thread_level,
+            native_loop=args.native_loop, run_id=args.run_id,
         )
 
 
@@ -139,6 +158,9 @@ def run(args: argparse.Namespace) -> int:
             raise
         return 2  # rank 0 reports the same error once
     try:
+        import mpi4py
+
+        mpi4py.rc.thread_level = options.thread_level  # read when MPI starts, at the import
         from mpi4py import MPI
     except ImportError as error:
         print(

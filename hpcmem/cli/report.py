@@ -5,8 +5,9 @@ shows latency and bus bandwidth against message size per op and buffer kind,
 the speedup over NumPy buffers, training step time per memory policy with its
 spread, the failed and skipped points with reasons, the machine metadata, and,
 with --verdict, the result of `hpcmem check --verdict-out`, and with --native, the
-same points run natively against the container (overhead per op and size). Written
-atomically.
+same points run natively against the container (overhead per op and size), and with --osu,
+the side-by-side table of OSU's C collectives and hpcmem's (benchmarks/osu_comparison.py).
+Written atomically.
 """
 
 from __future__ import annotations
@@ -28,10 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--native", metavar="SUMMARY",
                         help="a summary of the same points run natively: adds the "
                              "native-against-container section")
+    parser.add_argument("--osu", metavar="FILE",
+                        help="an OSU comparison (.json from benchmarks/osu_comparison.py): "
+                             "adds the against-OSU-C section")
 
 
 def run(args: argparse.Namespace) -> int:
     """Read the summary (and verdict) and write the report."""
+    from hpcmem.collectives.comparison import read_comparison
     from hpcmem.outputs import OutputPathError, check_output_file
     from hpcmem.results.aggregate import read_summary
     from hpcmem.results.check import VerdictError, read_verdict
@@ -45,7 +50,9 @@ def run(args: argparse.Namespace) -> int:
         summary = read_summary(args.summary)
     with bad_input(FileNotFoundError, ValueError, where="--native"):
         native = read_summary(args.native) if args.native else None
+    with bad_input(FileNotFoundError, ValueError, where="--osu"):
+        osu = read_comparison(args.osu) if args.osu else None
     with bad_input(OutputPathError, where="--out"):
-        write_report(args.out, summary, verdict, native)
+        write_report(args.out, summary, verdict, native, osu)
     print(f"hpcmem report: wrote {args.out}")
     return 0

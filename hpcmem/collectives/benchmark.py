@@ -6,6 +6,10 @@ does), writes them (inputs with rank-dependent values, receive buffers with a
 sentinel), and for each size checks one call against the NumPy reference
 before timing anything, and the result buffer again after the timed iterations (outside the
 timed region), so a collective that goes wrong only while timed fails the point too.
+Each point is timed by the mpi4py loop (``latency_us``) and, unless ``Options.native_loop``
+is off, by the native C loop on the same buffers (``native_latency_us``, and
+``python_overhead_us`` = the difference of the averages); where the native loop is not
+built, records say why in ``native_unavailable``.
 Rank 0 emits OSU-style text through ``emit`` and returns the records; the other ranks
 return an empty list. With ``Options.skip_reason`` set on any rank (the binding could not
 be applied there) nothing runs: every point becomes a ``skipped`` record with that reason.
@@ -22,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcmem.collectives import buffers, osu, timing
+from hpcmem.collectives import buffers, native, osu, timing
 from hpcmem.collectives.ops import OPS, SENTINEL, Op, check, rank_input
 from hpcmem.collectives.options import Options
 from hpcmem.collectives.sizes import osu_counts
@@ -47,6 +51,9 @@ class _Context:
     binding: dict[str, Any]
     mpi_library: str
     memory: dict[str, Any]
+    thread_level: str
+    native: bool  # time every point with the native loop too
+    native_unavailable: str | None  # asked for, but not built here: why
     #: each rank's host name (rank i ran on hosts[i])
     hosts: list[str] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list)
@@ -146,8 +153,11 @@ def _record(
         iterations=iterations,
         warmup=warmup,
         mpi_library=ctx.mpi_library,
+        mpi_thread_level=ctx.thread_level,
         memory=ctx.memory,
     )
+    if ctx.native_unavailable:
+        record["native_unavailable"] = ctx.native_unavailable
     record.update(fields)
     return record
 
@@ -200,7 +210,7 @@ def _point(
     recv = None if recv_full is None or recv_len is None else recv_full[:recv_len]
     if recv is not None:
         recv.fill(SENTINEL)
-    call = op.bind(comm, send, recv, count, ranks, ROOT, MPI)
+    call = op.prepare(comm, send, recv, count, ranks, ROOT, MPI)
     result = recv if recv is not None else send
     reference = op.reference(count, ranks, rank, ROOT)
     call()
@@ -211,6 +221,13 @@ def _point(
     )
     if reason is None and (after := check(op.name, result, reference)):  # outside the timing
         reason = f"after the timed iterations: {after}"
+    native_latency = None
+    if ctx.native:  # then the same buffers again, timed in C, and checked again
+        native_latency = timing.across_ranks(
+            comm, native.rank_latency(comm, op, send, recv, count, ROOT, iterations, warmup)
+        )
+        if reason is None and (after := check(op.name, result, reference)):
+            reason = f"after the native loop's timed iterations: {after}"
     reasons = comm.gather(reason, root=0)
     placements = comm.gather([_placement(send), _placement(recv)], root=0)
     if rank != 0:
@@ -221,6 +238,10 @@ def _point(
     placement["hosts"] = placement_by_host(placements, ctx.hosts, merge_placements)
     seconds = latency.avg * 1e-6
     algbw = op.data_bytes(size, ranks) / seconds / 1e9 if seconds > 0 else 0.0
+    native_fields = {} if native_latency is None else {
+        "native_latency_us": native_latency.to_record(),
+        "python_overhead_us": latency.avg - native_latency.avg,
+    }
     ctx.records.append(
         _record(
             ctx,
@@ -234,6 +255,7 @@ def _point(
             algbw_GBps=algbw,
             busbw_GBps=algbw * op.bus_factor(ranks),
             validated=not failures,
+            **native_fields,
         )
     )
     ctx.emit(osu.row(op, size, latency, iterations))
@@ -264,11 +286,24 @@ def _run_op_buffer(ctx: _Context, op: Op, kind: str) -> None:
                 ctx.emit(line)
         for size in _op_sizes(ctx, op):
             _point(ctx, op, kind, size, send, recv)
+        if ctx.rank == 0:
+            for line in osu.native_lines(op, ctx.records[-len(_op_sizes(ctx, op)) :],
+                                         ctx.native_unavailable):
+                ctx.emit(line)
         del send, recv  # before ExitStack frees MPI.Alloc_mem memory
 
 
 def _run_id(options: Options) -> str:
     return options.run_id or os.environ.get("HPCMEM_RUN_ID") or uuid.uuid4().hex[:12]
+
+
+def _thread_level() -> str:
+    """The thread level MPI provides (``single`` ... ``multiple``), as mpi4py spells them."""
+    from mpi4py import MPI
+
+    levels = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
+              MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
+    return levels[MPI.Query_thread()]
 
 
 def run(comm: Any, options: Options, emit: Callable[[str], None]) -> list[dict[str, Any]]:
@@ -278,9 +313,12 @@ def run(comm: Any, options: Options, emit: Callable[[str], None]) -> list[dict[s
         per_rank = comm.gather(applied.current(), root=0)
         run_id = comm.bcast(_run_id(options) if comm.Get_rank() == 0 else None, root=0)
         binding = {**per_rank[0], "per_rank": per_rank} if per_rank else {}
+        missing = comm.allgather(native.unavailable() if options.native_loop else None)
+        why = "; ".join(sorted({text for text in missing if text})) or None
         ctx = _Context(
             comm, options, emit, run_id, binding, mpi_library(), buffers.memory_settings(),
-            hosts=[rank["host"] for rank in per_rank or []],
+            thread_level=_thread_level(), native=options.native_loop and not why,
+            native_unavailable=why, hosts=[rank["host"] for rank in per_rank or []],
         )
         reasons = comm.allgather(options.skip_reason)  # one rank unable: none runs
         skip = "; ".join(sorted({reason for reason in reasons if reason}))

@@ -8,6 +8,7 @@ memkind only in an Open MPI built with its memkind component).
 
 from __future__ import annotations
 
+import mmap
 import warnings
 from contextlib import ExitStack
 from pathlib import Path
@@ -20,6 +21,7 @@ from hpcmem.hbw import HBW_KINDS
 
 __all__ = [
     "BUFFER_KINDS",
+    "PAGE_SIZE",
     "BufferUnavailableError",
     "allocate",
     "memory_settings",
@@ -28,6 +30,8 @@ __all__ = [
 
 #: NumPy's own heap, memkind's high-bandwidth kinds, MPI_Alloc_mem
 BUFFER_KINDS = ("numpy", *HBW_KINDS, "mpi_alloc")
+#: every buffer starts on a boundary of this many bytes
+PAGE_SIZE = mmap.PAGESIZE
 _THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
@@ -79,8 +83,17 @@ def _hbw(kind: str, length: int, dtype: np.dtype) -> np.ndarray:
         raise BufferUnavailableError(str(error)) from None
 
 
+def _bytes(kind: str, nbytes: int, stack: ExitStack) -> np.ndarray:
+    if kind == "numpy":
+        return np.empty(nbytes, np.uint8)
+    if kind == "mpi_alloc":
+        return _mpi_alloc(nbytes, np.dtype(np.uint8), stack)
+    return _hbw(kind, nbytes, np.dtype(np.uint8))
+
+
 def allocate(kind: str, length: int, dtype: Any, stack: ExitStack) -> np.ndarray:
-    """A 1-D array of ``length`` elements of ``kind`` memory, alive until ``stack`` closes.
+    """A 1-D array of ``length`` elements of ``kind`` memory starting on a page boundary,
+    alive until ``stack`` closes (a view into one page more of that memory).
 
     Raises :class:`BufferUnavailableError` when the kind cannot be had on this node
     and ValueError for an unknown kind.
@@ -88,8 +101,9 @@ def allocate(kind: str, length: int, dtype: Any, stack: ExitStack) -> np.ndarray
     dtype = np.dtype(dtype)
     if kind not in BUFFER_KINDS:
         raise ValueError(f"buffer kind {kind!r} is not one of {', '.join(BUFFER_KINDS)}")
-    if kind == "numpy" or length == 0:
-        return np.empty(length, dtype)
-    if kind == "mpi_alloc":
-        return _mpi_alloc(length, dtype, stack)
-    return _hbw(kind, length, dtype)
+    if length == 0:
+        return np.empty(0, dtype)
+    nbytes = length * dtype.itemsize
+    memory = _bytes(kind, nbytes + PAGE_SIZE, stack)
+    start = -memory.ctypes.data % PAGE_SIZE
+    return memory[start : start + nbytes].view(dtype)

@@ -32,6 +32,7 @@ __all__ = [
     "SENTINEL",
     "Op",
     "check",
+    "datatype",
     "rank_input",
     "split_counts",
 ]
@@ -68,7 +69,8 @@ def _concat(count: int, ranks: int) -> np.ndarray:
 Layout = Callable[[int, int, int, int], tuple[int | None, int | None]]
 #: (count, ranks, rank, root) -> the values this rank must hold after the call, or None
 Reference = Callable[[int, int, int, int], np.ndarray | None]
-Buf = np.ndarray | None
+#: a message as mpi4py takes it: ``[array, datatype]`` (see :func:`datatype`), or None
+Buf = list | None
 Call = Callable[[], Any]
 #: (comm, send, recv, count, ranks, root, MPI) -> a no-argument callable doing one operation
 Binder = Callable[..., Call]
@@ -87,9 +89,25 @@ class Op:
     bus_factor: Callable[[int], float]
     sized: bool = True  # False for barrier: no message, no size column
 
+    def prepare(
+        self, comm: Any, send: Any, recv: Any, count: int, ranks: int, root: int, mpi: Any
+    ) -> Call:
+        """One call of this op on these arrays (None: no buffer on this rank), prebound to
+        ``[array, datatype]`` messages so no call parses the arrays' format again."""
+        return self.bind(comm, _message(send, mpi), _message(recv, mpi), count, ranks, root, mpi)
+
     def data_bytes(self, size: int, ranks: int) -> int:
         """Bytes behind algbw (nccl-tests' convention) for a message of ``size`` bytes."""
         return self.data_factor(ranks) * size if self.sized else 0
+
+
+def datatype(array: np.ndarray, mpi: Any) -> Any:
+    """The predefined MPI datatype mpi4py itself passes for ``array`` (by its typecode)."""
+    return mpi._typedict[array.dtype.char]
+
+
+def _message(array: np.ndarray | None, mpi: Any) -> Buf:
+    return None if array is None else [array, datatype(array, mpi)]
 
 
 def _one(_: int) -> int:

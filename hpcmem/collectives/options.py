@@ -18,13 +18,16 @@ from hpcmem.errors import HpcmemError
 from hpcmem.node.planned import SKIP_ENV
 from hpcmem.units import UnitError, parse_size
 
-__all__ = ["DEFAULT_MAX_SIZE", "DEFAULT_OPS", "HUGEPAGE_ENV", "Options", "OptionsError",
-           "make_options"]
+__all__ = ["DEFAULT_MAX_SIZE", "DEFAULT_OPS", "HUGEPAGE_ENV", "THREAD_LEVELS", "Options",
+           "OptionsError", "make_options"]
 
 DEFAULT_OPS = "bcast,gather,allreduce"
 DEFAULT_MAX_SIZE = "1M"
 #: NumPy's own switch of its huge-page advice; the default of ``numpy_hugepage``
 HUGEPAGE_ENV = "NUMPY_MADVISE_HUGEPAGE"
+#: MPI thread levels as mpi4py.rc.thread_level spells them; ``single`` is what OSU's MPI_Init
+#: gets, mpi4py's own default ``multiple`` makes Open MPI lock on every message
+THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
 
 
 class OptionsError(HpcmemError, ValueError):
@@ -42,6 +45,9 @@ class Options:
     iterations: int | None = None  # None: OSU's default for each size
     warmup: int | None = None
     numpy_hugepage: bool = False
+    #: requested before MPI starts (by ``hpcmem collectives``); records hold what MPI provided
+    thread_level: str = "single"
+    native_loop: bool = True  # also time every point with the native C loop
     run_id: str | None = None
     skip_reason: str | None = None  # set: run nothing, record every point as skipped
 
@@ -85,12 +91,15 @@ def make_options(
     warmup: str | None = None,
     dtype: str = "float32",
     numpy_hugepage: str | None = None,
+    thread_level: str = "single",
+    native_loop: str = "on",
     run_id: str | None = None,
 ) -> Options:
     """The run these option texts describe (comma lists of ops and buffer kinds, sizes such as
     ``4K``); ``min_size`` defaults to one element of ``dtype``, ``numpy_hugepage`` (on or off)
-    to ``NUMPY_MADVISE_HUGEPAGE``. ``HPCMEM_SKIP_REASON`` (set by ``hpcmem bind
-    --skip-unavailable``) becomes the skip reason. Raises :class:`OptionsError`."""
+    to ``NUMPY_MADVISE_HUGEPAGE``; ``native_loop`` is on or off. ``HPCMEM_SKIP_REASON`` (set
+    by ``hpcmem bind --skip-unavailable``) becomes the skip reason. Raises
+    :class:`OptionsError`."""
     ops = _names("--op", op, tuple(OPS))
     kinds = _names("--buffer", buffer, BUFFER_KINDS)
     if dtype not in DTYPES:
@@ -112,6 +121,11 @@ def make_options(
         hugepage = "off" if os.environ.get(HUGEPAGE_ENV, "0").strip() in ("0", "") else "on"
     if hugepage not in ("on", "off"):
         raise OptionsError(f"--numpy-hugepage: {hugepage!r} is not one of on, off")
+    if thread_level not in THREAD_LEVELS:
+        raise OptionsError(
+            f"--thread-level: {thread_level!r} is not one of {', '.join(THREAD_LEVELS)}")
+    if native_loop not in ("on", "off"):
+        raise OptionsError(f"--native-loop: {native_loop!r} is not one of on, off")
     if run_id is not None and not run_id.strip():
         raise OptionsError(f"--run-id: {run_id!r} is blank; give a non-empty identifier")
     return Options(
@@ -122,6 +136,8 @@ def make_options(
         iterations=_count("--iterations", iterations, 1),
         warmup=_count("--warmup", warmup, 0),
         numpy_hugepage=hugepage == "on",
+        thread_level=thread_level,
+        native_loop=native_loop == "on",
         run_id=run_id,
         skip_reason=os.environ.get(SKIP_ENV, "").strip() or None,
     )

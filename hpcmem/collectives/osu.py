@@ -11,7 +11,7 @@ from __future__ import annotations
 from hpcmem.collectives.ops import Op
 from hpcmem.collectives.timing import Latency
 
-__all__ = ["column_header", "header_lines", "note_line", "row"]
+__all__ = ["column_header", "header_lines", "native_lines", "note_line", "row"]
 
 FIELD_WIDTH = 18
 PRECISION = 2
@@ -58,3 +58,25 @@ def note_line(status: str, reason: str, size: int | None = None) -> str:
     """A comment line for a skipped or failed point (``# skipped: ...``)."""
     where = f" (size {size})" if size is not None else ""
     return f"# {status}{where}: {reason}"
+
+
+def native_lines(op: Op, records: list[dict], unavailable: str | None = None) -> list[str]:
+    """The ``#`` block after a table: per size, the native C loop's average latency on the
+    same buffers and Python's overhead (the table's average minus it); or why there is none."""
+    if unavailable:
+        return [note_line("native loop unavailable", unavailable)]
+    timed = [r for r in records if "native_latency_us" in r]
+    if not timed:
+        return []
+    lines = [
+        "# hpcmem native loop (C, same buffers); Python overhead = Avg Latency - Native Avg",
+        f"{'# Size' if op.sized else '#':<{SIZE_WIDTH}}{'Native Avg(us)':>{FIELD_WIDTH}}"
+        f"{'Python overhead(us)':>{FIELD_WIDTH + 2}}",
+    ]
+    for record in timed:
+        size = f"{record['size_bytes']:<{SIZE_WIDTH - 2}d}" if op.sized else " " * (SIZE_WIDTH - 2)
+        lines.append(
+            f"# {size}{record['native_latency_us']['avg']:>{FIELD_WIDTH}.{PRECISION}f}"
+            f"{record['python_overhead_us']:>+{FIELD_WIDTH + 2}.{PRECISION}f}"
+        )
+    return lines

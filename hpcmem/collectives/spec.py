@@ -2,8 +2,10 @@
 
 A point is (op, buffer kind, dtype, ranks, nodes, binding, message size); its key reads
 ``collectives/<op>/<buffer>/<dtype>/ranks=<n>/binding=<name>/size=<bytes>`` on one node
-and ``.../ranks=<n>/nodes=<m>/binding=...`` on several. Latency is
-checked in every run, bus bandwidth too where the op moves data (not barrier).
+and ``.../ranks=<n>/nodes=<m>/binding=...`` on several. Latency is checked in every run,
+bus bandwidth too where the op moves data (not barrier). The native loop's latency and
+Python's overhead (mpi4py loop minus native loop) are in every record timed by both loops,
+absent where the native loop was off or not built.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 from hpcmem.collectives import report, tables
 from hpcmem.collectives.buffers import BUFFER_KINDS
 from hpcmem.collectives.ops import DTYPES, OPS
+from hpcmem.collectives.options import THREAD_LEVELS
 from hpcmem.node.applied import binding_label
 from hpcmem.results.spec import HIGHER, LOWER, Benchmark, Coordinate, Metric
 
@@ -44,6 +47,10 @@ COLLECTIVES = Benchmark(
         Metric("latency_us.max", "us", LOWER),
         Metric("busbw_GBps", "GB/s", HIGHER, checked=True, applies=_moves_data),
         Metric("algbw_GBps", "GB/s", HIGHER, applies=_moves_data),
+        Metric("native_latency_us.avg", "us", LOWER, required=False),
+        Metric("native_latency_us.min", "us", LOWER, required=False),
+        Metric("native_latency_us.max", "us", LOWER, required=False),
+        Metric("python_overhead_us", "us", LOWER, required=False, schema={"type": "number"}),
         Metric("placement.hbw_fraction", "fraction", HIGHER,
                schema={"type": ["number", "null"], "minimum": 0, "maximum": 1}),
     ),
@@ -66,6 +73,8 @@ COLLECTIVES = Benchmark(
             "warmup": {"type": "integer", "minimum": 0},
             "validated": {"type": "boolean"},
             "mpi_library": {"type": "string"},
+            "mpi_thread_level": {"enum": list(THREAD_LEVELS)},
+            "native_unavailable": {"type": "string"},
         },
     },
     metadata={"mpi_libraries": "mpi_library"},

@@ -3,8 +3,8 @@
 Sections: the check verdict (when given), one section per benchmark of the registry
 (its spec's ``section``: collectives latency, bandwidth and speedup over NumPy buffers;
 training step time per Unified Memory policy), native against container (when given the
-same points run natively), the failed, skipped and invalid records with their reasons, and
-the machine and run metadata.
+same points run natively), OSU C against hpcmem (when given a comparison), the failed,
+skipped and invalid records with their reasons, and the machine and run metadata.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from hpcmem import __version__
+from hpcmem.collectives.comparison import html_section
 from hpcmem.outputs import write_errors
 from hpcmem.results.aggregate import Summary, benchmark_points
 from hpcmem.results.container_report import container_section
@@ -107,9 +108,10 @@ def _metadata_section(summary: Summary) -> str:
 
 
 def render_report(summary: Summary, verdict: dict[str, Any] | None = None,
-                  native: Summary | None = None) -> str:
+                  native: Summary | None = None, osu: dict[str, Any] | None = None) -> str:
     """The whole report page as HTML text; ``native``: the same points run natively, for
-    the native-against-container section."""
+    the native-against-container section; ``osu``: an OSU comparison
+    (:func:`hpcmem.collectives.comparison.read_comparison`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -123,6 +125,8 @@ def render_report(summary: Summary, verdict: dict[str, Any] | None = None,
             parts.append(section(spec.title, body, anchor=spec.name))
     if native is not None:
         parts.append(container_section(summary, native))
+    if osu is not None:
+        parts.append(section("Against OSU C", html_section(osu), anchor="osu"))
     parts.append(_problems_section(summary))
     parts.append(_metadata_section(summary))
     runs = ", ".join(summary.metadata.get("run_ids") or []) or "no valid records"
@@ -136,8 +140,9 @@ def render_report(summary: Summary, verdict: dict[str, Any] | None = None,
 
 
 def write_report(path: str | os.PathLike[str], summary: Summary,
-                 verdict: dict[str, Any] | None = None, native: Summary | None = None) -> None:
+                 verdict: dict[str, Any] | None = None, native: Summary | None = None,
+                 osu: dict[str, Any] | None = None) -> None:
     """Render and write the report atomically; OutputPathError when it cannot be written."""
-    page = render_report(summary, verdict, native)
+    page = render_report(summary, verdict, native, osu)
     with write_errors(path), atomic_open(path) as handle:
         handle.write(page)
