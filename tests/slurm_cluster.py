@@ -1,4 +1,5 @@
-"""Pytest plugin: the ``slurm_cluster`` fixture, a real one-node Slurm cluster.
+"""Pytest plugin: the ``slurm_cluster`` fixture, a real one-node Slurm cluster, and
+``multinode_cluster``, a real two-node one.
 
 The cluster (munged, MariaDB, slurmdbd, slurmctld, slurmd) is started by
 ``tools/slurm/cluster.sh`` under ``.slurm/`` for the session and stopped at its
@@ -9,6 +10,10 @@ so jobs with an unknown partition, account or QOS are refused or never start.
 Concurrent pytest sessions on one machine share the cluster: each holds a lease,
 and the last one out stops it. When a test that uses the cluster fails, its report
 lists the daemon logs.
+
+The two-node cluster (same site settings, under ``.slurm-multinode/``) lives in network
+namespaces that ``cluster.sh`` makes: its clients run in the head namespace
+(``cluster.sh login``), which :meth:`SlurmCluster.run` and :meth:`SlurmCluster.on_login` do.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER_SH = REPO / "tools" / "slurm" / "cluster.sh"
 STATE_DIR = Path(os.environ.get("HPCMEM_SLURM_STATE", REPO / ".slurm"))
+MULTINODE_STATE_DIR = Path(os.environ.get("HPCMEM_SLURM_MULTINODE_STATE",
+                                          REPO / ".slurm-multinode"))
+#: nodes of the multi-node test cluster
+MULTINODE = 2
 #: the cluster.sh settings of the site-like test cluster
 SITE = {
     "HPCMEM_SLURM_PARTITION": "batch,hbm",
@@ -34,7 +43,8 @@ SITE = {
     "HPCMEM_SLURM_ENFORCE": "associations,limits,qos",
 }
 
-__all__ = ["SITE", "SlurmCluster", "cluster_command", "pid_alive", "slurm_cluster"]
+__all__ = ["MULTINODE", "SITE", "SlurmCluster", "cluster_command", "multinode_cluster",
+           "pid_alive", "slurm_cluster"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,8 @@ class SlurmCluster:
     other_partition: str = "hbm"
     account: str = "hpc"
     qos: str = "bench"
+    #: the command prefix that runs a client where it reaches the cluster (empty: anywhere)
+    login: tuple[str, ...] = ()
 
     @property
     def conf(self) -> Path:
@@ -64,11 +76,16 @@ class SlurmCluster:
         env.update(extra)
         return env
 
+    def on_login(self, command: list[str]) -> list[str]:
+        """``command`` as run on the cluster's login host."""
+        return [*self.login, *command]
+
     def run(self, *command: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
         """Run a Slurm client command (sbatch, srun, sacct …) against this cluster."""
         kwargs.setdefault("env", self.env())
         return subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout, cwd=REPO, **kwargs
+            self.on_login(list(command)), capture_output=True, text=True, timeout=timeout,
+            cwd=REPO, **kwargs
         )
 
 
@@ -109,24 +126,24 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster() -> Iterator[SlurmCluster]:
-    """Start (or join) the site-like one-node test cluster for the session; stop it after."""
+@contextmanager
+def _session_cluster(state_dir: Path, env: dict[str, str]) -> Iterator[None]:
+    """Start (or join) the cluster of ``state_dir`` under a lease; the last one out stops it."""
     if os.geteuid() != 0:
         pytest.fail("the Slurm test cluster runs its daemons as root: run `make test` as root")
     lease = None
-    with _leases(STATE_DIR) as leases:
+    with _leases(state_dir) as leases:
         lease = leases / str(os.getpid())
         lease.touch()
         try:
-            cluster_command("start")
+            cluster_command("start", state_dir, env)
         except Exception:
             lease.unlink()
             raise
     try:
-        yield SlurmCluster(STATE_DIR)
+        yield
     finally:
-        with _leases(STATE_DIR) as leases:
+        with _leases(state_dir) as leases:
             lease.unlink(missing_ok=True)
             others = []
             for other in leases.iterdir():
@@ -135,14 +152,31 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
                 else:
                     other.unlink()
             if not others:
-                cluster_command("stop")
+                cluster_command("stop", state_dir, env)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """Start (or join) the site-like one-node test cluster for the session; stop it after."""
+    with _session_cluster(STATE_DIR, {}):
+        yield SlurmCluster(STATE_DIR)
+
+
+@pytest.fixture(scope="session")
+def multinode_cluster() -> Iterator[SlurmCluster]:
+    """Start (or join) the site-like two-node test cluster (node1, node2) for the session."""
+    env = {"HPCMEM_SLURM_NODES": str(MULTINODE)}
+    with _session_cluster(MULTINODE_STATE_DIR, env):
+        yield SlurmCluster(MULTINODE_STATE_DIR, login=(
+            str(CLUSTER_SH), "login", str(MULTINODE_STATE_DIR), "--"))
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """On a failed test that used the cluster, list the daemon logs in its report."""
     report = yield
-    cluster = getattr(item, "funcargs", {}).get("slurm_cluster")
+    funcargs = getattr(item, "funcargs", {})
+    cluster = funcargs.get("slurm_cluster") or funcargs.get("multinode_cluster")
     if report.failed and isinstance(cluster, SlurmCluster):
         paths = "\n".join(str(path) for path in cluster.logs)
         report.sections.append(("Slurm daemon logs", paths))

@@ -82,8 +82,9 @@ def snapshot(folder: Path) -> Path:
 
 def run_logged(command: list[str], cluster: SlurmCluster, cwd: Path, timeout: float = 300
                ) -> subprocess.CompletedProcess:
-    """Run ``command`` against ``cluster`` with the venv first on PATH; output merged."""
+    """Run ``command`` against ``cluster`` (on its login host) with the venv first on PATH;
+    output merged."""
     env = cluster.env()
     env["PATH"] = f"{BIN}:{env['PATH']}"
-    return subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=env, cwd=cwd, timeout=timeout)
+    return subprocess.run(cluster.on_login(command), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd, timeout=timeout)

@@ -248,6 +248,9 @@ def test_injection_through_snakemake_stops_before_anything_runs(workdir, path, p
          "config train.policy_files: 'cuda' is a built-in name"),
         ({"check": {"history": "a-file"}},
          "config check.history: 'a-file' is a file, not a folder"),
+        ({"collectives": {"ranks": [2], "nodes": [1, 2]}},
+         "config collectives.ranks: [2] is the one-node form and nodes is [1, 2]: give "
+         "tasks_per_node instead of ranks (ranks = nodes x tasks_per_node)"),
     ],
 )
 def test_workflow_checks_name_the_key(workdir, change, message):
@@ -289,13 +292,12 @@ def test_dry_run_of_the_default_config_lists_every_point(workdir):
     result = snakemake(workdir, "-n", "-p", "--profile", str(REPO / "profiles" / "local"),
                        wrap=without_runtime)
     assert result.returncode == 0, result.stdout
-    points = len(sweep["ops"]) * len(sweep["buffers"]) * len(sweep["ranks"]) * len(
-        sweep["bindings"]
-    )
+    points = len(sweep["ops"]) * len(sweep["buffers"]) * len(sweep["nodes"]) * len(
+        sweep["tasks_per_node"]) * len(sweep["bindings"])
     trains = len(train["models"]) * len(train["params"]) * len(train["policies"]) * len(
         train["gpu_budgets"]
     )
-    assert (points, trains) == (12, 6)  # 3 ops x 2 buffers x 1 rank count x 2 bindings; 2 x 3
+    assert (points, trains) == (12, 6)  # 3 ops x 2 buffers x 1 x 1 layout x 2 bindings; 2 x 3
     assert job_counts(result.stdout) == {
         "build_wheel": 1, "install_wheel": 1, "run_collectives": points, "run_train": trains,
         "aggregate_results": 1, "check_regressions": 1, "render_report": 1, "all": 1,
@@ -306,6 +308,22 @@ def test_dry_run_of_the_default_config_lists_every_point(workdir):
         assert f"--op {op} --buffer {buffer}" in result.stdout
     assert "MEMKIND_HBW_NODES=0 mpirun --oversubscribe" in result.stdout
     assert result.stdout.count("--skip-if-no-gpu") == trains
+
+
+def test_the_local_profile_refuses_a_multi_node_point_before_any_job(workdir):
+    config = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
+    config["collectives"].update(nodes=[1, 2], tasks_per_node=[1])
+    write_config(workdir, config)
+    result = snakemake(workdir, "--profile", str(REPO / "profiles" / "local"))
+    assert result.returncode != 0
+    assert ("config collectives.nodes: 2: the local executor runs every point on this one "
+            "machine (accepted here: 1); multi-node points need a profile with `executor: "
+            "slurm`") in result.stdout
+    assert not (workdir / "results").exists()
+    # the same points with ranks on one node list as before, each in its own folder
+    result = snakemake(workdir, "-n", "--profile", str(REPO / "profiles" / "local"))
+    assert "collectives/allreduce/numpy/nodes2_ranks2/none.jsonl" in result.stdout
+    assert "collectives/allreduce/numpy/ranks1/none.jsonl" in result.stdout
 
 
 def test_dry_run_in_a_fresh_clone_needs_no_profile(tmp_path: Path):

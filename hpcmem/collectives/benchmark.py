@@ -37,6 +37,7 @@ from hpcmem.collectives import buffers, native, osu, slowdown, timing
 from hpcmem.collectives.ops import OPS, SENTINEL, Op, check, rank_input
 from hpcmem.collectives.options import Options
 from hpcmem.collectives.sizes import osu_counts
+from hpcmem.collectives.spread import layout_fields, placement_by_host
 from hpcmem.node import applied
 from hpcmem.node.probe import mpi_library
 from hpcmem.node.state import (
@@ -76,6 +77,8 @@ class _Context:
     cpus: tuple[int, ...] = ()  # the CPUs any rank may run on
     crowded: bool = False  # the ranks outnumbered the free CPUs before the run
     busy: BusyCpus | None = None  # rank 0: other work on the ranks' CPUs
+    #: each rank's host name (rank i ran on hosts[i])
+    hosts: list[str] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -171,6 +174,7 @@ def _record(
         dtype=ctx.options.dtype,
         root=ROOT,
         ranks=ctx.ranks,
+        **layout_fields(ctx.hosts),
         size_bytes=size if op.sized else 0,
         iterations=iterations,
         warmup=warmup,
@@ -313,6 +317,8 @@ def _finish(ctx: _Context, op: Op, kind: str, point: _Point) -> None:
     failures = [f"rank {r}: {text}" for r, text in enumerate(reasons) if text]
     status, why = ("failed", "; ".join(failures)) if failures else ("ok", None)
     latency = timing.median_latency(point.repeats)
+    placement = merge_placements([p for pair in placements for p in pair])
+    placement["hosts"] = placement_by_host(placements, ctx.hosts, merge_placements)
     native_fields = {} if native_latency is None else {
         "native_latency_us": native_latency.to_record(),
         "python_overhead_us": latency.avg - native_latency.avg,
@@ -326,7 +332,7 @@ def _finish(ctx: _Context, op: Op, kind: str, point: _Point) -> None:
             status,
             why,
             node=node,
-            placement=merge_placements([p for pair in placements for p in pair]),
+            placement=placement,
             **_repeat_fields(op, point.size, ctx.ranks, point.repeats),
             validated=not failures,
             **native_fields,
@@ -434,7 +440,7 @@ def run(comm: Any, options: Options, emit: Callable[[str], None]) -> list[dict[s
         ctx = _Context(
             comm, options, emit, run_id, binding, mpi_library(), buffers.memory_settings(),
             thread_level=_thread_level(), native=options.native_loop and not why,
-            native_unavailable=why, cpus=cpus,
+            native_unavailable=why, cpus=cpus, hosts=[rank["host"] for rank in per_rank or []],
         )
         reasons = comm.allgather(options.skip_reason)  # one rank unable: none runs
         skip = "; ".join(sorted({reason for reason in reasons if reason}))

@@ -1,7 +1,7 @@
 """The collectives' part of the HTML report: latency and bus bandwidth against message size
 per op and buffer kind (log-log), each point's range over its repeats shaded and noisy points
-ringed, and each buffer kind's speedup over NumPy buffers (ratios of noisy points greyed out,
-not drawn as speedups)."""
+ringed, against node count where several were measured (scaling curves), and each buffer
+kind's speedup over NumPy buffers (ratios of noisy points greyed out, not drawn as speedups)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from hpcmem.collectives.buffers import BUFFER_KINDS
+from hpcmem.collectives.scaling import scaling_figures
 from hpcmem.collectives.tables import LATENCY, latency_range, latency_table, speedup_table
 from hpcmem.results.plots import PALETTE, embed, log_size_axis, log_value_axis, new_figure
 from hpcmem.results.report_template import folded_frame
@@ -37,10 +38,12 @@ def _series_label(buffer: str, binding: str, bindings: int) -> str:
 
 
 def latency_figures(points: pd.DataFrame) -> Iterator[str]:
-    """Per op and rank count: latency and bus bandwidth against size, one line per buffer."""
+    """Per op, rank and node count: latency and bus bandwidth against size, one line per
+    buffer."""
     sized = points[points["size_bytes"] > 0]
-    for (op, dtype, ranks), group in sized.groupby(["op", "dtype", "ranks"], sort=True,
-                                                    dropna=False):
+    for (op, dtype, ranks, nodes), group in sized.groupby(["op", "dtype", "ranks", "nodes"],
+                                                           sort=True, dropna=False):
+        ranks = f"{ranks} ranks" if nodes == 1 else f"{ranks} ranks on {nodes} nodes"
         figure, (lat, bw) = new_figure(11, 3.9, columns=2)
         bindings = sorted(group["binding"].unique())
         for (buffer, binding), line in group.groupby(["buffer", "binding"], sort=True):
@@ -56,15 +59,15 @@ def latency_figures(points: pd.DataFrame) -> Iterator[str]:
             log_size_axis(axes, group["size_bytes"])
             log_value_axis(axes)
         lat.set_ylabel("average latency (µs)")
-        lat.set_title(f"{op} ({dtype}): latency, {ranks} ranks", fontsize=11)
+        lat.set_title(f"{op} ({dtype}): latency, {ranks}", fontsize=11)
         bw.set_ylabel("bus bandwidth (GB/s)")
-        bw.set_title(f"{op} ({dtype}): bus bandwidth, {ranks} ranks", fontsize=11)
+        bw.set_title(f"{op} ({dtype}): bus bandwidth, {ranks}", fontsize=11)
         title = "buffer" if len(bindings) == 1 else "buffer · binding"
         lat.legend(title=title, fontsize=9, title_fontsize=9)
         yield embed(
             figure,
-            f"{op} latency and bus bandwidth against message size, {ranks} ranks",
-            f"{op}, {ranks} ranks: median over repeats of the average latency across ranks (µs) "
+            f"{op} latency and bus bandwidth against message size, {ranks}",
+            f"{op}, {ranks}: median over repeats of the average latency across ranks (µs) "
             "and bus bandwidth (GB/s, nccl-tests convention), log-log; shaded: lowest to "
             f"highest repeat; ringed in red: repeats spread more than {NOISY_SPREAD:.0%} of "
             "their median (too noisy to judge).",
@@ -92,11 +95,12 @@ def speedup_figure(points: pd.DataFrame) -> str | None:
         return None
     figure, (axes,) = new_figure(11, 3.9)
     bindings, dtypes = speed["binding"].nunique(), speed["dtype"].nunique(dropna=False)
-    for (op, dtype, ranks, binding, buffer), line in speed.groupby(
-        ["op", "dtype", "ranks", "binding", "buffer"], sort=True, dropna=False
+    for (op, dtype, ranks, nodes, binding, buffer), line in speed.groupby(
+        ["op", "dtype", "ranks", "nodes", "binding", "buffer"], sort=True, dropna=False
     ):
         line = line.sort_values("size_bytes")
-        label = f"{op} · {buffer} · {ranks} ranks" + (f" · {binding}" if bindings > 1 else "")
+        label = f"{op} · {buffer} · {ranks} ranks" + (f" on {nodes} nodes" if nodes != 1 else "")
+        label += f" · {binding}" if bindings > 1 else ""
         label += f" · {dtype}" if dtypes > 1 else ""
         trusted = line["speedup"].where(~line["noisy"].astype(bool))
         axes.plot(line["size_bytes"], trusted, marker="o", markersize=3.5, linewidth=1.6,
@@ -136,9 +140,11 @@ def section(points: pd.DataFrame) -> str:
     if not figures:
         return '<p class="note">No collectives points in this summary.</p>'
     speed = speedup_figure(points)
+    scaling = list(scaling_figures(points))
     return "\n".join([
         _node_note(points),
         *figures,
+        *(["<h3>Scaling with node count</h3>", *scaling] if scaling else []),
         *(["<h3>Speedup over NumPy buffers</h3>", speed] if speed else []),
         folded_frame(latency_table(points), "Latency table (µs, median over repeats)"),
     ])

@@ -1,12 +1,12 @@
 """What the collectives benchmark's records hold, declared once for the results pipeline.
 
-A point is (op, buffer kind, dtype, ranks, binding, message size); its key reads
-``collectives/<op>/<buffer>/<dtype>/ranks=<n>/binding=<name>/size=<bytes>``. Latency is
-checked in every run, bus bandwidth too where the op moves data (not barrier). A record's
-figures are medians over its ``repeats``, which keep each repeat's own (the samples the
-check's rank test compares). The native loop's latency and Python's overhead (mpi4py loop
-minus native loop) are in every record timed by both loops, absent where the native loop
-was off or not built.
+A point is (op, buffer kind, dtype, ranks, nodes, binding, message size); its key reads
+``collectives/<op>/<buffer>/<dtype>/ranks=<n>/binding=<name>/size=<bytes>`` on one node
+and ``.../ranks=<n>/nodes=<m>/binding=...`` on several. Latency is checked in every run,
+bus bandwidth too where the op moves data (not barrier). A record's figures are medians
+over its ``repeats``, which keep each repeat's own (the samples the check's rank test
+compares). The native loop's latency and Python's overhead (mpi4py loop minus native loop)
+are in every record timed by both loops, absent where the native loop was off or not built.
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ COLLECTIVES = Benchmark(
         Coordinate("buffer"),
         Coordinate("dtype"),
         Coordinate("ranks", "ranks", integer=True),
+        # records from before the nodes axis ran on one node; one-node keys leave it out
+        Coordinate("nodes", "nodes", integer=True, read=lambda record: record.get("nodes", 1),
+                   implied=1),
         Coordinate("binding", "binding", read=lambda record: binding_label(record.get("binding"))),
         Coordinate("size_bytes", "size", integer=True),
     ),
@@ -63,6 +66,9 @@ COLLECTIVES = Benchmark(
                           "properties": {"nodes": {"type": "object"},
                                          "emulated": {"type": "boolean"}}},
             "ranks": {"type": "integer", "minimum": 1},
+            "nodes": {"type": "integer", "minimum": 1},
+            "tasks_per_node": {"type": "integer", "minimum": 1},
+            "hosts": {"type": "array", "items": {"type": "string"}, "minItems": 1},
             "size_bytes": {"type": "integer", "minimum": 0},
             "iterations": {"type": "integer", "minimum": 1},
             "warmup": {"type": "integer", "minimum": 0},

@@ -19,11 +19,12 @@ __all__ = ["BASELINE_BUFFER", "LATENCY", "latency_range", "latency_table", "spee
 BASELINE_BUFFER = "numpy"
 #: the metric both tables are made of
 LATENCY = "latency_us.avg"
-_KEYS = ["op", "dtype", "ranks", "binding", "size_bytes"]
+_KEYS = ["op", "dtype", "ranks", "nodes", "binding", "size_bytes"]
 
 
 def latency_table(points: pd.DataFrame) -> pd.DataFrame:
-    """Median average latency (µs) by op, dtype, ranks, binding and size; a column per buffer."""
+    """Median average latency (µs) by op, dtype, ranks, nodes, binding and size; a column per
+    buffer."""
     import pandas as pd
 
     if points.empty:
@@ -70,4 +71,4 @@ def speedup_table(points: pd.DataFrame) -> pd.DataFrame:
     merged = merged.rename(columns={LATENCY: "latency_us", f"{LATENCY}_numpy": "numpy_latency_us"})
     merged["speedup"] = merged["numpy_latency_us"] / merged["latency_us"]
     merged["noisy"] = merged["noisy"] | merged["noisy_numpy"]
-    return merged[columns].sort_values([*_KEYS[:4], "buffer", "size_bytes"]).reset_index(drop=True)
+    return merged[columns].sort_values([*_KEYS[:5], "buffer", "size_bytes"]).reset_index(drop=True)

@@ -14,6 +14,7 @@ import ctypes
 import ctypes.util
 import os
 import shlex
+import socket
 from functools import cache
 from typing import Any
 
@@ -101,13 +102,19 @@ def mempolicy() -> dict[str, Any]:
 def current() -> dict[str, Any]:
     """The binding applied to this process, as recorded in every result record.
 
-    ``name`` is the binding's name from ``HPCMEM_BINDING`` and ``numactl`` the
-    arguments from ``HPCMEM_NUMACTL_ARGS`` as a list (None when no wrapper
-    reported them), ``cpus`` the CPU affinity, ``mempolicy`` the kernel's memory
-    policy.
+    ``host`` is the node it runs on and ``local_rank`` its rank there as the launcher
+    says (None when no launcher said), ``name`` the binding's name from
+    ``HPCMEM_BINDING`` and ``numactl`` the arguments from ``HPCMEM_NUMACTL_ARGS`` as a
+    list (None when no wrapper reported them), ``cpus`` the CPU affinity, ``mempolicy``
+    the kernel's memory policy.
     """
+    from hpcmem.node.planned import LOCAL_RANK_VARIABLES
+
     raw = os.environ.get(NUMACTL_ENV)
+    local = next((os.environ[name] for name in LOCAL_RANK_VARIABLES if name in os.environ), None)
     return {
+        "host": socket.gethostname(),
+        "local_rank": int(local) if local is not None and local.isdigit() else None,
         "name": os.environ.get(BINDING_ENV) or None,
         "numactl": shlex.split(raw) if raw is not None else None,
         "cpus": cpu_affinity(),

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["container_section", "overhead_table"]
 
 #: what identifies a collectives point in both summaries
-KEYS = ["op", "dtype", "ranks", "binding", "buffer", "size_bytes"]
+KEYS = ["op", "dtype", "ranks", "binding", "buffer", "size_bytes", "nodes"]
 #: one line style per op, so lines of the same colour stay apart
 _LINES = ("-", "--", ":", "-.")
 

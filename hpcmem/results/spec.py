@@ -49,13 +49,17 @@ class Coordinate:
     missing: str = "?"  # written in the key for a value the record lacks
     integer: bool = False  # a column of whole numbers in the summary
     read: Callable[[Record], Any] | None = None  # default: ``record.get(name)``
+    #: a value the key leaves out (an axis added later keeps the keys of earlier points)
+    implied: Any = None
 
     def of(self, record: Record) -> Any:
         """This coordinate's value in ``record`` (None when it lacks it)."""
         return self.read(record) if self.read is not None else record.get(self.name)
 
     def key_part(self, value: Any) -> str:
-        """The part of the point key for ``value``."""
+        """The part of the point key for ``value`` ("" for the implied value)."""
+        if self.implied is not None and value == self.implied:
+            return ""
         text = self.missing if value is None else str(value)
         return text if self.label is None else f"{self.label}={text}"
 
@@ -106,7 +110,7 @@ class Benchmark:
     def point_key(self, coordinates: Mapping[str, Any]) -> str:
         """``<benchmark>/<part>/...``, the prefix of every figure of the point."""
         parts = (c.key_part(coordinates.get(c.name)) for c in self.coordinates)
-        return "/".join([self.name, *parts])
+        return "/".join([self.name, *filter(None, parts)])
 
     def metric(self, name: str) -> Metric | None:
         """The metric called ``name``, or None."""

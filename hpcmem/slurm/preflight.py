@@ -30,6 +30,7 @@ class JobRequest:
     qos: str | None = None
     cpus_per_task: int = 1
     tasks: int = 1
+    nodes: int = 1
     mem_mb: int | None = None
     gpus: int = 0
     runtime_min: int | None = None
@@ -179,6 +180,9 @@ def _check_fit(request: JobRequest, partition: PartitionFacts, problems: _Proble
         return
     found = len(problems)
     most_cpus = max(node.cpus for node in nodes)
+    if request.nodes > len(nodes):
+        problems.add(f"nodes: {request.nodes}", f"is more nodes than partition {name!r} has "
+                     f"({len(nodes)})", rule)
     if request.cpus_per_task > most_cpus:
         problems.add(f"cpus_per_task: {request.cpus_per_task}", f"is more CPUs than a node of "
                      f"partition {name!r} has (at most {most_cpus})", rule)

@@ -15,6 +15,9 @@ slurm executor, :func:`on_start`
   would) when a job is cancelled underneath it or pends for a reason that does not
   clear by itself, naming the job.
 
+With any other executor every point runs on this one machine: a point of more than one
+node (``collectives.nodes``) stops the run before any job starts.
+
 With ``HPCMEM_PREFLIGHT_REPORT=FILE`` (what ``hpcmem preflight`` sets) the run writes
 the preflight's findings to FILE as JSON and stops before submitting anything.
 """
@@ -68,13 +71,17 @@ def job_request(job: Any) -> JobRequest:
     gpus = _number(resources.get("gpu")) or gpu_count(str(resources.get("gres") or ""))
     memory = _number(resources.get("mem_mb"))
     per_cpu = _number(resources.get("mem_mb_per_cpu"))
+    nodes = _number(resources.get("nodes")) or 1
+    tasks = _number(resources.get("tasks")) or nodes * (_number(resources.get("tasks_per_node"))
+                                                         or 1)
     return JobRequest(
         rule=job.rule.name,
         partition=_text(resources.get("slurm_partition")),
         account=_text(resources.get("slurm_account")),
         qos=_text(resources.get("qos")),
         cpus_per_task=cpus,
-        tasks=_number(resources.get("tasks")) or 1,
+        tasks=tasks,
+        nodes=nodes,
         mem_mb=per_cpu * cpus if per_cpu else memory,
         gpus=gpus,
         runtime_min=_number(resources.get("runtime")),
@@ -159,12 +166,27 @@ def _executor_job_name(workflow: Any) -> str:
     return workflow.scheduler._executor.run_uuid
 
 
+def _one_node_only(workflow: Any, executor: str) -> None:
+    """Without Slurm every point runs on this one machine: stop before any job runs when a
+    point asks for more nodes."""
+    from snakemake.exceptions import WorkflowError
+
+    asked = {_number(job.resources.get("nodes")) or 1 for job in workflow.dag.needrun_jobs()}
+    if max(asked, default=1) > 1:
+        raise WorkflowError(
+            f"config collectives.nodes: {max(asked)}: the {executor} executor runs every point "
+            "on this one machine (accepted here: 1); multi-node points need a profile with "
+            "`executor: slurm`")
+
+
 def on_start(workflow: Any, logger: Any) -> None:
-    """``onstart``: preflight, then SIGTERM as Ctrl-C and the watchdog (slurm executor)."""
+    """``onstart``: preflight, then SIGTERM as Ctrl-C and the watchdog (slurm executor);
+    without Slurm, a multi-node point stops the run before any job."""
     plugin = workflow.executor_plugin
     executor = plugin.name if plugin is not None else "local"
     _preflight(workflow, logger, executor)
     if executor != "slurm":
+        _one_node_only(workflow, executor)
         return
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)

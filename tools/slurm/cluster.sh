@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# A real one-node Slurm cluster for tests: munge, MariaDB + slurmdbd (so sacct
-# works as on production clusters), slurmctld and slurmd, all as root, all state
-# under one folder.
+# A real Slurm cluster for tests: munge, MariaDB + slurmdbd (so sacct works as on
+# production clusters), slurmctld and one slurmd per node, all as root, all state under one
+# folder. One node by default; several with HPCMEM_SLURM_NODES (see below).
 #
 #   tools/slurm/cluster.sh start  [DIR]   start what is not running; prints `export SLURM_CONF=...`
 #   tools/slurm/cluster.sh stop   [DIR]   cancel jobs, stop every daemon (also when half-started)
 #   tools/slurm/cluster.sh status [DIR]   daemons, pids, sinfo; exit 0 only when all are up
+#   tools/slurm/cluster.sh login  [DIR] -- CMD...   run CMD where the cluster's clients
+#                                         work (the head namespace of a multi-node cluster)
+#   tools/slurm/cluster.sh node-down DIR NODE   kill NODE's slurmd and everything it runs
+#   tools/slurm/cluster.sh node-up   DIR NODE   start NODE's slurmd again, wait until it is idle
 #
 # DIR defaults to .slurm/ in the repository. Logs stay under DIR/log after stop.
 # Usage from a shell:  eval "$(tools/slurm/cluster.sh start)"; sbatch ...
@@ -20,6 +24,11 @@
 #   HPCMEM_SLURM_QOS         a QOS created besides Slurm's "normal" and allowed to root; the
 #                            default QOS stays "normal" (default: none created)
 #   HPCMEM_SLURM_ENFORCE     AccountingStorageEnforce (default: none, nothing enforced)
+#   HPCMEM_SLURM_NODES       nodes, 1-8 (default 1). With more than one, the cluster lives in
+#                            network namespaces of its own (tools/slurm/netns.sh): the head
+#                            (login node, controller, slurmdbd, MariaDB) and node1..nodeN, each
+#                            with its own host name and address on a private bridge; clients
+#                            run in the head: `cluster.sh login DIR -- sbatch ...`
 # A site-like cluster, as production clusters are set up (jobs need a valid account, QOS
 # and partition, and limits are enforced):
 #   HPCMEM_SLURM_PARTITION=batch,hbm HPCMEM_SLURM_ACCOUNT=hpc HPCMEM_SLURM_QOS=bench \
@@ -35,12 +44,19 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 ACTION="${1:-}"
-STATE="$(realpath -m "${2:-$REPO/.slurm}")"
+STATE_ARG="${2:-}"
+[[ "$STATE_ARG" != "--" ]] || STATE_ARG=""  # login -- CMD: the default DIR
+STATE="$(realpath -m "${STATE_ARG:-$REPO/.slurm}")"
+# Every action but start acts on the cluster as start made it (nodes, ports, names).
+if [[ "$ACTION" != start && -s "$STATE/etc/settings.env" ]]; then
+  source "$STATE/etc/settings.env"
+fi
 CLUSTER="${HPCMEM_SLURM_CLUSTER:-hpcmem}"
 ACCOUNT="${HPCMEM_SLURM_ACCOUNT:-hpcmem}"
 PARTITION="${HPCMEM_SLURM_PARTITION:-debug}"
 QOS="${HPCMEM_SLURM_QOS:-}"
 ENFORCE="${HPCMEM_SLURM_ENFORCE:-}"
+NODES="${HPCMEM_SLURM_NODES:-1}"
 CTLD_PORT="${HPCMEM_SLURM_PORT:-16817}"
 MYSQL_PORT="${HPCMEM_SLURM_MYSQL_PORT:-16306}"
 for port in "$CTLD_PORT" "$MYSQL_PORT"; do
@@ -56,21 +72,41 @@ done
   { echo "cluster.sh: error: HPCMEM_SLURM_PARTITION=$PARTITION: names (a-z, 0-9, _), comma-separated" >&2; exit 2; }
 [[ "$ENFORCE" =~ ^[a-z,]*$ ]] ||
   { echo "cluster.sh: error: HPCMEM_SLURM_ENFORCE=$ENFORCE: a list like associations,limits,qos" >&2; exit 2; }
+[[ "$NODES" =~ ^[1-8]$ ]] ||
+  { echo "cluster.sh: error: HPCMEM_SLURM_NODES=$NODES: a number of nodes in 1-8" >&2; exit 2; }
 SLURMD_PORT=$((CTLD_PORT + 1))
 DBD_PORT=$((CTLD_PORT + 2))
 HOST="$(hostname -s)"
 ADDR=127.0.0.1
+CTLD_HOST="$HOST($ADDR)"
+NODE_NAMES=("$HOST")
+TMP_FS=/tmp
+#: seconds before slurmctld marks a silent node DOWN (a lost node fails its jobs this soon)
+SLURMD_TIMEOUT=30
+if ((NODES > 1)); then
+  source "$HERE/netns.sh"
+  ADDR="$SUBNET.1"
+  HOST="$HEAD_NAME"
+  # by name only: it resolves in the cluster's namespaces alone, so a client run outside
+  # them fails at once instead of sending anything to an address outside
+  CTLD_HOST="$HEAD_NAME"
+  TMP_FS="$STATE/tmp"
+  SLURMD_TIMEOUT=10
+  NODE_NAMES=()
+  for ((i = 1; i <= NODES; i++)); do NODE_NAMES+=("node$i"); done
+fi
 MUNGE_SOCKET=/run/munge/munge.socket.2
 #: the munged this script starts is shared by every test cluster on the machine
 MUNGE_PIDFILE=/run/munge/hpcmem-munged.pid
 TIMEOUT="${HPCMEM_SLURM_TIMEOUT:-60}"
-DAEMONS=(munged mariadbd slurmdbd slurmctld slurmd)
+DAEMONS=(munged mariadbd slurmdbd slurmctld "${NODE_NAMES[@]/#/slurmd-}")
 
 log() { echo "cluster.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 usage() {
-  echo "usage: $0 start|stop|status [STATE_DIR]" >&2
+  echo "usage: $0 start|stop|status [STATE_DIR] | login [STATE_DIR] -- CMD... |" \
+    "node-down|node-up STATE_DIR NODE" >&2
   exit 2
 }
 
@@ -121,9 +157,11 @@ render() {
     -e "s|@CTLD_PORT@|$CTLD_PORT|g" -e "s|@SLURMD_PORT@|$SLURMD_PORT|g" \
     -e "s|@DBD_PORT@|$DBD_PORT|g" -e "s|@MYSQL_PORT@|$MYSQL_PORT|g" \
     -e "s|@DB_PASSWORD@|$(cat "$STATE/etc/db.password")|g" \
-    -e "s|@NODE_LINE@|$NODE_LINE|g" -e "s|@DEF_MEM_PER_CPU@|$DEF_MEM_PER_CPU|g" \
+    -e "s|@NODE_LINES@|$NODE_LINES|g" -e "s|@DEF_MEM_PER_CPU@|$DEF_MEM_PER_CPU|g" \
     -e "s|@ENFORCE_LINE@|${ENFORCE:+AccountingStorageEnforce=$ENFORCE}|g" \
     -e "s|@PARTITION_LINES@|$PARTITION_LINES|g" \
+    -e "s|@TMP_FS@|$TMP_FS|g" -e "s|@CTLD_HOST@|$CTLD_HOST|g" \
+    -e "s|@SLURMD_TIMEOUT@|$SLURMD_TIMEOUT|g" \
     "$HERE/$1.in" >"$STATE/etc/$1.tmp"
   mv "$STATE/etc/$1.tmp" "$STATE/etc/$1"
 }
@@ -142,6 +180,15 @@ check_tools() {
   ((${#socket} < 100)) || die "state dir too deep for a unix socket path ($socket)"
 }
 
+# The settings start was given, as the shell lines later actions read back.
+settings() {
+  local setting
+  for setting in CLUSTER=$CLUSTER ACCOUNT=$ACCOUNT PARTITION=$PARTITION QOS=$QOS \
+    ENFORCE=$ENFORCE NODES=$NODES PORT=$CTLD_PORT MYSQL_PORT=$MYSQL_PORT; do
+    printf 'export HPCMEM_SLURM_%s=%q\n' "${setting%%=*}" "${setting#*=}"
+  done
+}
+
 # Configuration files, generated once per state dir from this machine.
 configure() {
   mkdir -p "$STATE"/{etc,run/slurm,log,state,spool,munge} "$MYSQL_DIR"
@@ -151,28 +198,40 @@ configure() {
   if [[ ! -s "$STATE/etc/db.password" ]]; then
     (umask 077 && head -c 18 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' >"$STATE/etc/db.password")
   fi
-  # `slurmd -C` describes this node (CPUs, sockets, cores, memory); keep a little memory spare.
+  # `slurmd -C` describes this machine (CPUs, sockets, cores, memory): every node has its
+  # CPUs (the nodes of a multi-node cluster share them) and a share of its memory, with a
+  # little kept spare.
   local detected mem
   detected="$(slurmd -C | head -n 1)"
   mem="$(sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' <<<"$detected")"
   [[ -n "$mem" ]] || die "could not read RealMemory from \`slurmd -C\`: $detected"
-  NODE_LINE="$(sed -e "s/NodeName=[^ ]*/NodeName=$HOST/" \
-    -e "s/RealMemory=[0-9]*/RealMemory=$((mem * 9 / 10))/" <<<"$detected")"
-  local cpus
+  mem=$((mem * 9 / 10 / NODES))
+  local cpus index=0 name addr
   cpus="$(sed -n 's/.*CPUs=\([0-9]*\).*/\1/p' <<<"$detected")"
-  DEF_MEM_PER_CPU=$((mem * 9 / 10 / ${cpus:-1}))
-  local name default=YES
+  DEF_MEM_PER_CPU=$((mem / ${cpus:-1}))
+  NODE_LINES=""
+  for name in "${NODE_NAMES[@]}"; do
+    index=$((index + 1))
+    addr="$ADDR"
+    ((NODES == 1)) || addr="$(node_addr "$index")"
+    NODE_LINES+="$(sed -e "s/NodeName=[^ ]*/NodeName=$name NodeAddr=$addr/" \
+      -e "s/RealMemory=[0-9]*/RealMemory=$mem/" <<<"$detected") State=UNKNOWN\\n"
+  done
+  local nodes default=YES
+  nodes="$(IFS=,; echo "${NODE_NAMES[*]}")"
   PARTITION_LINES=""
   for name in ${PARTITION//,/ }; do
-    PARTITION_LINES+="PartitionName=$name Nodes=$HOST Default=$default MaxTime=INFINITE State=UP\\n"
+    PARTITION_LINES+="PartitionName=$name Nodes=$nodes Default=$default MaxTime=INFINITE State=UP\\n"
     default=NO
   done
+  ((NODES == 1)) || write_hosts
   render slurm.conf
   render slurmdbd.conf
   render cgroup.conf
   : >"$STATE/etc/plugstack.conf"
   chmod 600 "$STATE/etc/slurmdbd.conf"
   echo "export SLURM_CONF=$STATE/etc/slurm.conf" >"$STATE/env.sh"
+  settings >"$STATE/etc/settings.env"
 }
 
 # Slurm 22.05 ignores AuthInfo=socket= on its persistent connections to slurmdbd, so
@@ -281,7 +340,7 @@ register_cluster() {
 
 node_idle() {
   local state
-  state="$(sinfo -h -N -n "$HOST" -o %T 2>/dev/null)"
+  state="$(sinfo -h -N -n "$1" -o %T 2>/dev/null)"
   [[ "$state" == idle* || "$state" == mixed* || "$state" == allocated* ]]
 }
 
@@ -291,37 +350,69 @@ start_slurmctld() {
   wait_for slurmctld scontrol ping
 }
 
+# Start the slurmd of node $1 (a name of NODE_NAMES) unless it runs; wait until it is idle.
 start_slurmd() {
-  daemon_pid slurmd >/dev/null && return
-  mkdir -p "$STATE/spool/slurmd" /run/slurm
-  # Configless (--conf-server): slurmd caches slurm.conf and links it as /run/slurm/conf, where
-  # srun inside jobs finds it (snakemake's jobstep executor drops SLURM_CONF). In a mount
-  # namespace of its own, that /run/slurm is STATE/run/slurm: each cluster's jobs see their
-  # own cluster, whichever slurmd started last.
-  unshare --mount --propagation private -- sh -c \
-    'mount --bind "$1" /run/slurm && shift && exec "$@"' sh "$STATE/run/slurm" \
-    slurmd --conf-server "$HOST:$CTLD_PORT" 9>&-
-  wait_for "node $HOST to become idle" node_idle
-  # A node that was down in an earlier run may come back drained; resume it.
-  if sinfo -h -N -n "$HOST" -o %T | grep -qE 'drain|down'; then
-    scontrol update NodeName="$HOST" State=RESUME
-    wait_for "node $HOST to resume" node_idle
+  local name="$1"
+  if ! daemon_pid "slurmd-$name" >/dev/null; then
+    if ((NODES > 1)); then
+      start_node_slurmd "${name#node}"
+    else
+      mkdir -p "$STATE/spool/slurmd-$name" /run/slurm
+      # Configless (--conf-server): slurmd caches slurm.conf and links it as /run/slurm/conf,
+      # where srun inside jobs finds it (snakemake's jobstep executor drops SLURM_CONF). In a
+      # mount namespace of its own, that /run/slurm is STATE/run/slurm: each cluster's jobs
+      # see their own cluster, whichever slurmd started last.
+      unshare --mount --propagation private -- sh -c \
+        'mount --bind "$1" /run/slurm && shift && exec "$@"' sh "$STATE/run/slurm" \
+        slurmd -N "$name" --conf-server "$HOST:$CTLD_PORT" 9>&-
+    fi
+  fi
+  wait_for "node $name to become idle" node_idle "$name"
+  # A node that was down in an earlier run (or lost with node-down) may come back drained
+  # or down; resume it.
+  if sinfo -h -N -n "$name" -o %T | grep -qE 'drain|down'; then
+    scontrol update NodeName="$name" State=RESUME
+    wait_for "node $name to resume" node_idle "$name"
   fi
 }
 
-do_start() {
-  check_tools
-  configure
+# Run "$@" where the cluster's clients work: in the head namespace of a multi-node cluster.
+on_login() {
+  if ((NODES > 1)); then
+    nsenter --net="/run/netns/$HEAD_NS" unshare --mount --uts --propagation private -- sh -c \
+      'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"' \
+      sh "$HEAD_NAME" "$STATE/etc/hosts" "$@"
+  else
+    "$@"
+  fi
+}
+
+# The daemons, from the login host (the head namespace of a multi-node cluster).
+start_daemons() {
   export SLURM_CONF="$STATE/etc/slurm.conf"
-  local begin=$SECONDS
-  start_munged
+  local name
   start_mariadbd
   start_slurmdbd
   register_cluster
   start_slurmctld
-  start_slurmd
+  for name in "${NODE_NAMES[@]}"; do start_slurmd "$name"; done
   wait_for sacct sacct -n -X -S now-1hours
-  log "cluster '$CLUSTER' up in $((SECONDS - begin))s (state and logs: $STATE)"
+}
+
+do_start() {
+  check_tools
+  if daemon_pid slurmctld >/dev/null && [[ -s "$STATE/etc/settings.env" ]] &&
+    [[ "$(settings)" != "$(cat "$STATE/etc/settings.env")" ]]; then
+    log "error: the cluster in $STATE runs with other settings ($STATE/etc/settings.env):" \
+      "stop it first"
+    exit 2
+  fi
+  configure
+  local begin=$SECONDS
+  start_munged
+  ((NODES == 1)) || net_up
+  on_login "$0" start-daemons "$STATE"
+  log "cluster '$CLUSTER' (${NODE_NAMES[*]}) up in $((SECONDS - begin))s (state and logs: $STATE)"
   cat "$STATE/env.sh"
 }
 
@@ -346,19 +437,44 @@ stop_daemons() {
   for name in "$@"; do rm -f "$(pidfile "$name")"; done
 }
 
+# Cancel the jobs (from the login host), then stop the daemons.
+stop_jobs() {
+  export SLURM_CONF="$STATE/etc/slurm.conf"
+  scancel --full --user=root 2>/dev/null || true
+  local deadline=$((SECONDS + 15))
+  while [[ -n "$(squeue -h -o %i 2>/dev/null)" ]] && ((SECONDS < deadline)); do sleep 0.3; done
+}
+
 do_stop() {
   [[ -d "$STATE" ]] || return 0
-  export SLURM_CONF="$STATE/etc/slurm.conf"
-  if daemon_pid slurmctld >/dev/null && daemon_pid slurmd >/dev/null; then
-    scancel --full --user=root 2>/dev/null || true
-    local deadline=$((SECONDS + 15))
-    while [[ -n "$(squeue -h -o %i 2>/dev/null)" ]] && ((SECONDS < deadline)); do sleep 0.3; done
+  if daemon_pid slurmctld >/dev/null && daemon_pid "slurmd-${NODE_NAMES[0]}" >/dev/null &&
+    { ((NODES == 1)) || ns_exists "$HEAD_NS"; }; then
+    on_login "$0" stop-jobs "$STATE"
   fi
-  stop_daemons slurmd slurmctld
+  stop_daemons "${NODE_NAMES[@]/#/slurmd-}" slurmctld
   stop_daemons slurmdbd
   stop_daemons mariadbd
+  ((NODES == 1)) || net_down
   stop_munged
   log "cluster stopped (logs kept in $STATE/log)"
+}
+
+# Node $1 loses power: its slurmd and every process it started die at once.
+do_node_down() {
+  local name="$1" pid
+  [[ " ${NODE_NAMES[*]} " == *" $name "* ]] || die "node '$name' is not one of ${NODE_NAMES[*]}"
+  ((NODES > 1)) || die "node-down needs a multi-node cluster (HPCMEM_SLURM_NODES > 1)"
+  if pid="$(daemon_pid "slurmd-$name")"; then kill -KILL "$pid"; fi
+  kill_node_processes "${name#node}"
+  rm -f "$(pidfile "slurmd-$name")"
+  log "node $name is down (slurmd and its jobs killed)"
+}
+
+do_node_up() {
+  local name="$1"
+  [[ " ${NODE_NAMES[*]} " == *" $name "* ]] || die "node '$name' is not one of ${NODE_NAMES[*]}"
+  SLURM_CONF="$STATE/etc/slurm.conf" on_login "$0" start-node "$STATE" "$name"
+  log "node $name is up"
 }
 
 do_status() {
@@ -374,13 +490,29 @@ do_status() {
     fi
   done
   if ((all == 0)); then
-    SLURM_CONF="$STATE/etc/slurm.conf" sinfo -N -o '%N %T %c %m %P'
+    SLURM_CONF="$STATE/etc/slurm.conf" on_login sinfo -N -o '%N %T %c %m %P'
     [[ -z "$QOS$ENFORCE" ]] || echo "account $ACCOUNT, QOS ${QOS:-normal}, enforce ${ENFORCE:-none}"
   fi
   return "$all"
 }
 
-[[ "$ACTION" =~ ^(start|stop|status)$ ]] || usage
+case "$ACTION" in
+  # what start, stop and node-up run on the login host, under their lock
+  start-daemons) start_daemons; exit ;;
+  stop-jobs) stop_jobs; exit ;;
+  start-node) export SLURM_CONF="$STATE/etc/slurm.conf"; start_slurmd "$3"; exit ;;
+  login)
+    shift
+    [[ "${1:-}" == "--" ]] || shift  # DIR
+    [[ "${1:-}" == "--" ]] || usage
+    shift
+    (($# > 0)) || usage
+    SLURM_CONF="$STATE/etc/slurm.conf" on_login "$@"
+    exit ;;
+  node-down | node-up) [[ -n "${3:-}" ]] || usage ;;
+  start | stop | status) ;;
+  *) usage ;;
+esac
 mkdir -p "$STATE"
 STATE="$(cd "$STATE" && pwd)"
 # One start/stop at a time per state dir (parallel test sessions share it). Daemons are
@@ -391,4 +523,6 @@ case "$ACTION" in
   start) do_start ;;
   stop) do_stop ;;
   status) do_status ;;
+  node-down) do_node_down "$3" ;;
+  node-up) do_node_up "$3" ;;
 esac

@@ -1,35 +1,41 @@
-# One MPI job per collectives point: op x buffer kind x rank count x numactl binding.
+# One MPI job per collectives point: op x buffer kind x layout (nodes x tasks per node) x
+# numactl binding. A point's folder is ranks<R> on one node, nodes<N>_ranks<R> on several.
 # Every rank runs under `hpcmem bind --skip-unavailable BINDING --`, which applies the binding
 # and records it; a binding the node cannot provide (hbw without HBW nodes and no emulation)
 # makes every point of the job a skipped record with the reason, never a missing one.
 # The launcher is resources.mpi: mpiexec unless a profile sets the site's ("mpirun ..." in
-# profiles/local, "srun" in profiles/slurm); in images it starts one container per rank
-# (`srun -n N apptainer exec ... IMAGE hpcmem ...`).
+# profiles/local, "srun" in profiles/slurm), with the layout's options (srun: --nodes,
+# --ntasks-per-node, --ntasks; mpirun: -n); in images it starts one container per rank
+# (`srun ... apptainer exec ... IMAGE hpcmem ...`). The Slurm executor gets the layout as
+# the job's nodes and tasks.
 
 
 rule run_collectives:
     input:
         unpack(benchmark_inputs(gpu=False)),
     output:
-        records=f"{RUN}/collectives/{{op}}/{{buffer}}/ranks{{ranks}}/{{binding}}.jsonl",
-        osu=f"{RUN}/collectives/{{op}}/{{buffer}}/ranks{{ranks}}/{{binding}}.osu.txt",
+        records=f"{RUN}/collectives/{{op}}/{{buffer}}/{{layout}}/{{binding}}.jsonl",
+        osu=f"{RUN}/collectives/{{op}}/{{buffer}}/{{layout}}/{{binding}}.osu.txt",
     container:
         str(CONTAINERS.cpu_image)
     log:
-        f"{RUN}/logs/collectives/{{op}}_{{buffer}}_ranks{{ranks}}_{{binding}}.log",
+        f"{RUN}/logs/collectives/{{op}}_{{buffer}}_{{layout}}_{{binding}}.log",
     params:
         env=get_run_env,
+        launch=get_launch_options,
         command=get_collectives_command,
-    threads: lambda wildcards: int(wildcards.ranks)
+    threads: lambda wildcards: get_layout(wildcards).ranks
     resources:
         mpi="mpiexec",
-        tasks=lambda wildcards: int(wildcards.ranks),
+        nodes=lambda wildcards: get_layout(wildcards).slurm_resources()["nodes"],
+        tasks=lambda wildcards: get_layout(wildcards).slurm_resources()["tasks"],
+        tasks_per_node=lambda wildcards: get_layout(wildcards).slurm_resources()["tasks_per_node"],
     shell:
         # the OSU text goes to a name of this job's own (the shell's PID), so an orphan of a
         # killed run and its rerun never share a file (the records are written the same way);
         # a failed or terminated job removes it
         "tmp={output.osu:q}.$$.tmp; trap 'rm -f \"$tmp\"' EXIT; trap 'exit 143' TERM INT HUP; "
-        "env {params.env:q} {resources.mpi} -n {resources.tasks} {params.command:q}"
+        "env {params.env:q} {resources.mpi} {params.launch:q} {params.command:q}"
         ' > "$tmp" 2> {log:q}; mv "$tmp" {output.osu:q}'
 
 
@@ -39,10 +45,11 @@ use rule run_collectives as run_collectives_native with:
     input:
         venv=rules.install_wheel.output.venv,
     output:
-        records=f"{RUN}/native/collectives/{{op}}/{{buffer}}/ranks{{ranks}}/{{binding}}.jsonl",
-        osu=f"{RUN}/native/collectives/{{op}}/{{buffer}}/ranks{{ranks}}/{{binding}}.osu.txt",
+        records=f"{RUN}/native/collectives/{{op}}/{{buffer}}/{{layout}}/{{binding}}.jsonl",
+        osu=f"{RUN}/native/collectives/{{op}}/{{buffer}}/{{layout}}/{{binding}}.osu.txt",
     log:
-        f"{RUN}/logs/native/collectives/{{op}}_{{buffer}}_ranks{{ranks}}_{{binding}}.log",
+        f"{RUN}/logs/native/collectives/{{op}}_{{buffer}}_{{layout}}_{{binding}}.log",
     params:
         env=get_run_env,
+        launch=get_launch_options,
         command=get_native_collectives_command,

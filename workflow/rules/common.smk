@@ -19,6 +19,7 @@ from hpcmem.um import PRESETS
 from hpcmem.units import parse_size as size_bytes
 from hpcmem.workflow.container_images import ImageRef
 from hpcmem.workflow.containers import ContainerError, resolve_container
+from hpcmem.workflow.layout import FOLDER_PATTERN, Layout, LayoutError, sweep_layouts
 
 
 validate(config, schema="../schemas/config.schema.yaml")
@@ -96,6 +97,10 @@ check_names(
     config["collectives"]["custom_bindings"],
     "collectives.custom_bindings",
 )
+try:
+    LAYOUTS = sweep_layouts(config["collectives"])
+except LayoutError as error:
+    raise WorkflowError(str(error))
 check_names(
     "train.policies",
     config["train"]["policies"],
@@ -144,7 +149,7 @@ logger.info(f"hpcmem: {CONTAINERS.reason}")
 wildcard_constraints:
     op="[a-z_]+",
     buffer="[a-z_]+",
-    ranks="[0-9]+",
+    layout=FOLDER_PATTERN,
     binding="[a-z][a-z0-9_]*",
     model="[a-z][a-z0-9_]*",
     params="default|[0-9.]+[KMB]?",
@@ -154,15 +159,25 @@ wildcard_constraints:
 
 
 def collectives_points():
-    """One dict of wildcards per collectives point (op x buffer x ranks x binding)."""
+    """One dict of wildcards per collectives point (op x buffer x layout x binding)."""
     sweep = config["collectives"]
     if not sweep["enabled"]:
         return []
-    axes = (sweep["ops"], sweep["buffers"], sweep["ranks"], sweep["bindings"])
+    axes = (sweep["ops"], sweep["buffers"], LAYOUTS, sweep["bindings"])
     return [
-        dict(op=op, buffer=buffer, ranks=ranks, binding=binding)
-        for op, buffer, ranks, binding in itertools.product(*axes)
+        dict(op=op, buffer=buffer, layout=layout.folder, binding=binding)
+        for op, buffer, layout, binding in itertools.product(*axes)
     ]
+
+
+def get_layout(wildcards):
+    """The point's nodes and tasks per node, from its folder (``ranks2``, ``nodes2_ranks4``)."""
+    return Layout.from_folder(wildcards.layout)
+
+
+def get_launch_options(wildcards, resources):
+    """Options of the launcher (``resources.mpi``) that start the point's ranks on its nodes."""
+    return get_layout(wildcards).launch_options(str(resources.mpi))
 
 
 def train_points():

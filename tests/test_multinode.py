@@ -1,0 +1,209 @@
+"""Collectives across nodes on the two-node test cluster (node1 and node2, each a slurmd in
+network namespaces of its own, MPI between them over TCP).
+
+A site profile runs the sweep ``nodes: [1, 2]`` x ``tasks_per_node: [2]`` (allreduce on
+NumPy buffers, ``cores`` binding) up to its benchmark jobs: the one-node point in ``ranks2``,
+the two-node point in ``nodes2_ranks4``. While the two-node job runs, node2 loses power
+(``cluster.sh node-down``: its slurmd and every process on it killed): the run fails naming
+the job's Slurm log. With the node back, the rerun redoes that point alone; its records say
+its ranks ran on node1 and node2, two per node, each bound to its own core, and were checked
+against NumPy; the report made from them draws latency and bus bandwidth against node count.
+
+To keep the module short (its Slurm jobs wait on the executor's status polls): the wheel
+and the run's environment are built beforehand with the local profile, from the checkout
+itself (reusing its native build), and the Slurm runs stop after the benchmark jobs
+(aggregate, check and report on Slurm are test_slurm_workflow.py's).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from slurm_cluster import CLUSTER_SH, SlurmCluster
+from slurm_site import BIN, REPO, run_logged, site_profile
+
+from hpcmem.results.records import read_records, validate_record
+
+pytestmark = [pytest.mark.slurm, pytest.mark.multinode]
+
+RUN_ID = "mn"
+#: a two-node point runs for several seconds here (4-12 ms an allreduce between the
+#: namespaces on 2 busy cores): long enough to lose a node in the middle of it
+SWEEP = {
+    "container": {"enabled": False},
+    "collectives": {
+        "ranks": None, "nodes": [1, 2], "tasks_per_node": [2], "ops": ["allreduce"],
+        "buffers": ["numpy"], "bindings": ["cores"], "emulate_hbw": None,
+        "min_size": 8, "max_size": 32, "iterations": 150, "warmup": 5,
+    },
+    "train": {"enabled": False},
+}  # fmt: skip
+SIZES = [8, 16, 32]
+ONE_NODE, TWO_NODES = "ranks2", "nodes2_ranks4"
+
+
+@dataclass
+class Sweep:
+    """The working directory and the site profile of the two-node cluster."""
+
+    cluster: SlurmCluster
+    workdir: Path
+    profile: Path
+
+    def command(self, profile: Path | None = None, until: str = "run_collectives"
+                ) -> list[str]:
+        return [str(BIN / "snakemake"), "--profile", str(profile or self.profile),
+                "--snakefile", str(REPO / "workflow" / "Snakefile"),
+                "--directory", str(self.workdir), "--config", f"run_id={RUN_ID}",
+                "--until", until]
+
+    def records(self, layout: str) -> Path:
+        return self.workdir / "results" / RUN_ID / "collectives" / "allreduce" / "numpy" \
+            / layout / "cores.jsonl"
+
+
+def node_down_while_running(sweep: Sweep, process: subprocess.Popen) -> str:
+    """Once the two-node job's ranks run, power node2 off; the job's id."""
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"the run ended first:\n{process.communicate()[0]}")
+        steps = sweep.cluster.run("squeue", "-h", "-s", "-o", "%i|%N").stdout.split()
+        running = [step.split("|")[0] for step in steps if step.endswith("|node[1-2]")
+                   and re.fullmatch(r"\d+\.0", step.split("|")[0])]
+        if running:
+            time.sleep(2)  # the ranks are connected and timing
+            down = subprocess.run([str(CLUSTER_SH), "node-down", str(sweep.cluster.state_dir),
+                                   "node2"], capture_output=True, text=True, timeout=60)
+            assert down.returncode == 0, down.stderr
+            return running[0].split(".")[0]
+        time.sleep(0.5)
+    raise AssertionError("the two-node job never ran")
+
+
+def fingerprint(path: Path) -> tuple[int, str]:
+    return path.stat().st_mtime_ns, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def sweep(multinode_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Sweep:
+    work = tmp_path_factory.mktemp("multinode")
+    (work / "work" / "config").mkdir(parents=True)
+    for name in ("config.yaml", "references.yaml"):
+        (work / "work" / "config" / name).write_text(
+            (REPO / ".test" / "config" / name).read_text())
+    profile = site_profile(work / "site-profile", multinode_cluster, SWEEP)
+    sweep = Sweep(multinode_cluster, work / "work", profile)
+    local = sweep.command(REPO / "profiles" / "local", until="install_wheel")
+    built = subprocess.run([*local, "--configfile", str(profile / "sweep.yaml")],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           cwd=sweep.workdir, timeout=300)
+    assert built.returncode == 0, built.stdout
+    return sweep
+
+
+@pytest.fixture(scope="module")
+def lost_node(sweep: Sweep) -> dict[str, Any]:
+    """The sweep, node2 powered off under its two-node job; then node2 back."""
+    process = subprocess.Popen(sweep.cluster.on_login(sweep.command()), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, cwd=sweep.workdir,
+                               env={**sweep.cluster.env(), "PATH": f"{BIN}:{os.environ['PATH']}"},
+                               start_new_session=True)
+    try:
+        job_id = node_down_while_running(sweep, process)
+        output, _ = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+        up = subprocess.run([str(CLUSTER_SH), "node-up", str(sweep.cluster.state_dir), "node2"],
+                            capture_output=True, text=True, timeout=120)
+    assert up.returncode == 0, up.stderr
+    state = sweep.cluster.run("sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,NodeList")
+    return {"rc": process.returncode, "output": output, "job_id": job_id,
+            "state": state.stdout.strip()}
+
+
+def test_losing_a_node_fails_the_point_naming_the_jobs_log(sweep: Sweep, lost_node: dict
+                                                           ) -> None:
+    output, job_id = lost_node["output"], lost_node["job_id"]
+    assert lost_node["rc"] == 1, output
+    assert lost_node["state"] == "NODE_FAIL|node[1-2]"
+    assert f"SLURM-job '{job_id}' failed due to a node failure" in output, output
+    logs = re.search(rf"log: (\S+_{TWO_NODES}_cores\.log), (\S+/{job_id}\.log)", output)
+    assert logs, output
+    assert "node failure" in Path(logs[2]).read_text().lower()
+    assert not sweep.records(TWO_NODES).exists()
+    assert not sweep.records(TWO_NODES).with_suffix(".osu.txt").exists()
+
+
+@pytest.fixture(scope="module")
+def rerun(sweep: Sweep, lost_node: dict) -> dict[str, Any]:
+    """The same command again, with node2 back; the one-node point's records before it."""
+    before = fingerprint(sweep.records(ONE_NODE))
+    result = run_logged(sweep.command(), sweep.cluster, cwd=sweep.workdir, timeout=400)
+    return {"before": before, "result": result}
+
+
+def test_the_rerun_redoes_only_the_lost_point(sweep: Sweep, rerun: dict) -> None:
+    output = rerun["result"].stdout
+    assert rerun["result"].returncode == 0, output
+    ran = re.findall(r"^rule (run_collectives):\n(?:.*\n)*?\s+output: (\S+),", output,
+                     re.MULTILINE)
+    assert [path for _, path in ran] == [str(Path("results", RUN_ID, "collectives", "allreduce",
+                                                  "numpy", TWO_NODES, "cores.jsonl"))]
+    assert fingerprint(sweep.records(ONE_NODE)) == rerun["before"]
+
+
+def per_host(records: list[dict]) -> dict[str, list[dict]]:
+    ranks = records[0]["binding"]["per_rank"]
+    hosts: dict[str, list[dict]] = {}
+    for rank in ranks:
+        hosts.setdefault(rank["host"], []).append(rank)
+    return hosts
+
+
+@pytest.mark.parametrize(("layout", "nodes"), [(ONE_NODE, 1), (TWO_NODES, 2)])
+def test_records_say_where_each_rank_ran(sweep: Sweep, rerun: dict, layout: str, nodes: int
+                                         ) -> None:
+    records = read_records(sweep.records(layout))
+    assert [validate_record(r) for r in records] == [[]] * len(SIZES)
+    assert sorted(r["size_bytes"] for r in records) == SIZES
+    # every size was checked against the NumPy reference before and after timing
+    assert {(r["status"], r["validated"]) for r in records} == {("ok", True)}
+    assert {(r["nodes"], r["tasks_per_node"], r["ranks"]) for r in records} == {
+        (nodes, 2, 2 * nodes)}
+    hosts = per_host(records)
+    expected = ["node1", "node2"][:nodes]
+    assert sorted(hosts) == expected and all(r["hosts"] == expected for r in records)
+    for ranks in hosts.values():  # on each node its own local ranks, each on its own core
+        assert sorted(r["local_rank"] for r in ranks) == [0, 1]
+        assert sorted(r["cpus"] for r in ranks) == [[0], [1]]
+        assert {r["mempolicy"]["mode"] for r in ranks} == {"local"}
+    assert all(sorted(r["placement"]["hosts"]) == expected for r in records)
+    (job_id,) = {r["slurm_job_id"] for r in records}
+    shown = sweep.cluster.run("sacct", "-n", "-X", "-P", "-j", job_id, "-o", "NNodes,State")
+    assert shown.stdout.strip() == f"{nodes}|COMPLETED"
+
+
+def test_the_report_draws_scaling_curves(sweep: Sweep, rerun: dict, tmp_path: Path) -> None:
+    hpcmem = str(BIN / "hpcmem")
+    records = sweep.workdir / "results" / RUN_ID / "collectives"
+    for command in ([hpcmem, "aggregate", "--out", str(tmp_path / "summary"), str(records)],
+                    [hpcmem, "report", str(tmp_path / "summary"), "--out",
+                     str(tmp_path / "report.html")]):
+        made = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert made.returncode == 0, made.stderr
+    report = (tmp_path / "report.html").read_text()
+    assert "Scaling with node count" in report
+    assert 'alt="allreduce latency and bus bandwidth against node count (numpy, cores, 2 ' \
+        'ranks per node)"' in report
