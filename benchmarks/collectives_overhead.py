@@ -19,7 +19,6 @@ at 64 KiB and above.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import shlex
@@ -29,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from provenance import machine
+from provenance import run_facts, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -232,7 +231,7 @@ def main() -> int:
         "OMPI_ALLOW_RUN_AS_ROOT": "1",
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
     }
-    load_before = os.getloadavg()
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "raw.json"
         mpirun = [
@@ -242,20 +241,13 @@ def main() -> int:
         ]  # fmt: skip
         subprocess.run(mpirun, env=env, check=True, cwd=REPO)
         rows = json.loads(raw.read_text())
-    now = dt.datetime.now(dt.timezone.utc)
     result = {
-        "date": now.isoformat(timespec="seconds"),
-        "command": shlex.join(["python", "benchmarks/collectives_overhead.py", *sys.argv[1:]]),
+        **run_facts("benchmarks/collectives_overhead.py", load_before),
         "mpirun": shlex.join(["python" if arg == sys.executable else arg for arg in mpirun[:-2]]),
         "repeats": args.repeats,
-        "load_average_1min": {"before": load_before[0], "after": os.getloadavg()[0]},
-        "machine": machine(),
         "rows": summarise(rows),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = RESULTS / f"collectives_overhead-{now:%Y-%m-%d}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-    stem.with_suffix(".md").write_text(markdown(result))
+    write_result(RESULTS, "collectives_overhead", result, markdown(result))
     print(markdown(result))
     return 0 if all(row["met"] for row in result["rows"]) else 1
 
