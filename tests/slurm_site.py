@@ -66,8 +66,10 @@ def site_profile(folder: Path, cluster: SlurmCluster, sweep: dict[str, Any],
 
 
 def snapshot(folder: Path) -> Path:
-    """A copy of the working tree without .git: jobs see one fixed source tree, so commits
-    that land in this (shared) checkout during the test cannot change their parameters."""
+    """A copy of the working tree without .git, set up as `make setup` leaves a checkout (its
+    native extensions built in build/, so the workflow's build job is incremental): jobs see
+    one fixed source tree, so commits that land in this (shared) checkout during the test
+    cannot change their parameters."""
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=REPO, capture_output=True, check=True,
@@ -77,6 +79,9 @@ def snapshot(folder: Path) -> Path:
         if source.is_file():
             (folder / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, folder / name)
+    subprocess.run([str(BIN / "python"), "-m", "pip", "wheel", "-q", "--no-build-isolation",
+                    "--no-deps", "--wheel-dir", str(folder / "build" / "setup"), str(folder)],
+                   cwd=folder, capture_output=True, check=True, timeout=600)
     return folder
 
 

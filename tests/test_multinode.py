@@ -36,14 +36,15 @@ from hpcmem.results.records import read_records, validate_record
 pytestmark = [pytest.mark.slurm, pytest.mark.multinode]
 
 RUN_ID = "mn"
-#: a two-node point runs for several seconds here (4-12 ms an allreduce between the
-#: namespaces on 2 busy cores): long enough to lose a node in the middle of it
+#: a two-node point runs for several seconds here (its 4 ranks share the 2 cores, so they
+#: yield when idle): long enough to lose a node in the middle of it
 SWEEP = {
     "container": {"enabled": False},
     "collectives": {
         "ranks": None, "nodes": [1, 2], "tasks_per_node": [2], "ops": ["allreduce"],
         "buffers": ["numpy"], "bindings": ["cores"], "emulate_hbw": None,
-        "min_size": 8, "max_size": 32, "iterations": 150, "warmup": 5,
+        "min_size": 8, "max_size": 32, "iterations": 4000, "warmup": 5, "repeats": 1,
+        "yield_when_idle": True,
     },
     "train": {"enabled": False},
 }  # fmt: skip

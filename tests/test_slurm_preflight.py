@@ -93,7 +93,12 @@ def test_a_site_profile_outside_the_tree_passes(slurm_cluster: SlurmCluster, wor
     ({"set-resources__run_collectives__qos": "normal"},
      r"qos: 'normal' \(rule run_collectives\) is overridden by slurm-qos: 'bench' "
      r"\(sbatch gets --qos twice and the last one wins\): set only one"),
-], ids=["cpus", "partition", "unknown-qos", "qos-not-allowed", "account", "qos-twice"])
+    ({"set-resources__aggregate_results__slurm_partition": "hbm"},
+     r"slurm_partition: differs within group 'summarise' \(aggregate_results: 'hbm'; "
+     r"check_regressions: 'batch'; render_report: 'batch'\) but a group is one Slurm job: "
+     r"give its rules one value, or run a rule on its own \(snakemake --groups RULE=NAME\)"),
+], ids=["cpus", "partition", "unknown-qos", "qos-not-allowed", "account", "qos-twice",
+        "group"])
 def test_each_mistake_is_one_line_naming_the_setting(
     slurm_cluster: SlurmCluster, workdir: Path, tmp_path: Path, change: dict, line: str
 ) -> None:
@@ -152,7 +157,7 @@ def test_a_job_pending_for_ever_ends_the_run_naming_it(
     jobs = re.findall(r"has been submitted with SLURM jobid (\d+)", result.stdout)
     assert len(jobs) == 1, result.stdout
     job_id = jobs[0]
-    named = (f"Slurm job {job_id} (rule_build_wheel) is PENDING with "
+    named = (f"Slurm job {job_id} (rule_build_build_wheel) is PENDING with "  # group build
              "Reason=QOSMaxCpuPerJobLimit, which does not clear by itself")
     assert f"hpcmem watchdog: {named}: ending the run" in result.stdout
     assert f"hpcmem: the run was ended: {named}." in result.stdout

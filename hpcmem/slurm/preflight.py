@@ -1,7 +1,8 @@
 """Whether a run's Slurm jobs can start: partitions, accounts, QOS and node sizes.
 
 Each rule's jobs are described by a :class:`JobRequest`, what sbatch would be
-asked for. :func:`check` compares them with what the cluster offers the user
+asked for, and each Snakemake group (rules submitted together as one Slurm job) by a
+:class:`GroupRequest`. :func:`check` compares them with what the cluster offers the user
 (:class:`~hpcmem.slurm.facts.ClusterFacts`) and returns one line per problem,
 naming the profile setting, its value, the rules that use it and what the cluster
 accepts: a job Slurm would reject, or leave pending for ever, is found before
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 from hpcmem.slurm.facts import ClusterFacts, PartitionFacts
 
-__all__ = ["JobRequest", "RunSettings", "check", "summary_line"]
+__all__ = ["GroupRequest", "JobRequest", "RunSettings", "check", "summary_line"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,24 @@ class JobRequest:
 
 
 @dataclass(frozen=True)
+class GroupRequest:
+    """The jobs of one Snakemake group, submitted as one Slurm job."""
+
+    name: str
+    rules: tuple[str, ...]
+    #: each text setting any of its rules sets (partition, account, ...): rule -> value
+    #: (None: that rule leaves it unset); the group can only be submitted with one value
+    text_settings: dict[str, dict[str, str | None]]
+    #: the group job's request, its rules' resources combined as Snakemake combines them
+    #: (runtime summed over consecutive steps); None when the text settings disagree
+    combined: JobRequest | None
+
+    @property
+    def label(self) -> str:
+        return f"group {self.name}: {' + '.join(self.rules)}"
+
+
+@dataclass(frozen=True)
 class RunSettings:
     """Executor settings that apply to every job of the run."""
 
@@ -52,14 +71,22 @@ class _Problems:
 
     def __init__(self) -> None:
         self._rules: dict[tuple[str, str], list[str]] = {}
+        self._groups: dict[tuple[str, str], str] = {}
 
     def add(self, head: str, tail: str, rule: str | None = None) -> None:
         rules = self._rules.setdefault((head, tail), [])
         if rule is not None and rule not in rules:
             rules.append(rule)
 
+    def add_new(self, found: _Problems, group: GroupRequest) -> None:
+        """The problems ``found`` for ``group``'s combined job that its rules alone do not
+        have already, naming the group."""
+        for key in found._rules:
+            if key not in self._rules:
+                self._groups.setdefault(key, group.label)
+
     def __len__(self) -> int:
-        return len(self._rules)
+        return len(self._rules) + len(self._groups)
 
     def lines(self) -> list[str]:
         lines = []
@@ -68,6 +95,7 @@ class _Problems:
                 label = "rule" if len(rules) == 1 else "rules"
                 head = f"{head} ({label} {', '.join(sorted(rules))})"
             lines.append(f"{head} {tail}")
+        lines += [f"{head} ({group}) {tail}" for (head, tail), group in self._groups.items()]
         return lines
 
 
@@ -217,8 +245,29 @@ def _check_fit(request: JobRequest, partition: PartitionFacts, problems: _Proble
                      f"partition {name!r}", rule)
 
 
-def check(requests: Iterable[JobRequest], settings: RunSettings, facts: ClusterFacts
-          ) -> list[str]:
+def _check_group(group: GroupRequest, facts: ClusterFacts, problems: _Problems) -> None:
+    """Rules of a group that ask for different text settings (Snakemake cannot submit the
+    group), else what only the combined job does not fit (a runtime summed past MaxTime)."""
+    disagreeing = False
+    for setting, values in sorted(group.text_settings.items()):
+        if len(set(values.values())) > 1:
+            disagreeing = True
+            asked = "; ".join(f"{rule}: {'unset' if value is None else repr(value)}"
+                              for rule, value in sorted(values.items()))
+            problems.add(f"{setting}: differs within group {group.name!r} ({asked})",
+                         "but a group is one Slurm job: give its rules one value, or run a "
+                         "rule on its own (snakemake --groups RULE=NAME)")
+    if disagreeing or group.combined is None:
+        return
+    partition = facts.partitions.get(group.combined.partition or facts.default_partition or "")
+    if partition is not None:  # an unknown partition is its rules' problem already
+        found = _Problems()
+        _check_fit(group.combined, partition, found)
+        problems.add_new(found, group)
+
+
+def check(requests: Iterable[JobRequest], settings: RunSettings, facts: ClusterFacts,
+          groups: Iterable[GroupRequest] = ()) -> list[str]:
     """One line per problem that would keep a job from being accepted or from starting."""
     problems = _Problems()
     if facts.accounting_error:
@@ -230,6 +279,8 @@ def check(requests: Iterable[JobRequest], settings: RunSettings, facts: ClusterF
         _check_qos(request, settings, facts, account, partition, problems)
         if partition is not None:
             _check_fit(request, partition, problems)
+    for group in groups:
+        _check_group(group, facts, problems)
     return problems.lines()
 
 

@@ -6,9 +6,10 @@ built, before any job is submitted) and :func:`on_error` from ``onerror:``. With
 slurm executor, :func:`on_start`
 
 * describes every job as a :class:`~hpcmem.slurm.preflight.JobRequest` (its
-  resources as the executor plugin turns them into sbatch options) and stops the run,
-  one line per problem, when a partition, account or QOS is unknown or not the
-  user's, or a job does not fit a node of its partition;
+  resources as the executor plugin turns them into sbatch options), and every group of
+  jobs submitted together as a :class:`~hpcmem.slurm.preflight.GroupRequest`, and stops
+  the run, one line per problem, when a partition, account or QOS is unknown or not the
+  user's, a job does not fit a node of its partition, or a group's rules disagree;
 * makes SIGTERM (a time limit, ``scancel`` of the job driving the workflow) act like
   Ctrl-C: Snakemake cancels its jobs and exits instead of waiting for them;
 * starts the :class:`~hpcmem.slurm.watchdog.Watchdog`, which ends the run (as Ctrl-C
@@ -28,12 +29,12 @@ import getpass
 import json
 import os
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hpcmem.results.records import atomic_open
 from hpcmem.slurm.facts import SlurmCommandError, cluster_facts, gpu_count
-from hpcmem.slurm.preflight import JobRequest, RunSettings, check, summary_line
+from hpcmem.slurm.preflight import GroupRequest, JobRequest, RunSettings, check, summary_line
 from hpcmem.slurm.watchdog import StuckJob, Watchdog
 
 __all__ = ["PREFLIGHT_REPORT", "job_request", "on_error", "on_start"]
@@ -63,8 +64,9 @@ def _text(value: Any) -> str | None:
     return str(value) if value not in (None, "") else None
 
 
-def job_request(job: Any) -> JobRequest:
-    """What the slurm executor plugin asks sbatch for on behalf of a Snakemake job."""
+def job_request(job: Any, rule: str | None = None) -> JobRequest:
+    """What the slurm executor plugin asks sbatch for on behalf of a Snakemake job (or
+    group job: then ``rule`` names it)."""
     resources = job.resources
     cpus = _number(resources.get("cpus_per_task"))
     cpus = max(1, cpus) if cpus else max(1, job.threads)
@@ -75,7 +77,7 @@ def job_request(job: Any) -> JobRequest:
     tasks = _number(resources.get("tasks")) or nodes * (_number(resources.get("tasks_per_node"))
                                                          or 1)
     return JobRequest(
-        rule=job.rule.name,
+        rule=rule or job.rule.name,
         partition=_text(resources.get("slurm_partition")),
         account=_text(resources.get("slurm_account")),
         qos=_text(resources.get("qos")),
@@ -89,10 +91,48 @@ def job_request(job: Any) -> JobRequest:
     )
 
 
+def _submitted(workflow: Any) -> list[Any]:
+    """The jobs of this run that go to Slurm."""
+    return [job for job in workflow.dag.needrun_jobs() if not (job.is_local or job.is_norun)]
+
+
 def _requests(workflow: Any) -> list[JobRequest]:
     """One request per distinct job shape of the jobs this run submits."""
-    jobs = (job for job in workflow.dag.needrun_jobs() if not (job.is_local or job.is_norun))
-    return list(dict.fromkeys(job_request(job) for job in jobs))
+    return list(dict.fromkeys(job_request(job) for job in _submitted(workflow)))
+
+
+def _text_settings(jobs: list[Any]) -> dict[str, dict[str, str | None]]:
+    """Each text resource any of ``jobs`` sets, as each rule sets it (None: unset). Sizes
+    (``mem``, ``disk``: ``mem_mb`` as text), values still to be known (``<TBD>``) and
+    Snakemake's own ``_`` entries are left out, as Snakemake leaves them out when it
+    combines a group's resources."""
+    from snakemake.common.tbdstring import TBDString
+    from snakemake.resources import SizedResources
+
+    def texts(job: Any) -> dict[str, str]:
+        return {key: value for key, value in job.resources.items()
+                if isinstance(value, str) and not isinstance(value, TBDString)
+                and key not in SizedResources and not key.startswith("_")}
+
+    found = {job.rule.name: texts(job) for job in jobs}
+    keys = {key for values in found.values() for key in values}
+    return {key: {rule: values.get(key) for rule, values in found.items()} for key in keys}
+
+
+def _group_requests(workflow: Any) -> list[GroupRequest]:
+    """One request per group of jobs this run submits together (one Slurm job each)."""
+    submitted = _submitted(workflow)
+    found = {workflow.dag.get_job_group(job) for job in submitted} - {None}
+    groups = []
+    for item in sorted(found, key=lambda group: group.groupid):
+        jobs = [job for job in submitted if job in item.jobs]
+        settings = _text_settings(jobs)
+        group = GroupRequest(item.groupid, tuple(sorted({job.rule.name for job in jobs})),
+                             settings, combined=None)
+        if all(len(set(values.values())) == 1 for values in settings.values()):
+            group = replace(group, combined=job_request(item, rule=group.label))
+        groups.append(group)
+    return groups
 
 
 def _settings(workflow: Any) -> RunSettings:
@@ -122,7 +162,7 @@ def _preflight(workflow: Any, logger: Any, executor: str) -> None:
     requests, settings = _requests(workflow), _settings(workflow)
     try:
         facts = cluster_facts(getpass.getuser())
-        problems = check(requests, settings, facts)
+        problems = check(requests, settings, facts, _group_requests(workflow))
     except SlurmCommandError as error:
         facts, problems = None, [f"slurm: the cluster did not answer: {error}"]
     summary = summary_line(requests, settings, facts) if facts and not problems else None

@@ -1,7 +1,11 @@
-# Records -> summary (pandas) -> regression verdict -> HTML report.
+# Records -> summary (pandas) -> regression verdict -> HTML report. On a cluster these steps
+# are one job (group summarise): they take seconds, and each job of its own would wait in the
+# queue and for the executor's next status check.
 
 
 rule aggregate_results:
+    group:
+        "summarise"
     input:
         venv=rules.install_wheel.output.venv,
         records=get_all_records,
@@ -18,6 +22,8 @@ rule aggregate_results:
 
 
 rule check_regressions:
+    group:
+        "summarise"
     input:
         venv=rules.install_wheel.output.venv,
         summary=rules.aggregate_results.output.summary,
@@ -57,6 +63,8 @@ use rule aggregate_results as aggregate_native with:
 
 
 rule render_report:
+    group:
+        "summarise"
     input:
         venv=rules.install_wheel.output.venv,
         summary=rules.aggregate_results.output.summary,

@@ -1,10 +1,13 @@
 # Build the native extensions once per run into a wheel, and install it into a per-run
 # environment that every benchmark job then uses. The wheel build reuses scikit-build-core's
 # CMake folder (build/<wheel tag>, as `make native` does) under the same lock, so a rebuild is
-# incremental and never races an editable install.
+# incremental and never races an editable install. On a cluster both steps are one job
+# (group build): one wait in the queue instead of two.
 
 
 rule build_wheel:
+    group:
+        "build"
     output:
         wheelhouse=directory(f"{RUN}/build/wheelhouse"),
     container:
@@ -24,6 +27,8 @@ rule build_wheel:
 
 
 rule install_wheel:
+    group:
+        "build"
     input:
         wheelhouse=rules.build_wheel.output.wheelhouse,
     output:
