@@ -1,6 +1,6 @@
 """What a cluster admin does for the site-like test cluster, following docs/slurm-site.md:
 copy profiles/slurm to a profile outside the checkout, set its SITE lines, write the
-site's sweep next to it. Also a snapshot of the working tree for the jobs to run.
+site's sweep next to it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from slurm_cluster import SlurmCluster
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
-__all__ = ["BIN", "REPO", "run_logged", "site_profile", "snapshot"]
+__all__ = ["BIN", "REPO", "run_logged", "site_profile"]
 
 
 def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -62,26 +62,6 @@ def site_profile(folder: Path, cluster: SlurmCluster, sweep: dict[str, Any],
             profile[dotted] = value
     (folder / "config.yaml").write_text(yaml.safe_dump(profile))
     (folder / "sweep.yaml").write_text(yaml.safe_dump(sweep))
-    return folder
-
-
-def snapshot(folder: Path) -> Path:
-    """A copy of the working tree without .git, set up as `make setup` leaves a checkout (its
-    native extensions built in build/, so the workflow's build job is incremental): jobs see
-    one fixed source tree, so commits that land in this (shared) checkout during the test
-    cannot change their parameters."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO, capture_output=True, check=True,
-    ).stdout.decode().split("\0")  # fmt: skip
-    for name in filter(None, listed):
-        source = REPO / name
-        if source.is_file():
-            (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, folder / name)
-    subprocess.run([str(BIN / "python"), "-m", "pip", "wheel", "-q", "--no-build-isolation",
-                    "--no-deps", "--wheel-dir", str(folder / "build" / "setup"), str(folder)],
-                   cwd=folder, capture_output=True, check=True, timeout=600)
     return folder
 
 

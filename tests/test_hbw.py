@@ -224,7 +224,9 @@ def test_bad_arguments(args: tuple, error: type[Exception], message: str) -> Non
 
 def test_placement_of_plain_numpy_arrays() -> None:
     page = _hbw.page_size()
-    fresh = np.empty(8 << 20, dtype=np.uint8)  # NumPy maps it; nothing touched yet
+    # above glibc's largest mmap threshold (32 MiB): a fresh mapping, not freed heap memory
+    # that earlier tests touched; nothing touched yet
+    fresh = np.empty(40 << 20, dtype=np.uint8)
     untouched = hbw.placement(fresh)
     fresh[:] = 1
     touched = hbw.placement(fresh)

@@ -114,8 +114,11 @@ def sweep(multinode_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFact
 
 @pytest.fixture(scope="module")
 def lost_node(sweep: Sweep) -> dict[str, Any]:
-    """The sweep, node2 powered off under its two-node job; then node2 back."""
-    process = subprocess.Popen(sweep.cluster.on_login(sweep.command()), stdout=subprocess.PIPE,
+    """The sweep, node2 powered off under its two-node job; then node2 back. The two-node
+    point is submitted first, so the node is lost while the one-node point waits for it."""
+    first = ("--prioritize", str(sweep.records(TWO_NODES).relative_to(sweep.workdir)))
+    process = subprocess.Popen(sweep.cluster.on_login([*sweep.command(), *first]),
+                               stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, cwd=sweep.workdir,
                                env={**sweep.cluster.env(), "PATH": f"{BIN}:{os.environ['PATH']}"},
                                start_new_session=True)

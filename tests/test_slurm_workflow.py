@@ -12,7 +12,8 @@ Slurm log. The verdict is judged for the partition the benchmarks ran in (hbm), 
 check job's. The nightly keeps its own history; SIGTERM to it mid-sweep ends it within a
 minute (exit 2, verdict `could not run`, no job queued, no lock) and the next nightly runs.
 
-The workflow runs from a snapshot of the working tree, as a cluster runs one checkout.
+The workflow runs from this checkout, set up as `make setup` leaves it (its native build
+reused by the build job), as a cluster runs one checkout.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 import pytest
 import yaml
 from slurm_cluster import SlurmCluster
-from slurm_site import BIN, REPO, run_logged, site_profile, snapshot
+from slurm_site import BIN, REPO, run_logged, site_profile
 
 from hpcmem.results.records import read_records, validate_record
 
@@ -72,17 +73,16 @@ BENCHMARKS = ("run_collectives", "run_train")
 
 @dataclass
 class Workflow:
-    """A working directory, the site profile outside the tree, and the source snapshot."""
+    """A working directory and the site profile outside the tree."""
 
     cluster: SlurmCluster
     workdir: Path
     profile: Path
-    source: Path
 
     def command(self, *extra: str) -> list[str]:
         return [
             str(BIN / "snakemake"), "--profile", str(self.profile),
-            "--snakefile", str(self.source / "workflow" / "Snakefile"),
+            "--snakefile", str(REPO / "workflow" / "Snakefile"),
             "--directory", str(self.workdir), *extra,
         ]  # fmt: skip
 
@@ -109,15 +109,12 @@ class Workflow:
                       for path in (self.workdir / RUN / kind).glob("**/*.jsonl"))
 
     def nightly_env(self) -> dict[str, str]:
-        venv = self.source / ".venv"
-        if not venv.exists():
-            venv.symlink_to(REPO / ".venv")
         return {"HPCMEM_PROFILE": str(self.profile), "HPCMEM_WORKDIR": str(self.workdir),
                 "HPCMEM_RUN_ID": "e2e"}
 
     def nightly(self, *extra: str) -> subprocess.CompletedProcess:
-        """tools/nightly.sh of the snapshot on the site profile, for run e2e."""
-        return subprocess.run([str(self.source / "tools" / "nightly.sh"), *extra],
+        """tools/nightly.sh on the site profile, for run e2e."""
+        return subprocess.run([str(REPO / "tools" / "nightly.sh"), *extra],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               env={**self.env(), **self.nightly_env()}, timeout=300)
 
@@ -172,14 +169,14 @@ def flow(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) 
         (work / "work" / "config" / name).write_text((REPO / ".test" / "config" / name)
                                                      .read_text())
     profile = site_profile(work / "site-profile", slurm_cluster, SWEEP)
-    return Workflow(slurm_cluster, work / "work", profile, snapshot(work / "src"))
+    return Workflow(slurm_cluster, work / "work", profile)
 
 
 @pytest.fixture(scope="module")
 def first_run(flow: Workflow) -> dict:
     """Preflight, then the sweep; when one benchmark job is left, scancel it."""
     preflight = run_logged([str(BIN / "hpcmem"), "preflight", "--profile", str(flow.profile),
-                            "--snakefile", str(flow.source / "workflow" / "Snakefile"),
+                            "--snakefile", str(REPO / "workflow" / "Snakefile"),
                             "--directory", str(flow.workdir)], flow.cluster, cwd=flow.workdir)
     snakemake = flow.start(flow.command())
 
@@ -342,7 +339,7 @@ def terminated(flow: Workflow, calm_nightly: subprocess.CompletedProcess) -> dic
     (flow.workdir / "config" / "more.yaml").write_text(yaml.safe_dump(MORE))
     configs = ("--configfile", str(flow.profile / "sweep.yaml"),
                str(flow.workdir / "config" / "more.yaml"))
-    nightly = flow.start([str(flow.source / "tools" / "nightly.sh"), *configs],
+    nightly = flow.start([str(REPO / "tools" / "nightly.sh"), *configs],
                          **flow.nightly_env())
 
     def new_point_running():
