@@ -119,6 +119,8 @@ def test_local_rank_from_launcher_environment() -> None:
     assert local_rank({"SLURM_LOCALID": "3", "PMIX_RANK": "7"}) == 3
     assert local_rank({"OMPI_COMM_WORLD_LOCAL_RANK": "1", "SLURM_LOCALID": "3"}) == 1
     assert local_rank({"PMIX_RANK": "5"}) == 5
+    assert local_rank({"MV2_COMM_WORLD_LOCAL_RANK": "2", "PMIX_RANK": "6"}) == 2
+    assert local_rank({"FLUX_TASK_LOCAL_ID": "1", "PMIX_RANK": "5"}) == 1
     with pytest.raises(BindingError, match="SLURM_LOCALID='x'"):
         local_rank({"SLURM_LOCALID": "x"})
 

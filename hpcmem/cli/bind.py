@@ -7,7 +7,8 @@ BINDING is none, cores, hbw, dram, interleave, or explicit numactl arguments as 
 word ("--cpunodebind=0 --membind=4"; put `--` before a binding of one option:
 `hpcmem bind -- --membind=4 -- COMMAND`). The local rank comes from the launcher
 (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID, PALS_LOCAL_RANKID,
-PMIX_RANK) unless --local-rank is given. The command is exec'd as
+MV2_COMM_WORLD_LOCAL_RANK, FLUX_TASK_LOCAL_ID; else PMIX_RANK, global, right on one
+node only) unless --local-rank is given. The command is exec'd as
 `numactl ARGS -- COMMAND` (directly for none) with HPCMEM_BINDING and
 HPCMEM_NUMACTL_ARGS exported, so that its records say which binding it ran under.
 

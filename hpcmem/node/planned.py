@@ -54,12 +54,15 @@ __all__ = [
 
 #: the built-in binding names
 BINDINGS = ("none", "cores", "hbw", "dram", "interleave")
-#: where launchers put a rank's index on its node, most specific first (PMIX_RANK is global)
+#: where launchers put a rank's index on its node: Open MPI, Slurm, MPICH and Intel MPI,
+#: Cray PALS, MVAPICH2, Flux; PMIX_RANK last, as it is global (right on one node only)
 LOCAL_RANK_VARIABLES = (
     "OMPI_COMM_WORLD_LOCAL_RANK",
     "SLURM_LOCALID",
     "MPI_LOCALRANKID",
     "PALS_LOCAL_RANKID",
+    "MV2_COMM_WORLD_LOCAL_RANK",
+    "FLUX_TASK_LOCAL_ID",
     "PMIX_RANK",
 )
 #: set by ``hpcmem bind --skip-unavailable`` when the binding cannot be applied on this node;
