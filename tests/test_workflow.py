@@ -218,8 +218,8 @@ ORPHANS = "hpcmem (bind|collectives|train)"
 
 
 def test_recipe_right_after_kill_9_of_snakemake_keeps_every_finished_point(workdir: Path):
-    (workdir / "config" / "steady.yaml").write_text(
-        "collectives:\n  iterations: 100000\n  warmup: 0\n  repeats: 1\n")  # seconds a point
+    (workdir / "config" / "steady.yaml").write_text(  # a few seconds a point
+        "collectives:\n  iterations: 100000\n  warmup: 0\n  repeats: 1\n  max_size: 64\n")
     configs = ("--configfile", str(workdir / "config" / "config.yaml"),
                str(workdir / "config" / "steady.yaml"))
     points = sorted(path for op in ("allreduce", "bcast")  # the sweep of .test/config

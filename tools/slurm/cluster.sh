@@ -258,7 +258,7 @@ start_munged() {
 # The shared munged ends with the last Slurm daemon on the machine (any cluster's).
 stop_munged() {
   local pid
-  if pgrep -x 'slurmctld|slurmd|slurmdbd' >/dev/null; then
+  if pgrep -x 'slurmctld|slurmd|slurmdbd' >/dev/null 2>&1; then
     return
   fi
   for file in "$MUNGE_PIDFILE" "$STATE/run/munged.pid"; do
@@ -451,8 +451,8 @@ do_stop() {
     { ((NODES == 1)) || ns_exists "$HEAD_NS"; }; then
     on_login "$0" stop-jobs "$STATE"
   fi
-  stop_daemons "${NODE_NAMES[@]/#/slurmd-}" slurmctld
-  stop_daemons slurmdbd
+  # slurmctld keeps what slurmdbd cannot take any more in its state and sends it next start
+  stop_daemons "${NODE_NAMES[@]/#/slurmd-}" slurmctld slurmdbd
   stop_daemons mariadbd
   ((NODES == 1)) || net_down
   stop_munged
