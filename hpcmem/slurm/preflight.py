@@ -48,12 +48,18 @@ class GroupRequest:
     #: (None: that rule leaves it unset); the group can only be submitted with one value
     text_settings: dict[str, dict[str, str | None]]
     #: the group job's request, its rules' resources combined as Snakemake combines them
-    #: (runtime summed over consecutive steps); None when the text settings disagree
+    #: (runtime summed over consecutive steps); None when it has disagreements
     combined: JobRequest | None
 
     @property
     def label(self) -> str:
         return f"group {self.name}: {' + '.join(self.rules)}"
+
+    @property
+    def disagreements(self) -> dict[str, dict[str, str | None]]:
+        """The text settings its rules ask different values of."""
+        return {setting: values for setting, values in self.text_settings.items()
+                if len(set(values.values())) > 1}
 
 
 @dataclass(frozen=True)
@@ -248,16 +254,13 @@ def _check_fit(request: JobRequest, partition: PartitionFacts, problems: _Proble
 def _check_group(group: GroupRequest, facts: ClusterFacts, problems: _Problems) -> None:
     """Rules of a group that ask for different text settings (Snakemake cannot submit the
     group), else what only the combined job does not fit (a runtime summed past MaxTime)."""
-    disagreeing = False
-    for setting, values in sorted(group.text_settings.items()):
-        if len(set(values.values())) > 1:
-            disagreeing = True
-            asked = "; ".join(f"{rule}: {'unset' if value is None else repr(value)}"
-                              for rule, value in sorted(values.items()))
-            problems.add(f"{setting}: differs within group {group.name!r} ({asked})",
-                         "but a group is one Slurm job: give its rules one value, or run a "
-                         "rule on its own (snakemake --groups RULE=NAME)")
-    if disagreeing or group.combined is None:
+    for setting, values in sorted(group.disagreements.items()):
+        asked = "; ".join(f"{rule}: {'unset' if value is None else repr(value)}"
+                          for rule, value in sorted(values.items()))
+        problems.add(f"{setting}: differs within group {group.name!r} ({asked})",
+                     "but a group is one Slurm job: give its rules one value, or run a "
+                     "rule on its own (snakemake --groups RULE=NAME)")
+    if group.combined is None:
         return
     partition = facts.partitions.get(group.combined.partition or facts.default_partition or "")
     if partition is not None:  # an unknown partition is its rules' problem already

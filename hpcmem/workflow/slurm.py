@@ -126,10 +126,9 @@ def _group_requests(workflow: Any) -> list[GroupRequest]:
     groups = []
     for item in sorted(found, key=lambda group: group.groupid):
         jobs = [job for job in submitted if job in item.jobs]
-        settings = _text_settings(jobs)
         group = GroupRequest(item.groupid, tuple(sorted({job.rule.name for job in jobs})),
-                             settings, combined=None)
-        if all(len(set(values.values())) == 1 for values in settings.values()):
+                             _text_settings(jobs), combined=None)
+        if not group.disagreements:  # else Snakemake cannot combine them
             group = replace(group, combined=job_request(item, rule=group.label))
         groups.append(group)
     return groups
