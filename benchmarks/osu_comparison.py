@@ -26,7 +26,7 @@ from pathlib import Path
 from provenance import header_lines, run_facts, write_result
 
 from hpcmem.collectives import comparison
-from hpcmem.results.records import read_records
+from hpcmem.record.jsonl import read_records
 from hpcmem.units import UnitError, format_size, parse_size
 
 REPO = Path(__file__).resolve().parents[1]

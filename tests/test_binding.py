@@ -11,7 +11,8 @@ import pytest
 
 from hpcmem.node.planned import BindingError, BindingUnavailableError, local_rank, plan_binding
 from hpcmem.node.topology import HBWNodes, NumaNode
-from hpcmem.results.records import read_records, validate_record
+from hpcmem.record.jsonl import read_records
+from hpcmem.results.schema import validate_record
 
 GiB = 1 << 30
 #: a Xeon Max-like node: two CPU nodes with DRAM, two memory-only HBM nodes

@@ -11,7 +11,8 @@ import pytest
 from hpcmem.cli import build_parser, main
 from hpcmem.cli.collectives import options_from_args
 from hpcmem.collectives import OPS
-from hpcmem.results.records import read_records, validate_record
+from hpcmem.record.jsonl import read_records
+from hpcmem.results.schema import validate_record
 
 BAD_OPTIONS = [
     (["--op", "allreduse"], "--op: 'allreduse' is not one of bcast, gather, allreduce, reduce"),

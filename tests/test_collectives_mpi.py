@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from hpcmem.collectives import BUFFER_KINDS, OPS
-from hpcmem.results.records import read_records, validate_record
+from hpcmem.record.jsonl import read_records
+from hpcmem.results.schema import validate_record
 
 pytestmark = pytest.mark.mpi
 

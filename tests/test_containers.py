@@ -20,8 +20,9 @@ import pytest
 import yaml
 from container_image import NO_MIRROR, host_open_mpi, leftovers
 
+from hpcmem.collectives.container_report import overhead_table
 from hpcmem.results.aggregate import aggregate, read_summary
-from hpcmem.results.container_report import container_section, overhead_table
+from hpcmem.results.native_comparison import container_section
 from hpcmem.workflow.container_images import (
     ContainerError,
     ImageRef,
@@ -281,7 +282,8 @@ def test_overhead_is_the_container_latency_over_the_native_one(tmp_path: Path) -
     real = REPO / "tests" / "fixtures" / "records" / "real"
     image = aggregate([real / "collectives-run-a.jsonl"], tmp_path / "a").summary
     native = aggregate([real / "collectives-run-b.jsonl"], tmp_path / "b").summary
-    table = overhead_table(image, native)
+    table = overhead_table(image[image["benchmark"] == "collectives"],
+                           native[native["benchmark"] == "collectives"])
     assert len(table) == len(image) == len(native)
     keys = ["op", "dtype", "ranks", "binding", "buffer", "size_bytes"]
     row = table.iloc[0]

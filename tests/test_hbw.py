@@ -24,7 +24,7 @@ import pytest
 
 from hpcmem import _hbw, hbw
 from hpcmem.node import topology
-from hpcmem.results.records import record_schema
+from hpcmem.results.schema import record_schema
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE = Path(__file__).with_name("hbw_probe.py")

@@ -31,7 +31,8 @@ import pytest
 from slurm_cluster import CLUSTER_SH, SlurmCluster
 from slurm_site import BIN, REPO, run_logged, site_profile
 
-from hpcmem.results.records import read_records, validate_record
+from hpcmem.record.jsonl import read_records
+from hpcmem.results.schema import validate_record
 
 pytestmark = [pytest.mark.slurm, pytest.mark.multinode]
 

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcmem.results.records import common_fields, git_sha, read_lines, read_records
+from hpcmem.record.jsonl import read_lines, read_records
+from hpcmem.record.provenance import common_fields, git_sha
+from hpcmem.train.spec import TRAIN
 
 REPO = Path(__file__).resolve().parents[1]
 HEAD = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
@@ -36,8 +38,9 @@ def test_a_record_made_outside_a_checkout_names_the_commit_passed_in(tmp_path: P
     shutil.copytree(REPO / "hpcmem", tmp_path / "installed" / "hpcmem",
                     ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     site = sysconfig.get_paths()["purelib"]
-    code = ("import json; from hpcmem.results.records import common_fields; "
-            "print(json.dumps(common_fields('collectives', binding={})['git_sha']))")
+    code = ("import json; from hpcmem.record.provenance import common_fields; "
+            "from hpcmem.collectives.spec import COLLECTIVES; "
+            "print(json.dumps(common_fields(COLLECTIVES, binding={})['git_sha']))")
     env = {"PYTHONPATH": f"{tmp_path / 'installed'}{os.pathsep}{site}"}
     for passed, expected in ((HEAD, HEAD), (None, None)):
         run_env = env if passed is None else {**env, "HPCMEM_GIT_SHA": passed}
@@ -47,11 +50,10 @@ def test_a_record_made_outside_a_checkout_names_the_commit_passed_in(tmp_path: P
         assert json.loads(done.stdout) == expected
 
 
-def test_common_fields_refuse_what_no_benchmark_or_status_is() -> None:
-    with pytest.raises(ValueError, match="benchmark 'osu' is not one of collectives, train"):
-        common_fields("osu", binding={})
+def test_common_fields_name_their_benchmark_and_refuse_an_unknown_status() -> None:
+    assert common_fields(TRAIN, binding={})["benchmark"] == "train"
     with pytest.raises(ValueError, match="status 'done' is not one of ok, failed, skipped"):
-        common_fields("train", binding={}, status="done")
+        common_fields(TRAIN, binding={}, status="done")
 
 
 def test_read_lines_and_read_records(tmp_path: Path) -> None:

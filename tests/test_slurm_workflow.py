@@ -35,7 +35,8 @@ import yaml
 from slurm_cluster import SlurmCluster
 from slurm_site import BIN, REPO, run_logged, site_profile
 
-from hpcmem.results.records import read_records, validate_record
+from hpcmem.record.jsonl import read_records
+from hpcmem.results.schema import validate_record
 
 pytestmark = pytest.mark.slurm
 

@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from hpcmem.cli import main
-from hpcmem.results.records import read_records, validate_record
+from hpcmem.record.jsonl import read_records
+from hpcmem.results.schema import validate_record
 from hpcmem.train.models import TransformerShape
 
 torch = pytest.importorskip("torch")

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from hpcmem.results.records import validate_record
+from hpcmem.results.schema import validate_record
 from hpcmem.train.benchmark import run_point, shape_for_memory
 from hpcmem.train.point import TrainPoint
 from hpcmem.train.sizing import footprint

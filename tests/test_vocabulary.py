@@ -13,9 +13,10 @@ from hpcmem.collectives.buffers import BUFFER_KINDS
 from hpcmem.collectives.ops import DTYPES as COLLECTIVE_DTYPES
 from hpcmem.collectives.ops import OPS
 from hpcmem.node.planned import BINDINGS
-from hpcmem.results.records import STATUSES, record_schema
+from hpcmem.record.provenance import STATUSES
+from hpcmem.record.spec import HIGHER, LOWER
 from hpcmem.results.registry import BENCHMARKS, metric
-from hpcmem.results.spec import HIGHER, LOWER
+from hpcmem.results.schema import record_schema
 from hpcmem.train.models import MODELS
 from hpcmem.train.sizing import DTYPES as TRAIN_DTYPES
 from hpcmem.um import PRESETS

@@ -22,7 +22,8 @@ import pandas as pd
 import psutil
 import pytest
 
-from hpcmem.results.records import read_records, validate_record
+from hpcmem.record.jsonl import read_records
+from hpcmem.results.schema import validate_record
 
 pytestmark = pytest.mark.mpi
 

@@ -28,7 +28,8 @@ from container_image import (
 from slurm_cluster import SlurmCluster
 from slurm_site import site_profile
 
-from hpcmem.results.records import read_records, validate_record
+from hpcmem.record.jsonl import read_records
+from hpcmem.results.schema import validate_record
 from hpcmem.workflow.container_images import ImageRef, host_arch
 from hpcmem.workflow.containers import DEFAULT_MIRROR, runtime_version
 

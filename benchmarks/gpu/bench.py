@@ -129,10 +129,11 @@ def run_fsdp(args, shape, offload_activations: bool) -> dict[str, Any]:
     from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
     from hpcmem.node import applied
-    from hpcmem.results.records import common_fields
+    from hpcmem.record.provenance import common_fields
     from hpcmem.train.benchmark import environment
     from hpcmem.train.loop import LEARNING_RATE, step_stats
     from hpcmem.train.networks import build
+    from hpcmem.train.spec import TRAIN
 
     device = torch.device("cuda", 0)
     if not dist.is_initialized():
@@ -179,7 +180,7 @@ def run_fsdp(args, shape, offload_activations: bool) -> dict[str, Any]:
     if offload_activations:
         detail += ", forward and backward under save_on_cpu(pin_memory=True)"
     record = {
-        **common_fields("train", binding=applied.current()),
+        **common_fields(TRAIN, binding=applied.current()),
         "model": args.model,
         "params": shape.param_count(),
         "params_requested": args.params if args.model == "transformer" else None,
@@ -237,7 +238,7 @@ def main() -> int:
     import torch
 
     torch.cuda.init()  # memory statistics need an initialised CUDA context
-    from hpcmem.results.records import read_records, write_records
+    from hpcmem.record.jsonl import read_records, write_records
     from hpcmem.train.models import DEFAULT_VOCAB, cnn_shape, transformer_shape
     from hpcmem.train.sizing import footprint
 

@@ -14,7 +14,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from hpcmem.results.records import read_records
+from hpcmem.record.jsonl import read_records
 
 GiB = 2**30
 

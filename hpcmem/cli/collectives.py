@@ -209,7 +209,7 @@ def _measure_and_write(comm: Any, options: Options, output: str | None) -> int:
     """Measure, write the records on rank 0; every rank returns rank 0's exit code."""
     from hpcmem.collectives.benchmark import exit_code
     from hpcmem.collectives.benchmark import run as run_benchmark
-    from hpcmem.results.records import write_records
+    from hpcmem.record.jsonl import write_records
 
     rank = comm.Get_rank()
     records = run_benchmark(comm, options, _print if rank == 0 else _discard)

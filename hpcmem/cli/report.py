@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Read the summary (and verdict) and write the report."""
-    from hpcmem.collectives.comparison import read_comparison
+    from hpcmem.collectives.comparison import html_section, read_comparison
+    from hpcmem.draw.html import section
     from hpcmem.outputs import OutputPathError, check_output_file
     from hpcmem.results.aggregate import read_summary
     from hpcmem.results.check import VerdictError, read_verdict
@@ -52,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
         native = read_summary(args.native) if args.native else None
     with bad_input(FileNotFoundError, ValueError, where="--osu"):
         osu = read_comparison(args.osu) if args.osu else None
+    extra = [section("Against OSU C", html_section(osu), anchor="osu")] if osu else []
     with bad_input(OutputPathError, where="--out"):
-        write_report(args.out, summary, verdict, native, osu)
+        write_report(args.out, summary, verdict, native, extra)
     print(f"hpcmem report: wrote {args.out}")
     return 0

@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"hpcmem train: error: {error}", file=sys.stderr)
         return 1
     if args.output:
-        from hpcmem.results.records import write_records
+        from hpcmem.record.jsonl import write_records
 
         with bad_input(OutputPathError, where="--output"), write_errors(args.output):
             write_records(args.output, [record])

@@ -37,6 +37,7 @@ from hpcmem.collectives import buffers, native, osu, slowdown, timing
 from hpcmem.collectives.ops import OPS, SENTINEL, Op, check, rank_input
 from hpcmem.collectives.options import Options
 from hpcmem.collectives.sizes import osu_counts
+from hpcmem.collectives.spec import COLLECTIVES
 from hpcmem.collectives.spread import layout_fields, placement_by_host
 from hpcmem.node import applied
 from hpcmem.node.probe import mpi_library
@@ -48,7 +49,7 @@ from hpcmem.node.state import (
     node_state,
     yield_when_idle,
 )
-from hpcmem.results.records import common_fields
+from hpcmem.record.provenance import common_fields
 
 __all__ = ["describe", "exit_code", "merge_placements", "run"]
 
@@ -164,7 +165,7 @@ def _record(
 ) -> dict[str, Any]:
     node = {**(node or node_state(ctx.cpus, ctx.ranks)), "ranks_outnumber_free_cpus": ctx.crowded}
     record = common_fields(
-        "collectives", binding=ctx.binding, status=status, reason=reason, run_id=ctx.run_id,
+        COLLECTIVES, binding=ctx.binding, status=status, reason=reason, run_id=ctx.run_id,
         node=node,
     )
     iterations, warmup = osu_counts(size, ctx.options.iterations, ctx.options.warmup)

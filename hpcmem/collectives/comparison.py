@@ -177,7 +177,7 @@ def read_comparison(path: str | os.PathLike) -> dict[str, Any]:
 
 def html_section(result: Mapping[str, Any]) -> str:
     """The report's part for one comparison: how it was run, the table, the targets."""
-    from hpcmem.results.report_template import table
+    from hpcmem.draw.html import table
 
     machine = result["machine"]
     facts = (f"{result['date']}, {machine.get('host')} ({machine.get('cpu')}, "

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 from hpcmem.collectives.buffers import BUFFER_KINDS
 from hpcmem.collectives.scaling import scaling_figures
 from hpcmem.collectives.tables import LATENCY, latency_range, latency_table, speedup_table
-from hpcmem.results.plots import PALETTE, embed, log_size_axis, log_value_axis, new_figure
-from hpcmem.results.report_template import folded_frame
-from hpcmem.results.samples import NOISY_SPREAD
+from hpcmem.draw.html import folded_frame
+from hpcmem.draw.plots import PALETTE, embed, log_size_axis, log_value_axis, new_figure
+from hpcmem.record.samples import NOISY_SPREAD
 
 if TYPE_CHECKING:
     import pandas as pd

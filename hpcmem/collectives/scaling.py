@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from hpcmem.collectives.tables import LATENCY
-from hpcmem.results.plots import PALETTE, embed, log_value_axis, new_figure
+from hpcmem.draw.plots import PALETTE, embed, log_value_axis, new_figure
 from hpcmem.units import format_size
 
 if TYPE_CHECKING:

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpcmem.collectives import report, tables
 from hpcmem.collectives.buffers import BUFFER_KINDS
 from hpcmem.collectives.ops import DTYPES, OPS
 from hpcmem.collectives.options import THREAD_LEVELS
 from hpcmem.node.applied import binding_label
-from hpcmem.results.spec import HIGHER, LOWER, NONNEGATIVE, Benchmark, Coordinate, Metric
+from hpcmem.record.spec import HIGHER, LOWER, NONNEGATIVE, Benchmark, Coordinate, Metric
 
 __all__ = ["COLLECTIVES"]
 
@@ -30,7 +29,6 @@ def _moves_data(point: Any) -> bool:
 
 COLLECTIVES = Benchmark(
     name="collectives",
-    title="Collectives",
     coordinates=(
         Coordinate("op"),
         Coordinate("buffer"),
@@ -86,7 +84,4 @@ COLLECTIVES = Benchmark(
     metadata={"mpi_libraries": "mpi_library"},
     sanity=lambda record: None if record["validated"] else (
         "status ok but validated is false: the result was not checked correct"),
-    tables={"collectives_latency.csv": tables.latency_table,
-            "collectives_speedup.csv": tables.speedup_table},
-    section=report.section,
 )

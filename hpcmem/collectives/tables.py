@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hpcmem.results.samples import NOISY_SPREAD, read_samples, spread
+from hpcmem.record.samples import NOISY_SPREAD, read_samples, spread
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -2,7 +2,7 @@
 
 Every record is validated against the record schema first. Valid ``ok`` records
 are grouped by point — the benchmark and its sweep coordinates — and reduced to
-medians over repeats; every repeat's value is kept (``samples``, :mod:`hpcmem.results.samples`)
+medians over repeats; every repeat's value is kept (``samples``, :mod:`hpcmem.record.samples`)
 with the node state the point was measured in (``shared_cores``, ``other_busy_cpus``).
 Invalid lines (not JSON, or schema violations) go to
 ``rejected.csv`` with ``file:line`` and the message; ``failed`` and ``skipped``
@@ -38,9 +38,11 @@ from typing import TYPE_CHECKING, Any
 
 from hpcmem.errors import clip
 from hpcmem.outputs import check_output_dir, write_errors
-from hpcmem.results.records import atomic_open, read_lines, utc_now, validate_record
-from hpcmem.results.registry import BENCHMARKS
-from hpcmem.results.samples import merge_samples, record_samples
+from hpcmem.record.jsonl import atomic_open, read_lines
+from hpcmem.record.provenance import utc_now
+from hpcmem.record.samples import merge_samples, record_samples
+from hpcmem.results.registry import BENCHMARKS, REPORTS
+from hpcmem.results.schema import validate_record
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -339,9 +341,9 @@ def write_outputs(out_dir: Path, summary: pd.DataFrame, loaded: Loaded,
         "rejected.csv": pd.DataFrame(loaded.rejected, columns=_REJECTED_COLUMNS),
         "skipped.csv": pd.DataFrame(loaded.skipped, columns=_SKIPPED_COLUMNS),
     }
-    for spec in BENCHMARKS.values():
-        points = benchmark_points(summary, spec.name)
-        tables.update({name: make(points) for name, make in spec.tables.items()})
+    for name, reporting in REPORTS.items():
+        points = benchmark_points(summary, name)
+        tables.update({file: make(points) for file, make in reporting.tables.items()})
     tables["summary.csv"] = summary
     contents = {name: frame.to_csv(index=False).encode() for name, frame in tables.items()}
     contents["metadata.json"] = (json.dumps(metadata, indent=2, sort_keys=True) + "\n").encode()

@@ -42,14 +42,15 @@ from typing import Any
 
 from hpcmem.errors import HpcmemError
 from hpcmem.outputs import write_errors
+from hpcmem.record.jsonl import atomic_open
+from hpcmem.record.provenance import slurm_system, utc_now
+from hpcmem.record.samples import NOISY_SPREAD, read_samples, spread
+from hpcmem.record.spec import LOWER
 from hpcmem.results.aggregate import Summary
 from hpcmem.results.history import Baseline, Figure, History, RunInfo
 from hpcmem.results.ranktest import mann_whitney_p, smallest_p
-from hpcmem.results.records import atomic_open, slurm_system, utc_now
 from hpcmem.results.references import References
 from hpcmem.results.registry import BENCHMARKS, metric
-from hpcmem.results.samples import NOISY_SPREAD, read_samples, spread
-from hpcmem.results.spec import LOWER
 from hpcmem.textfiles import TextFileError, read_text
 
 __all__ = [

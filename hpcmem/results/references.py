@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpcmem.errors import HpcmemError
+from hpcmem.record.samples import NOISY_SPREAD
 from hpcmem.results.registry import BENCHMARKS, metric
-from hpcmem.results.samples import NOISY_SPREAD
 from hpcmem.textfiles import TextFileError, read_yaml
 
 __all__ = [

@@ -1,18 +1,23 @@
 """The benchmarks the results pipeline knows, by name: each declared next to its producer.
 
-Adding a benchmark is adding its spec here; adding a metric changes only the benchmark's
-own spec.
+This is the one place ``hpcmem.results`` imports a producer package: every benchmark's
+:class:`~hpcmem.draw.reporting.Reporting` (which carries its spec). Adding a benchmark is
+adding its reporting here; adding a metric changes only the benchmark's own spec.
 """
 
 from __future__ import annotations
 
-from hpcmem.collectives.spec import COLLECTIVES
-from hpcmem.results.spec import Benchmark, Metric
-from hpcmem.train.spec import TRAIN
+from hpcmem.collectives.reporting import REPORTING as COLLECTIVES_REPORTING
+from hpcmem.draw.reporting import Reporting
+from hpcmem.record.spec import Benchmark, Metric
+from hpcmem.train.reporting import REPORTING as TRAIN_REPORTING
 
-__all__ = ["BENCHMARKS", "metric"]
+__all__ = ["BENCHMARKS", "REPORTS", "metric"]
 
-BENCHMARKS: dict[str, Benchmark] = {spec.name: spec for spec in (COLLECTIVES, TRAIN)}
+REPORTS: dict[str, Reporting] = {
+    reporting.spec.name: reporting for reporting in (COLLECTIVES_REPORTING, TRAIN_REPORTING)
+}
+BENCHMARKS: dict[str, Benchmark] = {name: reporting.spec for name, reporting in REPORTS.items()}
 
 
 def metric(name: str) -> Metric:

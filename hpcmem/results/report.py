@@ -1,9 +1,10 @@
 """The HTML report: one self-contained page with matplotlib plots embedded as PNG.
 
 Sections: the check verdict (when given), one section per benchmark of the registry
-(its spec's ``section``: collectives latency, bandwidth and speedup over NumPy buffers;
+(its ``Reporting.section``: collectives latency, bandwidth and speedup over NumPy buffers;
 training step time per Unified Memory policy), native against container (when given the
-same points run natively), OSU C against hpcmem (when given a comparison), the failed,
+same points run natively), sections drawn by the caller (``hpcmem report --osu``: OSU C
+against hpcmem), the failed,
 skipped and invalid records with their reasons, and the machine and run metadata.
 """
 
@@ -11,16 +12,17 @@ from __future__ import annotations
 
 import html
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from hpcmem import __version__
-from hpcmem.collectives.comparison import html_section
+from hpcmem.draw.html import PAGE, badge, section, table
 from hpcmem.outputs import write_errors
+from hpcmem.record.jsonl import atomic_open
+from hpcmem.record.provenance import utc_now
 from hpcmem.results.aggregate import Summary, benchmark_points
-from hpcmem.results.container_report import container_section
-from hpcmem.results.records import atomic_open, utc_now
-from hpcmem.results.registry import BENCHMARKS
-from hpcmem.results.report_template import PAGE, badge, section, table
+from hpcmem.results.native_comparison import container_section
+from hpcmem.results.registry import REPORTS
 
 __all__ = ["render_report", "write_report"]
 
@@ -111,10 +113,10 @@ def _metadata_section(summary: Summary) -> str:
 
 
 def render_report(summary: Summary, verdict: dict[str, Any] | None = None,
-                  native: Summary | None = None, osu: dict[str, Any] | None = None) -> str:
+                  native: Summary | None = None, extra: Sequence[str] = ()) -> str:
     """The whole report page as HTML text; ``native``: the same points run natively, for
-    the native-against-container section; ``osu``: an OSU comparison
-    (:func:`hpcmem.collectives.comparison.read_comparison`)."""
+    the native-against-container section; ``extra``: sections drawn elsewhere (the CLI's
+    OSU comparison), placed before the records left out."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -122,14 +124,12 @@ def render_report(summary: Summary, verdict: dict[str, Any] | None = None,
     parts = []
     if verdict is not None:
         parts.append(_verdict_section(verdict))
-    for spec in BENCHMARKS.values():
-        if spec.section is not None:
-            body = spec.section(benchmark_points(points, spec.name))
-            parts.append(section(spec.title, body, anchor=spec.name))
+    for name, reporting in REPORTS.items():
+        body = reporting.section(benchmark_points(points, name))
+        parts.append(section(reporting.title, body, anchor=name))
     if native is not None:
         parts.append(container_section(summary, native))
-    if osu is not None:
-        parts.append(section("Against OSU C", html_section(osu), anchor="osu"))
+    parts.extend(extra)
     parts.append(_problems_section(summary))
     parts.append(_metadata_section(summary))
     runs = ", ".join(summary.metadata.get("run_ids") or []) or "no valid records"
@@ -144,8 +144,8 @@ def render_report(summary: Summary, verdict: dict[str, Any] | None = None,
 
 def write_report(path: str | os.PathLike[str], summary: Summary,
                  verdict: dict[str, Any] | None = None, native: Summary | None = None,
-                 osu: dict[str, Any] | None = None) -> None:
+                 extra: Sequence[str] = ()) -> None:
     """Render and write the report atomically; OutputPathError when it cannot be written."""
-    page = render_report(summary, verdict, native, osu)
+    page = render_report(summary, verdict, native, extra)
     with write_errors(path), atomic_open(path) as handle:
         handle.write(page)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hpcmem.results.plots import PALETTE, embed, log_value_axis, panel_grid
+from hpcmem.draw.plots import PALETTE, embed, log_value_axis, panel_grid
 from hpcmem.train.tables import STEP
 from hpcmem.units import format_count
 

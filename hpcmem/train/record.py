@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from hpcmem.results.records import common_fields
+from hpcmem.record.provenance import common_fields
 from hpcmem.train.point import TrainPoint
+from hpcmem.train.spec import TRAIN
 from hpcmem.um import TYPES
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ def unfinished_record(
     ``policy`` is ``policy.to_record()``, as in a finished run's record.
     """
     return {
-        **common_fields("train", binding=binding, status=status, reason=reason),
+        **common_fields(TRAIN, binding=binding, status=status, reason=reason),
         **_point_fields(point, policy),
     }
 
@@ -93,7 +94,7 @@ def ok_record(
     device_memory = environment["device_memory_bytes"]
     managed = memory.get("managed_bytes", 0)
     return {
-        **common_fields("train", binding=binding),
+        **common_fields(TRAIN, binding=binding),
         **_point_fields(point, policy),
         "params": shape.param_count(),
         "shape": asdict(shape),

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hpcmem.results.plots import PALETTE, embed, panel_grid
-from hpcmem.results.report_template import folded_frame
+from hpcmem.draw.html import folded_frame
+from hpcmem.draw.plots import PALETTE, embed, panel_grid
 from hpcmem.train.budget_curve import budget_figure
 from hpcmem.train.tables import MODEL_POINT, STEP, step_time_table
 from hpcmem.um import PRESETS

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpcmem.results.spec import HIGHER, LOWER, Benchmark, Coordinate, Metric
-from hpcmem.train import report, tables
+from hpcmem.record.spec import HIGHER, LOWER, Benchmark, Coordinate, Metric
 from hpcmem.train.models import MODELS
 from hpcmem.train.sizing import DTYPES
 
@@ -30,7 +29,6 @@ def _policy(record: Any) -> Any:
 
 TRAIN = Benchmark(
     name="train",
-    title="Training with Unified Memory",
     coordinates=(
         Coordinate("model"),
         Coordinate("params", "params", integer=True, read=_params),
@@ -74,6 +72,4 @@ TRAIN = Benchmark(
         },
     },
     metadata={"gpus": "gpu", "torch": "torch", "cuda": "cuda"},
-    tables={"train_step_time.csv": tables.step_time_table},
-    section=report.section,
 )

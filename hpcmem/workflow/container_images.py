@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hpcmem.errors import HpcmemError
-from hpcmem.results.records import atomic_open
+from hpcmem.record.jsonl import atomic_open
 
 __all__ = [
     "ContainerError",

@@ -32,7 +32,7 @@ import signal
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hpcmem.results.records import atomic_open
+from hpcmem.record.jsonl import atomic_open
 from hpcmem.slurm.facts import SlurmCommandError, cluster_facts, gpu_count
 from hpcmem.slurm.preflight import GroupRequest, JobRequest, RunSettings, check, summary_line
 from hpcmem.slurm.watchdog import StuckJob, Watchdog

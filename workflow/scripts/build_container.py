@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import TextIO
 
-from hpcmem.results.records import atomic_open
+from hpcmem.record.jsonl import atomic_open
 from hpcmem.workflow.container_images import (
     ContainerError,
     ImageRef,

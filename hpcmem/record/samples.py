@@ -18,7 +18,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from hpcmem.results.spec import Benchmark
+from hpcmem.record.spec import Benchmark
 
 __all__ = ["NOISY_SPREAD", "merge_samples", "read_samples", "record_samples", "spread"]
 

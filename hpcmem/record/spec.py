@@ -3,10 +3,11 @@
 A :class:`Benchmark` names the coordinates of a point (its sweep axes, which make the
 point key), the :class:`Metric` figures it measures (unit, which direction is better,
 whether every run checks it) and the other fields its ``ok`` records carry (a JSON
-Schema fragment). The results pipeline reads only this: the record schema, the summary's
-columns (``aggregate``), the figures references may name (``references``), the verdict
-(``check``) and the report's sections all follow from the specs in
-:mod:`hpcmem.results.registry`.
+Schema fragment). A spec imports nothing of the results pipeline: a measuring rank loads
+only its own. The pipeline reads the specs from :mod:`hpcmem.results.registry`: the record
+schema, the summary's columns (``aggregate``), the figures references may name
+(``references``) and the verdict (``check``) follow from them; the report's sections come
+from each benchmark's :class:`hpcmem.draw.reporting.Reporting`.
 
 A metric's name is its path in a record (``latency_us.avg`` is ``record["latency_us"]["avg"]``),
 its summary column and the last part of its figure key: one spelling from record to report.
@@ -17,10 +18,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import pandas as pd
+from typing import Any
 
 __all__ = ["HIGHER", "LOWER", "NONNEGATIVE", "Benchmark", "Coordinate", "Metric"]
 
@@ -89,7 +87,6 @@ class Benchmark:
     """A benchmark's records, as the results pipeline reads them."""
 
     name: str
-    title: str  # the report's section heading
     coordinates: tuple[Coordinate, ...]
     metrics: tuple[Metric, ...]
     #: JSON Schema (``required`` and ``properties``) of an ok record's other fields
@@ -98,10 +95,6 @@ class Benchmark:
     metadata: Mapping[str, str] = field(default_factory=dict)
     #: why a valid ok record must still not be averaged in (its result was not checked), or None
     sanity: Callable[[Record], str | None] = _sane
-    #: file name -> table derived from the summary's points, written by ``hpcmem aggregate``
-    tables: Mapping[str, Callable[[pd.DataFrame], pd.DataFrame]] = field(default_factory=dict)
-    #: the report's HTML for this benchmark's summary points
-    section: Callable[[pd.DataFrame], str] | None = None
 
     def coordinates_of(self, record: Record) -> dict[str, Any]:
         """The point's coordinates in ``record``, None where it lacks one."""

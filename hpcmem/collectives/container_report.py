@@ -1,24 +1,20 @@
-"""The report's native-against-container section: the same collectives points run natively
-and in the image, and the container's overhead (container latency / native latency) per op,
-buffer, binding and message size. Above 1 the container is slower.
+"""The collectives' part of the native-against-container section: the same points run
+natively and in the image, and the container's overhead (container latency / native
+latency) per op, buffer, binding and message size. Above 1 the container is slower.
 """
 
 from __future__ import annotations
 
-import html
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hpcmem.collectives.tables import LATENCY
-from hpcmem.results.aggregate import benchmark_points
-from hpcmem.results.plots import PALETTE, embed, log_size_axis, log_value_axis, new_figure
-from hpcmem.results.report_template import folded_frame, section, table
+from hpcmem.draw.html import folded_frame, table
+from hpcmem.draw.plots import PALETTE, embed, log_size_axis, log_value_axis, new_figure
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from hpcmem.results.aggregate import Summary
-
-__all__ = ["container_section", "overhead_table"]
+__all__ = ["overhead_section", "overhead_table"]
 
 #: what identifies a collectives point in both summaries
 KEYS = ["op", "dtype", "ranks", "binding", "buffer", "size_bytes", "nodes"]
@@ -30,8 +26,7 @@ def overhead_table(container: pd.DataFrame, native: pd.DataFrame) -> pd.DataFram
     """Points measured both ways: their median average latencies (µs) and the overhead ratio."""
     import pandas as pd
 
-    def latencies(points: pd.DataFrame, name: str) -> pd.DataFrame:
-        coll = benchmark_points(points, "collectives")
+    def latencies(coll: pd.DataFrame, name: str) -> pd.DataFrame:
         if LATENCY not in coll.columns:
             return pd.DataFrame(columns=[*KEYS, name])
         coll = coll[coll[LATENCY].notna()]
@@ -78,31 +73,11 @@ def _per_op(overhead: pd.DataFrame) -> str:
     return table(headers, rows, ["text", "num", "num", "num", "num"])
 
 
-def _image_line(containers: list[dict[str, Any]]) -> str:
-    parts = []
-    for box in containers:
-        runtime = " ".join(str(box.get(k)) for k in ("runtime", "runtime_version") if box.get(k))
-        parts.append(f"<code>{html.escape(str(box.get('image')))}</code> "
-                     f"({html.escape(str(box.get('digest')))}"
-                     + (f", {html.escape(runtime)}" if runtime else "") + ")")  # fmt: skip
-    return ", ".join(parts)
-
-
-def container_section(summary: Summary, native: Summary) -> str:
-    """The section: which image, the overhead figure, per-op figures and the full table."""
-    containers = summary.metadata.get("containers") or []
-    title = "Native against container"
-    if not containers:
-        return section(title, '<p class="note">The sweep ran natively (no image could be built '
-                       "or run; the workflow said why), so there is no overhead to show.</p>",
-                       anchor="container")  # fmt: skip
-    overhead = overhead_table(summary.points, native.points)
-    hosts = html.escape(", ".join(native.metadata.get("hosts") or []))
-    intro = (f"<p>The same collectives points ran in {_image_line(containers)} and natively on "
-             f"{hosts}; the overhead is the container's latency over the native one.</p>")
+def overhead_section(container: pd.DataFrame, native: pd.DataFrame) -> str:
+    """The report's body for collectives points run both in the image and natively: the
+    overhead figure, per-op figures and the full table (a note when none was run both ways)."""
+    overhead = overhead_table(container, native)
     if overhead.empty:
-        return section(title, intro, '<p class="note">No point was measured both ways.</p>',
-                       anchor="container")  # fmt: skip
-    return section(title, intro, _overhead_figure(overhead), _per_op(overhead),
-                   folded_frame(overhead, "Overhead table (µs, median over repeats)"),
-                   anchor="container")  # fmt: skip
+        return '<p class="note">No point was measured both ways.</p>'
+    return "".join([_overhead_figure(overhead), _per_op(overhead),
+                    folded_frame(overhead, "Overhead table (µs, median over repeats)")])
