@@ -14,7 +14,7 @@ from hpcmem.um.guard import (
     managed_limit,
     oversubscription_allowed,
 )
-from hpcmem.um.memory import UnifiedMemory, host_view
+from hpcmem.um.memory import UnifiedMemory
 from hpcmem.um.policy import (
     PRESETS,
     TYPES,
@@ -24,6 +24,7 @@ from hpcmem.um.policy import (
     load_policy,
     policy_from_dict,
 )
+from hpcmem.um.tensors import host_view
 
 __all__ = [
     "ENV_ALLOW",

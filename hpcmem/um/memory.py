@@ -23,7 +23,6 @@ the GPU budget). A loop written once runs under either::
 
 from __future__ import annotations
 
-import ctypes
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -33,7 +32,7 @@ from hpcmem.um.errors import BudgetError
 from hpcmem.um.guard import oversubscription_allowed
 from hpcmem.um.policy import Policy, load_policy
 
-__all__ = ["UnifiedMemory", "host_view"]
+__all__ = ["UnifiedMemory"]
 
 
 class UnifiedMemory(ABC):
@@ -152,14 +151,3 @@ class UnifiedMemory(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def host_view(tensor: Any) -> Any:
-    """A CPU tensor aliasing a contiguous managed CUDA tensor's memory (for CPU writes)."""
-    import numpy as np
-    import torch
-
-    if not tensor.is_contiguous():
-        raise ValueError("host_view: the tensor must be contiguous")
-    nbytes = tensor.numel() * tensor.element_size()
-    raw = (ctypes.c_uint8 * nbytes).from_address(tensor.data_ptr())
-    return torch.from_numpy(np.ctypeslib.as_array(raw)).view(tensor.dtype).view(tensor.shape)
