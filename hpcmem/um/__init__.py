@@ -5,6 +5,8 @@ policy needs a CUDA build of torch, a GPU and the native library (``hpcmem._um``
 error it raises is an :class:`hpcmem.errors.HpcmemError`.
 """
 
+# The implementations UnifiedMemory(policy) makes: each registers itself when defined.
+from hpcmem.um import managed, passthrough  # noqa: F401
 from hpcmem.um.budget import plan_budget
 from hpcmem.um.errors import BudgetError, UnifiedMemoryError
 from hpcmem.um.guard import (

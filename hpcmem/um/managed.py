@@ -36,7 +36,7 @@ _open_lock = threading.Lock()
 _open_instance: weakref.ref[ManagedMemory] | None = None
 
 
-class ManagedMemory(UnifiedMemory):
+class ManagedMemory(UnifiedMemory, managed=True):
     """:class:`UnifiedMemory` over CUDA managed memory (the ``um`` and ``hpcmem`` presets)."""
 
     def __init__(self, policy: str | Path | Policy, device: int = 0, **kwargs: Any) -> None:
