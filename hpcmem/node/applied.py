@@ -5,7 +5,8 @@ Python starts; this module reads them back from the kernel so every record says
 where a rank really ran, not where it was asked to run. The memory policy comes
 from ``get_mempolicy(2)`` through libnuma (ctypes); the numactl arguments a
 wrapper used are taken from ``HPCMEM_NUMACTL_ARGS`` and the binding's name from
-``HPCMEM_BINDING`` when it sets them.
+``HPCMEM_BINDING`` when it sets them, the rank's index on its node from the variable its
+launcher sets (:data:`LOCAL_RANK_VARIABLES`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 __all__ = [
     "BINDING_ENV",
+    "LOCAL_RANK_VARIABLES",
     "MEMPOLICY_MODES",
     "NUMACTL_ENV",
     "binding_label",
@@ -32,6 +34,17 @@ __all__ = [
 NUMACTL_ENV = "HPCMEM_NUMACTL_ARGS"
 #: environment variable through which a binding wrapper reports the binding's name (e.g. ``hbw``)
 BINDING_ENV = "HPCMEM_BINDING"
+#: where launchers put a rank's index on its node: Open MPI, Slurm, MPICH and Intel MPI,
+#: Cray PALS, MVAPICH2, Flux; PMIX_RANK last, as it is global (right on one node only)
+LOCAL_RANK_VARIABLES = (
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "SLURM_LOCALID",
+    "MPI_LOCALRANKID",
+    "PALS_LOCAL_RANKID",
+    "MV2_COMM_WORLD_LOCAL_RANK",
+    "FLUX_TASK_LOCAL_ID",
+    "PMIX_RANK",
+)
 
 #: MPOL_* values of <linux/mempolicy.h> -> names
 MEMPOLICY_MODES: dict[int, str] = {
@@ -108,8 +121,6 @@ def current() -> dict[str, Any]:
     list (None when no wrapper reported them), ``cpus`` the CPU affinity, ``mempolicy``
     the kernel's memory policy.
     """
-    from hpcmem.node.planned import LOCAL_RANK_VARIABLES
-
     raw = os.environ.get(NUMACTL_ENV)
     local = next((os.environ[name] for name in LOCAL_RANK_VARIABLES if name in os.environ), None)
     return {

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from hpcmem.errors import HpcmemError
-from hpcmem.node.applied import BINDING_ENV, NUMACTL_ENV
+from hpcmem.node.applied import BINDING_ENV, LOCAL_RANK_VARIABLES, NUMACTL_ENV
 from hpcmem.node.topology import (
     HBWNodes,
     NumaNode,
@@ -43,7 +43,6 @@ from hpcmem.node.topology import (
 
 __all__ = [
     "BINDINGS",
-    "LOCAL_RANK_VARIABLES",
     "SKIP_ENV",
     "BindingError",
     "BindingUnavailableError",
@@ -54,17 +53,6 @@ __all__ = [
 
 #: the built-in binding names
 BINDINGS = ("none", "cores", "hbw", "dram", "interleave")
-#: where launchers put a rank's index on its node: Open MPI, Slurm, MPICH and Intel MPI,
-#: Cray PALS, MVAPICH2, Flux; PMIX_RANK last, as it is global (right on one node only)
-LOCAL_RANK_VARIABLES = (
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "SLURM_LOCALID",
-    "MPI_LOCALRANKID",
-    "PALS_LOCAL_RANKID",
-    "MV2_COMM_WORLD_LOCAL_RANK",
-    "FLUX_TASK_LOCAL_ID",
-    "PMIX_RANK",
-)
 #: set by ``hpcmem bind --skip-unavailable`` when the binding cannot be applied on this node;
 #: ``hpcmem collectives`` then records every point as skipped with this reason
 SKIP_ENV = "HPCMEM_SKIP_REASON"

@@ -5,6 +5,8 @@ policy needs a CUDA build of torch, a GPU and the native library (``hpcmem._um``
 error it raises is an :class:`hpcmem.errors.HpcmemError`.
 """
 
+# The implementations UnifiedMemory(policy) makes: each registers itself when defined.
+from hpcmem.um import managed, passthrough  # noqa: F401
 from hpcmem.um.budget import plan_budget
 from hpcmem.um.errors import BudgetError, UnifiedMemoryError
 from hpcmem.um.guard import (
@@ -14,7 +16,7 @@ from hpcmem.um.guard import (
     managed_limit,
     oversubscription_allowed,
 )
-from hpcmem.um.memory import UnifiedMemory, host_view
+from hpcmem.um.memory import UnifiedMemory
 from hpcmem.um.policy import (
     PRESETS,
     TYPES,
@@ -24,6 +26,7 @@ from hpcmem.um.policy import (
     load_policy,
     policy_from_dict,
 )
+from hpcmem.um.tensors import host_view
 
 __all__ = [
     "ENV_ALLOW",

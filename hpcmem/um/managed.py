@@ -23,10 +23,11 @@ from typing import Any
 
 from hpcmem.um import guard
 from hpcmem.um.errors import UnifiedMemoryError
-from hpcmem.um.memory import UnifiedMemory, host_view
+from hpcmem.um.memory import UnifiedMemory
 from hpcmem.um.native import Abi, load_native, require_cuda
 from hpcmem.um.policy import TYPES, Policy
 from hpcmem.um.prefetch import PrefetchHooks
+from hpcmem.um.tensors import host_view, tensor_bytes
 
 __all__ = ["ManagedMemory"]
 
@@ -35,7 +36,7 @@ _open_lock = threading.Lock()
 _open_instance: weakref.ref[ManagedMemory] | None = None
 
 
-class ManagedMemory(UnifiedMemory):
+class ManagedMemory(UnifiedMemory, managed=True):
     """:class:`UnifiedMemory` over CUDA managed memory (the ``um`` and ``hpcmem`` presets)."""
 
     def __init__(self, policy: str | Path | Policy, device: int = 0, **kwargs: Any) -> None:
@@ -261,8 +262,7 @@ class ManagedMemory(UnifiedMemory):
             raise ValueError(f"to: {to!r} is not one of gpu, cpu")
         location = self.device.index if to == "gpu" else self._abi.cpu_id
         stream = self._torch.cuda.current_stream(self.device).cuda_stream
-        nbytes = tensor.numel() * tensor.element_size()
-        self._native.prefetch(tensor.data_ptr(), nbytes, location, stream)
+        self._native.prefetch(tensor.data_ptr(), tensor_bytes(tensor), location, stream)
 
     # -- guard --------------------------------------------------------------------------
     @property

@@ -4,7 +4,9 @@
 :class:`~hpcmem.um.passthrough.PassThroughMemory` for the ``cuda`` preset (PyTorch's own
 allocator, every scope a no-op) or a :class:`~hpcmem.um.managed.ManagedMemory` for the Unified
 Memory presets (one managed pool per type of training data, advice, prefetch, the guard and
-the GPU budget). A loop written once runs under either::
+the GPU budget). Each implementation names the policies it serves when it subclasses this
+interface (``class ManagedMemory(UnifiedMemory, managed=True)``), so this module imports
+neither. A loop written once runs under either::
 
     with UnifiedMemory("hpcmem", device=0) as um:
         with um.params():
@@ -23,17 +25,16 @@ the GPU budget). A loop written once runs under either::
 
 from __future__ import annotations
 
-import ctypes
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from hpcmem.um.errors import BudgetError
 from hpcmem.um.guard import oversubscription_allowed
 from hpcmem.um.policy import Policy, load_policy
 
-__all__ = ["UnifiedMemory", "host_view"]
+__all__ = ["UnifiedMemory"]
 
 
 class UnifiedMemory(ABC):
@@ -49,12 +50,17 @@ class UnifiedMemory(ABC):
     headroom_bytes : bytes the guard keeps free (default: 5% of the device, at least 1 GiB).
     """
 
+    #: The implementation for managed policies (True) and for PyTorch's allocator (False).
+    _implementations: ClassVar[dict[bool, type[UnifiedMemory]]] = {}
+
+    def __init_subclass__(cls, *, managed: bool | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if managed is not None:
+            UnifiedMemory._implementations[managed] = cls
+
     def __new__(cls, policy: str | Path | Policy, *args: Any, **kwargs: Any) -> UnifiedMemory:
         if cls is UnifiedMemory:
-            if load_policy(policy).managed:
-                from hpcmem.um.managed import ManagedMemory as cls
-            else:
-                from hpcmem.um.passthrough import PassThroughMemory as cls
+            cls = UnifiedMemory._implementations[load_policy(policy).managed]
         return super().__new__(cls)
 
     def __init__(
@@ -152,14 +158,3 @@ class UnifiedMemory(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def host_view(tensor: Any) -> Any:
-    """A CPU tensor aliasing a contiguous managed CUDA tensor's memory (for CPU writes)."""
-    import numpy as np
-    import torch
-
-    if not tensor.is_contiguous():
-        raise ValueError("host_view: the tensor must be contiguous")
-    nbytes = tensor.numel() * tensor.element_size()
-    raw = (ctypes.c_uint8 * nbytes).from_address(tensor.data_ptr())
-    return torch.from_numpy(np.ctypeslib.as_array(raw)).view(tensor.dtype).view(tensor.shape)

@@ -13,7 +13,7 @@ from hpcmem.um.policy import TYPES, Policy
 __all__ = ["PassThroughMemory"]
 
 
-class PassThroughMemory(UnifiedMemory):
+class PassThroughMemory(UnifiedMemory, managed=False):
     """:class:`UnifiedMemory` for ``allocator: cuda``: no pools, no advice, no budget."""
 
     def __init__(self, policy: str | Path | Policy, device: int = 0, **kwargs: Any) -> None:

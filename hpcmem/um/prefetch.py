@@ -12,6 +12,8 @@ import bisect
 from collections.abc import Callable
 from typing import Any
 
+from hpcmem.um.tensors import tensor_bytes
+
 __all__ = ["PrefetchHooks"]
 
 
@@ -72,8 +74,7 @@ class PrefetchHooks:
             for tensor in (param, param.grad):
                 if tensor is None or not self._on_gpu(tensor.data_ptr()):
                     continue
-                nbytes = tensor.numel() * tensor.element_size()
-                self._prefetch(tensor.data_ptr(), nbytes, stream_handle)
+                self._prefetch(tensor.data_ptr(), tensor_bytes(tensor), stream_handle)
         event = self._torch.cuda.Event()
         event.record(self._stream)
         self._events[index] = event

@@ -42,6 +42,7 @@ from hpcmem.um.stream.plan import (
 from hpcmem.um.stream.recompute import Recompute, repeated_blocks
 from hpcmem.um.stream.saved import SavedTensors
 from hpcmem.um.stream.transport import Transport
+from hpcmem.um.tensors import tensor_bytes
 
 __all__ = ["RESIDENT_BELOW", "Streamer"]
 
@@ -125,13 +126,13 @@ class Streamer:
         unique = {id(p): p for p in model.parameters()}
         entries = []
         for index, param in enumerate(unique.values()):
-            nbytes = param.numel() * param.element_size()
+            nbytes = tensor_bytes(param)
             entries.append(Entry(index, param, nbytes, resident=nbytes < RESIDENT_BELOW))
         states = optimizer.state if optimizer is not None else {}
         streamed = [e for e in entries if not e.resident]
         self.arena.reserve(sum(
             e.nbytes * (2 if e.param.requires_grad else 1)
-            + sum(_nbytes(v) for v in states.get(e.param, {}).values() if _param_shaped(v, e))
+            + sum(tensor_bytes(v) for v in states.get(e.param, {}).values() if _param_shaped(v, e))
             for e in streamed
         ))
         for entry in streamed:
@@ -165,7 +166,7 @@ class Streamer:
     def _device_copy(self, tensor: Any) -> Any:
         out = self._torch.empty_like(tensor, device=self.transport.device)
         out.copy_(tensor)
-        self._held += _nbytes(out)
+        self._held += tensor_bytes(out)
         return out
 
     def _buffers_to_device(self, model: Any) -> None:
@@ -470,7 +471,7 @@ class _BlockProbe:
         self._handles = [block.register_forward_pre_hook(self._before) for block in self._blocks]
 
     def _before(self, module: Any, args: Any) -> None:
-        self.input_bytes += sum(_nbytes(a) for a in args if _is_tensor(a))
+        self.input_bytes += sum(tensor_bytes(a) for a in args if _is_tensor(a))
 
     def stop(self) -> _BlockProbe:
         """Remove the hooks; the measurement is final."""
@@ -534,10 +535,6 @@ class _ModuleBinds:
         finally:
             while len(self.open) > depth:
                 self._close(self.open.pop())
-
-
-def _nbytes(tensor: Any) -> int:
-    return tensor.numel() * tensor.element_size()
 
 
 def _is_tensor(value: Any) -> bool:

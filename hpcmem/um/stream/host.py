@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from hpcmem.um.stream.transport import Transport
+from hpcmem.um.tensors import tensor_bytes
 
 __all__ = ["HostArena", "StepBuffers"]
 
@@ -43,7 +44,7 @@ class HostArena:
 
     def take(self, like: Any) -> Any:
         """A contiguous host tensor with the shape and dtype of ``like`` (contents undefined)."""
-        nbytes = like.numel() * like.element_size()
+        nbytes = tensor_bytes(like)
         self.reserve(nbytes)
         chunk = self._chunks[-1]
         start = self._offset

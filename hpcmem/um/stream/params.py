@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpcmem.um.stream.transport import Transport
+from hpcmem.um.tensors import tensor_bytes
 
 __all__ = ["Counters", "Entry", "ParamStreams"]
 
@@ -52,7 +53,7 @@ class Entry:
     def state_bytes(self) -> int:
         """Parameter, gradient and optimizer state bytes: what keeping it resident costs."""
         grad = self.nbytes if self.param.requires_grad else 0
-        return self.nbytes + grad + sum(h.numel() * h.element_size() for h in self.states.values())
+        return self.nbytes + grad + sum(map(tensor_bytes, self.states.values()))
 
 
 class ParamStreams:

@@ -24,6 +24,8 @@ from abc import ABC, abstractmethod
 from collections import deque
 from typing import Any
 
+from hpcmem.um.tensors import host_view, tensor_bytes
+
 __all__ = ["DEFAULT_OUT_CAP", "CpuTransport", "CudaTransport", "InFlight", "Transport"]
 
 #: Bytes copied each way when the pinned-copy bandwidth is measured.
@@ -177,7 +179,7 @@ class CudaTransport(Transport):
 
     def offload(self, device_tensor: Any, host: Any) -> Any:
         torch = self._torch
-        nbytes = device_tensor.numel() * device_tensor.element_size()
+        nbytes = tensor_bytes(device_tensor)
         if device_tensor.is_cuda:
             self._copying.make_room(nbytes)
         self._d2h.wait_stream(self._compute())
@@ -202,7 +204,7 @@ class CudaTransport(Transport):
 
     def pin(self, host: Any) -> None:
         cudart = self._torch.cuda.cudart()
-        nbytes = host.numel() * host.element_size()
+        nbytes = tensor_bytes(host)
         status = int(cudart.cudaHostRegister(host.data_ptr(), nbytes, 0))
         if status != 0:
             raise RuntimeError(f"cudaHostRegister of {nbytes} bytes failed: CUDA error {status}")
@@ -215,8 +217,6 @@ class CudaTransport(Transport):
         managed = self._native is not None and tensor.is_cuda and tensor.is_contiguous()
         if managed and self._native.is_managed(tensor.data_ptr()):
             # Managed pages placed on the host: the CPU reads them where they are.
-            from hpcmem.um.memory import host_view
-
             torch.cuda.synchronize(self.device)
             host.copy_(host_view(tensor))
             return
@@ -286,7 +286,7 @@ class CpuTransport(Transport):
     def _track(self, tensor: Any) -> Any:
         import weakref
 
-        nbytes = tensor.numel() * tensor.element_size()
+        nbytes = tensor_bytes(tensor)
         self._live += nbytes
         self._peak = max(self._peak, self._live)
         weakref.finalize(tensor, self._untrack, nbytes)

@@ -1,0 +1,28 @@
+"""A tensor's memory as raw bytes: its size, and a CPU alias of managed memory.
+
+A leaf: it imports nothing of the package, so the managed implementation and the streaming
+mode both use it without importing each other (torch and NumPy are imported on use).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+__all__ = ["host_view", "tensor_bytes"]
+
+
+def tensor_bytes(tensor: Any) -> int:
+    """The bytes of a tensor's elements (``numel() * element_size()``)."""
+    return tensor.numel() * tensor.element_size()
+
+
+def host_view(tensor: Any) -> Any:
+    """A CPU tensor aliasing a contiguous managed CUDA tensor's memory (for CPU writes)."""
+    import numpy as np
+    import torch
+
+    if not tensor.is_contiguous():
+        raise ValueError("host_view: the tensor must be contiguous")
+    raw = (ctypes.c_uint8 * tensor_bytes(tensor)).from_address(tensor.data_ptr())
+    return torch.from_numpy(np.ctypeslib.as_array(raw)).view(tensor.dtype).view(tensor.shape)
