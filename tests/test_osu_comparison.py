@@ -1,7 +1,8 @@
 """benchmarks/osu_comparison.py: OSU's C binaries and hpcmem side by side, for real.
 
 The run against OSU needs an OSU install: HPCMEM_OSU_DIR (``make test`` builds one from the
-OSU tarball into ~/.cache/hpcmem/osu-7.4 when the tarball exists); without it that test is skipped.
+OSU tarball HPCMEM_OSU_TARBALL names into ~/.cache/hpcmem/osu-7.4); without it that test is
+skipped.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ FIXTURES = Path(__file__).parent / "fixtures" / "records"
 def _osu_dir() -> str:
     where = os.environ.get("HPCMEM_OSU_DIR")
     if not where:
-        pytest.skip("no OSU install: set HPCMEM_OSU_DIR (make test builds one from OSU_TARBALL)")
+        pytest.skip("no OSU install: set HPCMEM_OSU_DIR "
+                    "(make test builds one from HPCMEM_OSU_TARBALL)")
     try:
         find_binaries(where)
     except OsuDirError as error:
