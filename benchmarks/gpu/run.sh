@@ -21,6 +21,9 @@
 # bench.log (build output included), train.jsonl, summary.md, primitives.json,
 # budget_curve.png. The oversubscription guard stays on: nothing here asks for more managed
 # memory than the GPU has free.
+# Every record names its commit: run it in a git checkout or, in a copy without .git (a GPU
+# node's), pass the commit copied, HPCMEM_GIT_SHA=<git rev-parse HEAD of the checkout copied>.
+# With neither it stops (exit 2) before building or running anything.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 MODE=${1:-all}
