@@ -10,15 +10,16 @@ STAMPS := $(VENV)/.hpcmem
 # the editable install maps the package files that exist when it is made: re-make it when any
 # source file (native or Python) changes; the CMake build dir is cached, so this takes seconds
 PACKAGE_SOURCES := $(shell find native hpcmem -type f -not -path "*/__pycache__/*" -not -name "*.so") pyproject.toml
-# A script that installs Apptainer on this machine (as root, idempotent): `make test` runs it
-# when it exists and we are root, so the container tests have a real runtime; without one they
-# are skipped, saying why. `make run` never installs it (no runtime: the workflow runs natively).
-APPTAINER_INSTALLER ?= ../shared/apptainer/install.sh
-# An OSU Micro-Benchmarks 7.x source tarball: `make test` builds it once into OSU_DIR (outside
-# the checkout) when it exists, so the OSU comparison test runs against real OSU binaries;
-# without it (and without an install already in OSU_DIR) that test is skipped, saying why.
-# Point OSU_DIR at a site's install prefix (Spack, modules) to use that one instead.
-OSU_TARBALL ?= ../shared/osu/osu-micro-benchmarks-7.4.tar.gz
+# From the environment (neither is in the checkout; .ci/run sets both for CI):
+# HPCMEM_APPTAINER_INSTALLER, a script that installs Apptainer on this machine (as root,
+# idempotent): `make test` runs it when it is set and we are root, so the container tests have
+# a real runtime; without one they are skipped, saying why. `make run` never installs it (no
+# runtime: the workflow runs natively).
+# HPCMEM_OSU_TARBALL, an OSU Micro-Benchmarks 7.x source tarball: `make test` builds it once
+# into OSU_DIR (outside the checkout) when it is set, so the OSU comparison test runs against
+# real OSU binaries; without it (and without an install already in OSU_DIR) that test is
+# skipped, saying why. Point OSU_DIR at a site's install prefix (Spack, modules) to use that
+# one instead.
 OSU_DIR ?= $(HOME)/.cache/hpcmem/osu-7.4
 
 .PHONY: setup native run test lint bench bench-osu clean container-runtime osu
@@ -51,12 +52,17 @@ lint: setup
 	$(BIN)/snakemake --lint --snakefile workflow/Snakefile --directory . --quiet
 
 container-runtime:
-	@if [ -x "$(APPTAINER_INSTALLER)" ] && [ "$$(id -u)" = 0 ]; then "$(APPTAINER_INSTALLER)"; \
-	else echo "hpcmem: no Apptainer installer run ($(APPTAINER_INSTALLER) missing or not root)"; fi
+	@if [ -x "$(HPCMEM_APPTAINER_INSTALLER)" ] && [ "$$(id -u)" = 0 ]; then \
+	  "$(HPCMEM_APPTAINER_INSTALLER)"; \
+	else echo "hpcmem: no Apptainer installer run (HPCMEM_APPTAINER_INSTALLER:" \
+	  "$(or $(HPCMEM_APPTAINER_INSTALLER),unset); set it to an executable install script" \
+	  "and run as root)"; fi
 
 osu:
-	@if [ -f "$(OSU_TARBALL)" ]; then tools/build-osu.sh "$(OSU_TARBALL)" "$(OSU_DIR)"; \
-	else echo "hpcmem: no OSU tarball at $(OSU_TARBALL): OSU_DIR=$(OSU_DIR) used as it is"; fi
+	@if [ -f "$(HPCMEM_OSU_TARBALL)" ]; then \
+	  tools/build-osu.sh "$(HPCMEM_OSU_TARBALL)" "$(OSU_DIR)"; \
+	else echo "hpcmem: no OSU tarball (HPCMEM_OSU_TARBALL: $(or $(HPCMEM_OSU_TARBALL),unset);" \
+	  "set it to an OSU 7.x source tarball): OSU_DIR=$(OSU_DIR) used as it is"; fi
 
 test: setup lint container-runtime osu
 	HPCMEM_OSU_DIR="$(abspath $(OSU_DIR))" PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q tests

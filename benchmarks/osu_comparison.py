@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from provenance import header_lines, run_facts, write_result
+from provenance import header_lines, run_facts, shown, write_result
 
 from hpcmem.collectives import comparison
 from hpcmem.record.jsonl import read_records
@@ -137,7 +137,7 @@ def main() -> int:
         **run_facts("benchmarks/osu_comparison.py", load_before),
         "rounds": args.rounds,
         "max_size": max_size,
-        "osu": {"dir": str(Path(args.osu_dir).resolve()), "version": version},
+        "osu": {"dir": shown(str(Path(args.osu_dir).resolve())), "version": version},
         "rows": comparison.summarise(rounds),
     }
     stem = write_result(args.out_dir, "osu_comparison", result, markdown(result))

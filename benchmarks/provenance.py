@@ -2,7 +2,7 @@
 
 ``run_facts`` gives the date, exact command, commit, load average and machine;
 ``header_lines`` the Markdown lines that state them; ``write_result`` the dated ``.json``
-and ``.md`` pair.
+and ``.md`` pair. ``shown`` writes a path the way records name it.
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,11 +64,22 @@ def commit() -> str:
     return git("rev-parse", "--short", "HEAD").strip() + dirty
 
 
+def shown(text: str) -> str:
+    """``text`` naming no folder of the machine it ran on: paths in this checkout relative to
+    it (the checkout itself as ``.``), under the temporary and the home folder as ``<tmp>/...``
+    and ``~/...``. Any other path (a site's install prefix) is kept."""
+    text = text.replace(f"{REPO}/", "")
+    for place, name in ((REPO, "."), (Path(tempfile.gettempdir()), "<tmp>"), (Path.home(), "~")):
+        text = re.sub(rf"{re.escape(str(place))}(?![\w.-])", name, text)
+    return text
+
+
 def run_facts(script: str, load_before: float) -> dict:
-    """Date, the exact command (``python <script> <argv>``), commit, load and machine."""
+    """Date, the exact command (``python <script> <argv>``, paths ``shown``), commit, load and
+    machine."""
     return {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": shlex.join(["python", script, *sys.argv[1:]]),
+        "command": shown(shlex.join(["python", script, *sys.argv[1:]])),
         "commit": commit(),
         "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]},
         "machine": machine(),

@@ -37,6 +37,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from provenance import shown
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SWEEP = ["--op", "allreduce,bcast", "--buffer", "numpy", "--min-size", "8", "--max-size", "64",
@@ -158,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
                and not r["failures_outside_the_slowed_op"] for r in results.values())
     document = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": shlex.join(["python", "benchmarks/verdict_noise.py", *(argv or sys.argv[1:])]),
+        "command": shown(shlex.join(["python", "benchmarks/verdict_noise.py",
+                                     *(argv or sys.argv[1:])])),
         "machine": where,
         "sweep": [*SWEEP, "--repeats", str(args.repeats)],
         "slowdown": args.slowdown,

@@ -1,7 +1,7 @@
 """Pytest plugin: the container runtime, and the CPU image built once per session.
 
 ``apptainer`` is the runtime on PATH; without one, the tests that need it are skipped saying
-how to get one (``make test`` as root runs the installer named by APPTAINER_INSTALLER).
+how to get one (``make test`` as root runs the installer HPCMEM_APPTAINER_INSTALLER names).
 ``cpu_image`` is the CPU image built through the workflow's own build_container rule into a
 session folder (images are keyed there by definition and wheel), so every later workflow run
 of the session that names that folder reuses it; the build starts before the first test and
@@ -32,7 +32,7 @@ BIN = Path(sys.executable).parent
 #: a Debian mirror that refuses connections at once: the CPU image cannot be built
 NO_MIRROR = "http://127.0.0.1:9/debian"
 RUNTIME_MISSING = (
-    "needs Apptainer on PATH: `make test` as root installs it when APPTAINER_INSTALLER "
+    "needs Apptainer on PATH: `make test` as root installs it when HPCMEM_APPTAINER_INSTALLER "
     "names an installer; elsewhere install Apptainer >= 1.2"
 )
 

@@ -21,6 +21,9 @@
 # bench.log (build output included), train.jsonl, summary.md, primitives.json,
 # budget_curve.png. The oversubscription guard stays on: nothing here asks for more managed
 # memory than the GPU has free.
+# Every record names its commit: run it in a git checkout or, in a copy without .git (a GPU
+# node's), pass the commit copied, HPCMEM_GIT_SHA=<git rev-parse HEAD of the checkout copied>.
+# With neither it stops (exit 2) before building or running anything.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 MODE=${1:-all}
@@ -35,10 +38,14 @@ unset HPCMEM_ALLOW_OVERSUBSCRIPTION
 export HPCMEM_GIT_SHA=${HPCMEM_GIT_SHA:-$(git rev-parse --verify -q HEAD 2>/dev/null)}
 [[ -n $HPCMEM_GIT_SHA ]] ||
   { echo "run.sh: no commit known: run it in a git checkout or set HPCMEM_GIT_SHA" >&2; exit 2; }
+TMP_DIR=${TMPDIR:-/tmp}
+# the logs name no folder of this machine: the checkout's paths relative to it, the temporary
+# and the home folder as <tmp> and ~ (as benchmarks/provenance.py's shown does for records)
+relative() { sed -u -e "s|$PWD/||g" -e "s|$TMP_DIR/|<tmp>/|g" -e "s|$HOME/|~/|g"; }
 # Python packages the GPU image lacks (e.g. jsonschema), carried as wheels in .whl/.
 if compgen -G ".whl/*.whl" >/dev/null; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/hpcmem-site .whl/*.whl &&
-    export PYTHONPATH=$PYTHONPATH:/tmp/hpcmem-site
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$TMP_DIR/hpcmem-site" .whl/*.whl &&
+    export PYTHONPATH=$PYTHONPATH:$TMP_DIR/hpcmem-site
 fi
 
 {
@@ -57,7 +64,7 @@ start=$SECONDS
 if ! { cmake -S native/um -B build/um-gpu -DCMAKE_BUILD_TYPE=Release \
          -DPython_EXECUTABLE="$(command -v "$PY")" -Dpybind11_DIR="$("$PY" -m pybind11 --cmakedir)" &&
        cmake --build build/um-gpu -j "$(nproc)" &&
-       cmake --install build/um-gpu --prefix hpcmem; } >>"$OUT/bench.log" 2>&1; then
+       cmake --install build/um-gpu --prefix hpcmem; } 2>&1 | relative >>"$OUT/bench.log"; then
   tail -20 "$OUT/bench.log"; echo "run.sh: build failed (see $OUT/bench.log)" >&2; exit 1
 fi
 echo "built in $((SECONDS - start)) s" | tee -a "$OUT/bench.log"
@@ -67,7 +74,7 @@ if [[ $MODE != bench ]]; then
   echo "== pytest -m gpu"
   mapfile -t gpu_tests < <(grep -l "pytest.mark.gpu" tests/test_*.py)
   timeout "${HPCMEM_TEST_SECONDS:-300}" "$PY" -m pytest -q -m gpu -p no:cacheprovider -W ignore::UserWarning \
-    "${gpu_tests[@]}" >"$OUT/pytest.log" 2>&1 || status=1
+    "${gpu_tests[@]}" 2>&1 | relative >"$OUT/pytest.log" || status=1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | tail -15
 fi
 [[ $MODE == tests ]] && exit $status
@@ -80,13 +87,13 @@ bench() {  # bench SECONDS ARGS...: one model, all its variants, capped so the s
   local cap=$1; shift
   (( cap > DEADLINE - SECONDS - 10 )) && cap=$((DEADLINE - SECONDS - 10))
   (( cap > 20 )) || { echo "skipped (out of time): bench $*" | tee -a "$OUT/bench.log"; status=1; return; }
-  timeout "$cap" "$PY" benchmarks/gpu/bench.py --out "$OUT/train.jsonl" "$@" 2>&1 | tee -a "$OUT/bench.log"
+  timeout "$cap" "$PY" benchmarks/gpu/bench.py --out "$OUT/train.jsonl" "$@" 2>&1 | relative | tee -a "$OUT/bench.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || { echo "bench $* ended with status ${PIPESTATUS[0]}" | tee -a "$OUT/bench.log"; status=1; }
 }
 
 echo "== benchmarks: $GROUPS_WANTED"
 if want primitives; then
-  timeout 90 "$PY" benchmarks/gpu/primitives.py "$OUT/primitives.json" >>"$OUT/bench.log" 2>&1 ||
+  timeout 90 "$PY" benchmarks/gpu/primitives.py "$OUT/primitives.json" 2>&1 | relative >>"$OUT/bench.log" ||
     { echo "primitives failed (see bench.log)"; status=1; }
 fi
 TRANSFORMER=(--model transformer --seq-len 1024 --steps 4 --warmup 2 --budget-warmup 4)
