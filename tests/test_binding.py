@@ -60,7 +60,7 @@ def test_cores_spreads_local_ranks_over_the_allowed_cpus() -> None:
 @pytest.mark.parametrize(
     ("binding", "message"),
     [
-        ("--membind=7", "binding --membind=7: node 7 does not exist (nodes here: 0-3)"),
+        ("--membind=7", "binding --membind='7': node 7 does not exist (nodes here: 0-3)"),
         ("--cpunodebind=0-4", "node 4 does not exist (nodes here: 0-3)"),
         ("--physcpubind=8", "CPU 8 does not exist (CPUs here: 0-7)"),
         ("--membind=0 --interleave=1", "--membind and --interleave are exclusive memory policies"),
