@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hpcmem.errors import HpcmemError
-from hpcmem.node.applied import BINDING_ENV, LOCAL_RANK_VARIABLES, NUMACTL_ENV
+from hpcmem.node.applied import BINDING_ENV, NUMACTL_ENV
 from hpcmem.node.idlist import IdListError, format_id_list, parse_id_list
+from hpcmem.node.launcher import local_rank
 from hpcmem.node.topology import HBWNodes, NumaNode, hbw_nodes, numa_nodes
 
 __all__ = [
@@ -41,7 +42,6 @@ __all__ = [
     "BindingError",
     "BindingUnavailableError",
     "NumactlPlan",
-    "local_rank",
     "plan_binding",
 ]
 
@@ -84,19 +84,6 @@ class NumactlPlan:
         if self.skip_reason is not None:
             env[SKIP_ENV] = self.skip_reason
         return env
-
-
-def local_rank(environ: Mapping[str, str] | None = None) -> int:
-    """This process's rank on its node from the launcher's environment; 0 when launched alone."""
-    env = os.environ if environ is None else environ
-    for name in LOCAL_RANK_VARIABLES:
-        value = env.get(name)
-        if value is None:
-            continue
-        if not value.isdigit():
-            raise BindingError(f"{name}={value!r} is not a non-negative integer")
-        return int(value)
-    return 0
 
 
 def _cpu_nodes(nodes: Sequence[NumaNode]) -> list[NumaNode]:
@@ -184,12 +171,15 @@ def plan_binding(
     ``binding`` is a built-in name (:data:`BINDINGS`) or explicit numactl arguments
     starting with ``--``. ``nodes`` and ``hbw`` default to this machine's topology
     (:func:`hpcmem.node.topology.numa_nodes`, :func:`hpcmem.node.topology.hbw_nodes`).
+    ``rank`` defaults to the launcher's (:func:`hpcmem.node.launcher.local_rank`, whose
+    :class:`~hpcmem.node.launcher.RankError` refuses a variable that is not a rank).
     Raises :class:`BindingError` naming the value and what is accepted, and its subclass
     :class:`BindingUnavailableError` when a well-formed binding needs what this node lacks;
     with ``skip_unavailable`` such a binding gives a plan without numactl arguments whose
     ``skip_reason`` says why.
     """
-    rank = local_rank() if rank is None else rank
+    if rank is None:
+        rank = local_rank() or 0  # launched alone: rank 0
     if rank < 0:
         raise BindingError(f"local rank {rank} is negative")
     try:
