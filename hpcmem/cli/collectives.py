@@ -41,7 +41,9 @@ from hpcmem.collectives.sizes import (
     OSU_WARMUP,
     OSU_WARMUP_LARGE,
 )
+from hpcmem.node.idlist import IdListError
 from hpcmem.node.launcher import global_rank
+from hpcmem.node.topology import hbw_nodes
 from hpcmem.outputs import OutputPathError, check_output_file, write_errors
 
 if TYPE_CHECKING:
@@ -150,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
     launcher_rank = global_rank()  # before MPI starts; RankError (exit 2) when not a rank
     try:
         options = options_from_args(args)
-    except UsageError:
+        hbw_nodes()  # a MEMKIND_HBW_NODES naming what is not here: refused before any work
+    except (UsageError, IdListError):
         if launcher_rank in (None, 0):
             raise
         return 2  # rank 0 reports the same error once
