@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from hpcmem.node.planned import BindingError, BindingUnavailableError, local_rank, plan_binding
+from hpcmem.node.launcher import LOCAL_RANK_VARIABLES
+from hpcmem.node.planned import BindingError, BindingUnavailableError, plan_binding
 from hpcmem.node.topology import HBWNodes, NumaNode
 from hpcmem.record.jsonl import read_records
 from hpcmem.results.schema import validate_record
@@ -60,7 +61,7 @@ def test_cores_spreads_local_ranks_over_the_allowed_cpus() -> None:
 @pytest.mark.parametrize(
     ("binding", "message"),
     [
-        ("--membind=7", "binding --membind=7: node 7 does not exist (nodes here: 0-3)"),
+        ("--membind=7", "binding --membind='7': node 7 does not exist (nodes here: 0-3)"),
         ("--cpunodebind=0-4", "node 4 does not exist (nodes here: 0-3)"),
         ("--physcpubind=8", "CPU 8 does not exist (CPUs here: 0-7)"),
         ("--membind=0 --interleave=1", "--membind and --interleave are exclusive memory policies"),
@@ -115,20 +116,9 @@ def test_malformed_bindings_are_not_unavailable(binding: str) -> None:
     assert not isinstance(error.value, BindingUnavailableError)
 
 
-def test_local_rank_from_launcher_environment() -> None:
-    assert local_rank({}) == 0
-    assert local_rank({"SLURM_LOCALID": "3", "PMIX_RANK": "7"}) == 3
-    assert local_rank({"OMPI_COMM_WORLD_LOCAL_RANK": "1", "SLURM_LOCALID": "3"}) == 1
-    assert local_rank({"PMIX_RANK": "5"}) == 5
-    assert local_rank({"MV2_COMM_WORLD_LOCAL_RANK": "2", "PMIX_RANK": "6"}) == 2
-    assert local_rank({"FLUX_TASK_LOCAL_ID": "1", "PMIX_RANK": "5"}) == 1
-    with pytest.raises(BindingError, match="SLURM_LOCALID='x'"):
-        local_rank({"SLURM_LOCALID": "x"})
-
-
 def _bind(hpcmem_exe: str, *args: str, env: dict[str, str] | None = None):
     full_env = dict(os.environ)
-    for name in ("OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "PMIX_RANK", "MEMKIND_HBW_NODES"):
+    for name in (*LOCAL_RANK_VARIABLES, "MEMKIND_HBW_NODES"):
         full_env.pop(name, None)
     full_env.update(env or {})
     return subprocess.run(

@@ -11,6 +11,7 @@ import time
 from importlib import metadata
 
 from hpcmem.node import topology
+from hpcmem.node.idlist import format_id_list
 
 
 def _info(hpcmem_exe: str, *args: str, env: dict[str, str] | None = None):
@@ -32,7 +33,7 @@ def test_info_text(hpcmem_exe: str) -> None:
     lines = done.stdout.splitlines()
     assert lines[0].startswith("hpcmem ") and lines[1] == "NUMA nodes:"
     for node in topology.numa_nodes():
-        cpus = topology.format_node_list(node.cpus)
+        cpus = format_id_list(node.cpus)
         assert re.search(rf"^  node {node.id}: CPUs {cpus}, \d+\.\d GiB ", done.stdout, re.M)
     assert re.search(r"^memkind: \d+\.\d+\.\d+$", done.stdout, re.M)
     assert re.search(r"^MPI: Open MPI v\d", done.stdout, re.M)

@@ -10,31 +10,7 @@ from pathlib import Path
 import pytest
 
 from hpcmem.node import topology
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [("0", (0,)), ("0-3", (0, 1, 2, 3)), ("0,2", (0, 2)), (" 3-4, 1 ", (1, 3, 4)), ("1,1", (1,))],
-)
-def test_parse_node_list(text: str, expected: tuple[int, ...]) -> None:
-    assert topology.parse_node_list(text) == expected
-    assert topology.parse_node_list(topology.format_node_list(expected)) == expected
-
-
-def test_parse_node_list_all() -> None:
-    assert topology.parse_node_list("all", every=[2, 0, 1]) == (0, 1, 2)
-
-
-@pytest.mark.parametrize("bad", ["", "x", "3-1", "-1", "!0", "0-", "1,,2", "+1"])
-def test_parse_node_list_rejects(bad: str) -> None:
-    with pytest.raises(ValueError, match=r"^MEMKIND_HBW_NODES=.*accepted: N, N-M") as error:
-        topology.parse_node_list(bad, name="MEMKIND_HBW_NODES")
-    assert repr(bad) in str(error.value)
-
-
-def test_format_node_list() -> None:
-    assert topology.format_node_list([5, 0, 1, 2, 7, 8]) == "0-2,5,7-8"
-    assert topology.format_node_list([]) == ""
+from hpcmem.node.idlist import IdListError
 
 
 def _numactl_hardware() -> dict[int, tuple[tuple[int, ...], int]]:
@@ -81,6 +57,12 @@ def test_numa_nodes_from_sysfs_tree(tmp_path: Path) -> None:
     assert (nodes[2].memory_total, nodes[2].memory_free) == (2048 * 1024, 1024 * 1024)
 
 
+def test_a_sysfs_cpulist_is_bounded_too(tmp_path: Path) -> None:
+    _node_dir(tmp_path, 0, "0-999999999", 1024)
+    with pytest.raises(IdListError, match=r"cpulist='0-999999999': CPU 65536 does not exist"):
+        topology.numa_nodes(tmp_path)
+
+
 def test_numa_nodes_without_sysfs(tmp_path: Path) -> None:
     (node,) = topology.numa_nodes(tmp_path / "missing")
     assert node.id == 0 and len(node.cpus) == os.cpu_count()
@@ -116,7 +98,8 @@ def test_hbw_on_this_machine() -> None:
 
 @pytest.mark.parametrize(
     ("value", "message"),
-    [("99", "node 99 does not exist"), ("0-x", "'0-x' is not a node or a range")],
+    [("99", "node 99 does not exist"), ("0-x", "'0-x' is not a node or a range"),
+     ("0-999999999", r"node \d+ does not exist \(nodes here: ")],
 )
 def test_hbw_declared_bad_value(value: str, message: str) -> None:
     with pytest.raises(ValueError, match=rf"^MEMKIND_HBW_NODES='{re.escape(value)}': .*{message}"):

@@ -8,9 +8,9 @@ word ("--cpunodebind=0 --membind=4"; put `--` before a binding of one option:
 `hpcmem bind -- --membind=4 -- COMMAND`). The local rank comes from the launcher
 (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID, PALS_LOCAL_RANKID,
 MV2_COMM_WORLD_LOCAL_RANK, FLUX_TASK_LOCAL_ID; else PMIX_RANK, global, right on one
-node only) unless --local-rank is given. The command is exec'd as
-`numactl ARGS -- COMMAND` (directly for none) with HPCMEM_BINDING and
-HPCMEM_NUMACTL_ARGS exported, so that its records say which binding it ran under.
+node only) unless --local-rank is given; a rank is ASCII digits, anything else exits 2.
+The command is exec'd as `numactl ARGS -- COMMAND` (directly for none) with HPCMEM_BINDING
+and HPCMEM_NUMACTL_ARGS exported, so that its records say which binding it ran under.
 
 With --skip-unavailable, a builtin binding this node cannot provide (hbw on a node
 without HBW nodes) does not fail: the command is exec'd without numactl and with
@@ -34,7 +34,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``hpcmem bind``."""
     parser.add_argument(
         "--local-rank",
-        type=int,
         metavar="N",
         default=None,
         help="this rank's index on its node (default: from the launcher's environment)",
@@ -60,13 +59,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Plan the binding, export it, and exec the command under numactl."""
+    from hpcmem.node.launcher import parse_rank
     from hpcmem.node.planned import BindingError, plan_binding
 
     command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not command:
         raise UsageError("COMMAND: missing (hpcmem bind BINDING -- COMMAND ARGS...)")
+    rank = None if args.local_rank is None else parse_rank(args.local_rank, name="--local-rank")
     with bad_input(BindingError):
-        plan = plan_binding(args.binding, args.local_rank,
+        plan = plan_binding(args.binding, rank,
                             skip_unavailable=args.skip_unavailable)
     if plan.args and shutil.which("numactl") is None:
         raise UsageError(f"binding {args.binding!r}: numactl not found (apt install numactl)")

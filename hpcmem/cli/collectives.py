@@ -25,7 +25,6 @@ peer in alltoall.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -42,14 +41,15 @@ from hpcmem.collectives.sizes import (
     OSU_WARMUP,
     OSU_WARMUP_LARGE,
 )
+from hpcmem.node.idlist import IdListError
+from hpcmem.node.launcher import global_rank
+from hpcmem.node.topology import hbw_nodes
 from hpcmem.outputs import OutputPathError, check_output_file, write_errors
 
 if TYPE_CHECKING:
     from hpcmem.collectives.options import Options
 
 HELP = "latency of MPI collectives (OSU-style) on NumPy, HBW and MPI_Alloc_mem buffers"
-
-_RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -143,24 +143,18 @@ def options_from_args(args: argparse.Namespace) -> Options:
         )
 
 
-def _launcher_rank() -> int | None:
-    """This process's rank as the launcher announced it, before MPI starts (None: not launched)."""
-    for name in _RANK_ENV:
-        if name in os.environ:
-            return int(os.environ[name])
-    return None
-
-
 def _print(line: str) -> None:
     print(line, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
     """Validate options, run on MPI_COMM_WORLD, write records; 1 when a check failed."""
+    launcher_rank = global_rank()  # before MPI starts; RankError (exit 2) when not a rank
     try:
         options = options_from_args(args)
-    except UsageError:
-        if _launcher_rank() in (None, 0):
+        hbw_nodes()  # a MEMKIND_HBW_NODES naming what is not here: refused before any work
+    except (UsageError, IdListError):
+        if launcher_rank in (None, 0):
             raise
         return 2  # rank 0 reports the same error once
     try:

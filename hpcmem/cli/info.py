@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from hpcmem.node import topology
+from hpcmem.node.idlist import format_id_list
 
 HELP = "describe this node: NUMA and HBW nodes, GPUs, MPI, memkind, Slurm, containers"
 
@@ -28,7 +29,7 @@ def _hbw_line(hbw: dict[str, Any]) -> str:
         return f"error: {hbw['error']}"
     if not hbw["nodes"]:
         return "none (no HMAT, memory-only or memkind HBW node; MEMKIND_HBW_NODES unset)"
-    nodes = topology.format_node_list(hbw["nodes"])
+    nodes = format_id_list(hbw["nodes"])
     if hbw["source"] == topology.HBW_NODES_VARIABLE:
         how = "declared by MEMKIND_HBW_NODES" + (", emulated on DRAM" if hbw["emulated"] else "")
     else:
@@ -40,7 +41,7 @@ def render(info: dict[str, Any]) -> str:
     """The human-readable report."""
     lines = [f"hpcmem {info['hpcmem']} on {info['host']}", "NUMA nodes:"]
     for node in info["numa_nodes"]:
-        cpus = node["cpus"] and f"CPUs {topology.format_node_list(node['cpus'])}"
+        cpus = node["cpus"] and f"CPUs {format_id_list(node['cpus'])}"
         total, free = node["memory_total_bytes"] / GIB, node["memory_free_bytes"] / GIB
         lines.append(
             f"  node {node['id']}: {cpus or 'no CPUs (memory only)'}, "

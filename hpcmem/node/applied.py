@@ -6,7 +6,7 @@ where a rank really ran, not where it was asked to run. The memory policy comes
 from ``get_mempolicy(2)`` through libnuma (ctypes); the numactl arguments a
 wrapper used are taken from ``HPCMEM_NUMACTL_ARGS`` and the binding's name from
 ``HPCMEM_BINDING`` when it sets them, the rank's index on its node from the variable its
-launcher sets (:data:`LOCAL_RANK_VARIABLES`).
+launcher sets (:func:`hpcmem.node.launcher.local_rank`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ import socket
 from functools import cache
 from typing import Any
 
+from hpcmem.node.launcher import RankError, local_rank
+
 __all__ = [
     "BINDING_ENV",
-    "LOCAL_RANK_VARIABLES",
     "MEMPOLICY_MODES",
     "NUMACTL_ENV",
     "binding_label",
@@ -34,17 +35,6 @@ __all__ = [
 NUMACTL_ENV = "HPCMEM_NUMACTL_ARGS"
 #: environment variable through which a binding wrapper reports the binding's name (e.g. ``hbw``)
 BINDING_ENV = "HPCMEM_BINDING"
-#: where launchers put a rank's index on its node: Open MPI, Slurm, MPICH and Intel MPI,
-#: Cray PALS, MVAPICH2, Flux; PMIX_RANK last, as it is global (right on one node only)
-LOCAL_RANK_VARIABLES = (
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "SLURM_LOCALID",
-    "MPI_LOCALRANKID",
-    "PALS_LOCAL_RANKID",
-    "MV2_COMM_WORLD_LOCAL_RANK",
-    "FLUX_TASK_LOCAL_ID",
-    "PMIX_RANK",
-)
 
 #: MPOL_* values of <linux/mempolicy.h> -> names
 MEMPOLICY_MODES: dict[int, str] = {
@@ -116,16 +106,19 @@ def current() -> dict[str, Any]:
     """The binding applied to this process, as recorded in every result record.
 
     ``host`` is the node it runs on and ``local_rank`` its rank there as the launcher
-    says (None when no launcher said), ``name`` the binding's name from
-    ``HPCMEM_BINDING`` and ``numactl`` the arguments from ``HPCMEM_NUMACTL_ARGS`` as a
-    list (None when no wrapper reported them), ``cpus`` the CPU affinity, ``mempolicy``
-    the kernel's memory policy.
+    says (None when no launcher said, or what it said is not a rank), ``name`` the
+    binding's name from ``HPCMEM_BINDING`` and ``numactl`` the arguments from
+    ``HPCMEM_NUMACTL_ARGS`` as a list (None when no wrapper reported them), ``cpus`` the
+    CPU affinity, ``mempolicy`` the kernel's memory policy.
     """
     raw = os.environ.get(NUMACTL_ENV)
-    local = next((os.environ[name] for name in LOCAL_RANK_VARIABLES if name in os.environ), None)
+    try:
+        local = local_rank()
+    except RankError:
+        local = None  # a record says what was applied; refusing is the commands' part
     return {
         "host": socket.gethostname(),
-        "local_rank": int(local) if local is not None and local.isdigit() else None,
+        "local_rank": local,
         "name": os.environ.get(BINDING_ENV) or None,
         "numactl": shlex.split(raw) if raw is not None else None,
         "cpus": cpu_affinity(),

@@ -27,19 +27,14 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hpcmem.errors import HpcmemError
-from hpcmem.node.applied import BINDING_ENV, LOCAL_RANK_VARIABLES, NUMACTL_ENV
-from hpcmem.node.topology import (
-    HBWNodes,
-    NumaNode,
-    format_node_list,
-    hbw_nodes,
-    numa_nodes,
-    parse_node_list,
-)
+from hpcmem.node.applied import BINDING_ENV, NUMACTL_ENV
+from hpcmem.node.idlist import IdListError, format_id_list, parse_id_list
+from hpcmem.node.launcher import local_rank
+from hpcmem.node.topology import HBWNodes, NumaNode, hbw_nodes, numa_nodes
 
 __all__ = [
     "BINDINGS",
@@ -47,7 +42,6 @@ __all__ = [
     "BindingError",
     "BindingUnavailableError",
     "NumactlPlan",
-    "local_rank",
     "plan_binding",
 ]
 
@@ -92,19 +86,6 @@ class NumactlPlan:
         return env
 
 
-def local_rank(environ: Mapping[str, str] | None = None) -> int:
-    """This process's rank on its node from the launcher's environment; 0 when launched alone."""
-    env = os.environ if environ is None else environ
-    for name in LOCAL_RANK_VARIABLES:
-        value = env.get(name)
-        if value is None:
-            continue
-        if not value.isdigit():
-            raise BindingError(f"{name}={value!r} is not a non-negative integer")
-        return int(value)
-    return 0
-
-
 def _cpu_nodes(nodes: Sequence[NumaNode]) -> list[NumaNode]:
     with_cpus = [n for n in nodes if n.cpus]
     if not with_cpus:
@@ -124,24 +105,13 @@ def _builtin(name: str, rank: int, nodes: Sequence[NumaNode], hbw: HBWNodes) -> 
     if name == "dram":
         return [bind_cpus, f"--membind={cpu_node}"]
     if name == "interleave":
-        return [bind_cpus, f"--interleave={format_node_list(n.id for n in nodes)}"]
+        return [bind_cpus, f"--interleave={format_id_list(n.id for n in nodes)}"]
     if not hbw.nodes:
         raise BindingUnavailableError(
             "binding 'hbw': this node has no high-bandwidth memory node "
             "(declare one for emulation with MEMKIND_HBW_NODES=<nodes>, or use binding dram)"
         )
-    return [bind_cpus, f"--membind={format_node_list(hbw.nodes)}"]
-
-
-def _check_ids(option: str, value: str, wanted: Sequence[int], existing: Sequence[int], what: str):
-    # an explicit binding naming what this node lacks is refused, not skipped: it is a
-    # request for this machine's layout, and skipping it would hide a wrong sweep config
-    for item in wanted:
-        if item not in existing:
-            raise BindingError(
-                f"binding {option}={value}: {what} {item} does not exist "
-                f"({what}s here: {format_node_list(existing)})"
-            )
+    return [bind_cpus, f"--membind={format_id_list(hbw.nodes)}"]
 
 
 def _explicit(text: str, nodes: Sequence[NumaNode]) -> list[str]:
@@ -169,11 +139,12 @@ def _explicit(text: str, nodes: Sequence[NumaNode]) -> list[str]:
             raise BindingError(f"binding {text!r}: {option} needs a value ({option}=0)")
         else:
             kind, existing = ("CPU", cpu_ids) if option == "--physcpubind" else ("node", node_ids)
+            # an explicit binding naming what this node lacks is refused, not skipped: it is a
+            # request for this machine's layout, and skipping it would hide a wrong sweep config
             try:
-                ids = parse_node_list(value, name=option, every=existing)
-            except ValueError as error:
-                raise BindingError(f"binding: {error}") from None
-            _check_ids(option, value, ids, existing, kind)
+                ids = parse_id_list(value, name=f"binding {option}", existing=existing, what=kind)
+            except IdListError as error:
+                raise BindingError(str(error)) from None
             if option == "--preferred" and len(ids) != 1:
                 raise BindingError(f"binding {text!r}: --preferred takes one node, not {value}")
         seen[option] = value
@@ -200,12 +171,15 @@ def plan_binding(
     ``binding`` is a built-in name (:data:`BINDINGS`) or explicit numactl arguments
     starting with ``--``. ``nodes`` and ``hbw`` default to this machine's topology
     (:func:`hpcmem.node.topology.numa_nodes`, :func:`hpcmem.node.topology.hbw_nodes`).
+    ``rank`` defaults to the launcher's (:func:`hpcmem.node.launcher.local_rank`, whose
+    :class:`~hpcmem.node.launcher.RankError` refuses a variable that is not a rank).
     Raises :class:`BindingError` naming the value and what is accepted, and its subclass
     :class:`BindingUnavailableError` when a well-formed binding needs what this node lacks;
     with ``skip_unavailable`` such a binding gives a plan without numactl arguments whose
     ``skip_reason`` says why.
     """
-    rank = local_rank() if rank is None else rank
+    if rank is None:
+        rank = local_rank() or 0  # launched alone: rank 0
     if rank < 0:
         raise BindingError(f"local rank {rank} is negative")
     try:
@@ -224,7 +198,7 @@ def _plan(binding: str, rank: int, nodes: Sequence[NumaNode] | None, hbw: HBWNod
         if hbw is None and binding == "hbw":
             try:
                 hbw = hbw_nodes()
-            except (ValueError, MemoryError) as error:
+            except ValueError as error:
                 raise BindingError(f"binding 'hbw': cannot find the HBW nodes: {error}") from None
         args = _builtin(binding, rank, nodes, hbw or HBWNodes((), "none", emulated=False))
         return NumactlPlan(binding, rank, tuple(args))

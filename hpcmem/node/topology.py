@@ -11,24 +11,18 @@ in flat mode), or by memkind itself. Declared nodes that are ordinary DRAM nodes
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = [
-    "HBWNodes",
-    "NumaNode",
-    "format_node_list",
-    "hbw_nodes",
-    "numa_nodes",
-    "parse_node_list",
-]
+from hpcmem.node.idlist import parse_id_list
+
+__all__ = ["HBWNodes", "NumaNode", "hbw_nodes", "numa_nodes"]
 
 NODE_ROOT = Path("/sys/devices/system/node")
 HBW_NODES_VARIABLE = "MEMKIND_HBW_NODES"
-_NODE_RANGE = re.compile(r"(\d+)(?:-(\d+))?", re.ASCII)
-NODE_LIST_FORMS = "N, N-M, comma lists of those (0, 0-3, 0,2), or all"
+#: the CPU ids a sysfs cpulist may name: above any kernel's NR_CPUS (8192 at most today)
+_SYSFS_CPUS = range(1 << 16)
 
 
 @dataclass(frozen=True)
@@ -59,42 +53,6 @@ class HBWNodes:
         return bool(self.nodes)
 
 
-def parse_node_list(
-    text: str, *, name: str = "node list", every: Iterable[int] = ()
-) -> tuple[int, ...]:
-    """Parse libnuma node-list syntax (``0``, ``0-3``, ``0,2``, ``all``) into sorted ids.
-
-    ``name`` is used in the error message; ``every`` is what ``all`` stands for.
-    """
-    value = text.strip()
-    if value == "all":
-        return tuple(sorted(every))
-    result: set[int] = set()
-    for part in (p.strip() for p in value.split(",")):
-        match = _NODE_RANGE.fullmatch(part)
-        first, last = (int(match[1]), int(match[2] or match[1])) if match else (0, -1)
-        if last < first:
-            raise ValueError(
-                f"{name}={text!r}: {part!r} is not a node or a range (accepted: {NODE_LIST_FORMS})"
-            )
-        result.update(range(first, last + 1))
-    return tuple(sorted(result))
-
-
-def format_node_list(ids: Iterable[int]) -> str:
-    """The compact libnuma form of ``ids``: ``(0, 1, 2, 5)`` -> ``"0-2,5"``."""
-    parts: list[str] = []
-    run: list[int] = []
-    for n in sorted(set(ids)):
-        if run and n != run[-1] + 1:
-            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else f"{run[0]}")
-            run = []
-        run.append(n)
-    if run:
-        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else f"{run[0]}")
-    return ",".join(parts)
-
-
 def _read_int(path: Path) -> int | None:
     try:
         return int(path.read_text().strip())
@@ -118,7 +76,11 @@ def _meminfo(path: Path) -> dict[str, int]:
 def _node(path: Path) -> NumaNode:
     node_id = int(path.name.removeprefix("node"))
     cpulist = (path / "cpulist").read_text().strip()
-    cpus = parse_node_list(cpulist, name=f"{path}/cpulist") if cpulist else ()
+    cpus = (
+        parse_id_list(cpulist, name=f"{path}/cpulist", existing=_SYSFS_CPUS, what="CPU")
+        if cpulist
+        else ()
+    )
     memory = _meminfo(path / "meminfo")
     return NumaNode(
         id=node_id,
@@ -184,10 +146,11 @@ def _detect(nodes: list[NumaNode], *, ask_memkind: bool) -> HBWNodes:
 def hbw_nodes(environ: Mapping[str, str] | None = None, *, root: Path = NODE_ROOT) -> HBWNodes:
     """The HBW nodes of this machine and how they were found.
 
-    ``MEMKIND_HBW_NODES`` wins when set (``source="MEMKIND_HBW_NODES"``); it must
-    name existing nodes. It is ``emulated`` when a declared node is not one that
-    HMAT or the memory-only rule detects, i.e. an ordinary DRAM node. Otherwise the
-    source is ``hmat``, ``memory-only``, ``memkind`` or ``none`` (no HBW node).
+    ``MEMKIND_HBW_NODES`` wins when set (``source="MEMKIND_HBW_NODES"``); a node it
+    names that does not exist raises :class:`~hpcmem.node.idlist.IdListError`. It is
+    ``emulated`` when a declared node is not one that HMAT or the memory-only rule
+    detects, i.e. an ordinary DRAM node. Otherwise the source is ``hmat``,
+    ``memory-only``, ``memkind`` or ``none`` (no HBW node).
     ``environ`` and ``root`` (the sysfs node folder) default to this machine's.
     """
     env = os.environ if environ is None else environ
@@ -195,13 +158,6 @@ def hbw_nodes(environ: Mapping[str, str] | None = None, *, root: Path = NODE_ROO
     declared = env.get(HBW_NODES_VARIABLE, "").strip()
     if not declared:
         return _detect(nodes, ask_memkind=True)
-    ids = [n.id for n in nodes]
-    parsed = parse_node_list(declared, name=HBW_NODES_VARIABLE, every=ids)
-    missing = [n for n in parsed if n not in ids]
-    if missing:
-        raise ValueError(
-            f"{HBW_NODES_VARIABLE}={declared!r}: node {missing[0]} does not exist "
-            f"(nodes here: {','.join(map(str, ids))})"
-        )
+    parsed = parse_id_list(declared, name=HBW_NODES_VARIABLE, existing=[n.id for n in nodes])
     detected = _detect(nodes, ask_memkind=False).nodes
     return HBWNodes(parsed, HBW_NODES_VARIABLE, emulated=not set(parsed) <= set(detected))
