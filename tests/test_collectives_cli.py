@@ -87,7 +87,8 @@ def test_wrong_result_fails_the_point_and_the_exit_code(monkeypatch, capsys, tmp
 
 def test_numpy_hugepage_follows_the_option_then_the_environment(monkeypatch):
     def hugepage(*argv):
-        return options_from_args(build_parser().parse_args(["collectives", *argv])).numpy_hugepage
+        options = options_from_args(build_parser().parse_args(["collectives", *argv]))
+        return options.knobs.numpy_hugepage
 
     monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
     assert hugepage() is False

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from hpcmem.collectives import osu
-from hpcmem.collectives.benchmark import describe, exit_code, merge_placements
+from hpcmem.collectives.benchmark import exit_code
 from hpcmem.collectives.ops import OPS, SENTINEL, check, rank_input, split_counts
+from hpcmem.collectives.placement import describe, merge_placements
 from hpcmem.collectives.sizes import osu_counts, size_steps
 from hpcmem.collectives.timing import Latency
 from hpcmem.node import applied

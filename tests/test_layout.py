@@ -6,10 +6,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from hpcmem.collectives.benchmark import merge_placements
+from hpcmem.collectives.placement import placement_by_host
 from hpcmem.collectives.scaling import scaling_figures
 from hpcmem.collectives.spec import COLLECTIVES
-from hpcmem.collectives.spread import layout_fields, placement_by_host
+from hpcmem.collectives.spread import layout_fields
 from hpcmem.workflow.layout import Layout, LayoutError, sweep_layouts
 
 
@@ -61,8 +61,7 @@ def test_where_ranks_ran_is_counted_from_their_hosts() -> None:
         "nodes": 3, "tasks_per_node": 2, "hosts": ["a", "b", "c"]}
     page = {"nodes": {"0": 2}, "hbw_fraction": 0.0, "emulated": False}
     hbw = {"nodes": {"1": 4}, "hbw_fraction": 1.0, "emulated": True}
-    by_host = placement_by_host([[page, None], [hbw, page], [page, page]], ["a", "b", "a"],
-                                merge_placements)
+    by_host = placement_by_host([[page, None], [hbw, page], [page, page]], ["a", "b", "a"])
     assert by_host == {"a": {"nodes": {"0": 6}, "hbw_fraction": 0.0},
                        "b": {"nodes": {"0": 2, "1": 4}, "hbw_fraction": 4 / 6}}
 

@@ -61,15 +61,11 @@ def run(args: argparse.Namespace) -> int:
     """Check, print the table, write the verdict; 1 on a regression."""
     from hpcmem.outputs import OutputPathError, check_output_dir, check_output_file
     from hpcmem.results.aggregate import read_summary
-    from hpcmem.results.check import (
-        CheckError,
-        check,
-        conclude,
-        format_table,
-        requested_system,
-        verdict_document,
-    )
+    from hpcmem.results.check import check, conclude
     from hpcmem.results.references import ReferencesError, load_references
+    from hpcmem.results.systems import requested_system
+    from hpcmem.results.verdict import CheckError
+    from hpcmem.results.verdict_file import format_table, verdict_document
     from hpcmem.results.verdict_summary import summary_lines
 
     with bad_input(CheckError, where="--system"):

@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import mpi4py
 
-        mpi4py.rc.thread_level = options.thread_level  # read when MPI starts, at the import
+        mpi4py.rc.thread_level = options.knobs.thread_level  # read when MPI starts, at the import
         from mpi4py import MPI
     except ImportError as error:
         print(

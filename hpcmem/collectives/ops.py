@@ -29,6 +29,7 @@ import numpy as np
 __all__ = [
     "DTYPES",
     "OPS",
+    "ROOT",
     "SENTINEL",
     "Op",
     "check",
@@ -39,6 +40,8 @@ __all__ = [
 
 #: --dtype names accepted (NumPy names; mpi4py maps them to MPI datatypes)
 DTYPES = ("float32", "float64", "int32", "int64")
+#: the root rank of the rooted collectives (bcast, gather, reduce, scatter), as in OSU
+ROOT = 0
 #: written into receive buffers before the validation call, so a missing write shows
 SENTINEL = -1
 _PERIOD = 8191  # input values lie in 1..8191: sums over 2048 ranks stay exact in float32

@@ -4,6 +4,7 @@
 call of that op sleep that long inside the timed region, on every rank: a real, measured
 slowdown that ``hpcmem check`` must report as a regression. Never set it for a measurement
 whose figures mean anything; records made with it say so in ``injected_slowdown_us``.
+:meth:`TestHooks.from_environment` is the one place the variable is read.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.collectives.ops import OPS
 from hpcmem.errors import HpcmemError
 
-__all__ = ["SLOWDOWN_ENV", "SlowdownError", "injected_slowdown", "slowed"]
+__all__ = ["SLOWDOWN_ENV", "Slowdown", "SlowdownError", "TestHooks"]
 
 SLOWDOWN_ENV = "HPCMEM_TEST_SLOWDOWN"
 
@@ -25,24 +27,52 @@ class SlowdownError(HpcmemError, ValueError):
     """``HPCMEM_TEST_SLOWDOWN`` holds something other than ``OP:MICROSECONDS``."""
 
 
-def injected_slowdown() -> tuple[str, float] | None:
-    """``(op, microseconds)`` from ``HPCMEM_TEST_SLOWDOWN``, or None when it is not set."""
-    text = os.environ.get(SLOWDOWN_ENV, "").strip()
-    if not text:
-        return None
-    op, _, micros = text.partition(":")
-    try:
-        delay = float(micros)
-    except ValueError:
-        delay = -1.0
-    if op not in OPS or not 0 < delay <= 1e6:
-        raise SlowdownError(
-            f"{SLOWDOWN_ENV}: {text!r} is not OP:MICROSECONDS with OP one of "
-            f"{', '.join(OPS)} and 0 < MICROSECONDS <= 1000000 (test use only)")
-    return op, delay
+@dataclass(frozen=True)
+class Slowdown:
+    """Every timed call of ``op`` followed by a sleep of ``microseconds``."""
+
+    op: str
+    microseconds: float
 
 
-def slowed(call: Callable[[], Any], microseconds: float) -> Callable[[], None]:
+@dataclass(frozen=True)
+class TestHooks:
+    """What a run does on purpose to test the check; by default nothing."""
+
+    __test__ = False  # not a pytest test class
+
+    slowdown: Slowdown | None = None
+
+    @classmethod
+    def from_environment(cls) -> TestHooks:
+        """The hooks ``HPCMEM_TEST_SLOWDOWN`` asks for; SlowdownError when it is malformed."""
+        text = os.environ.get(SLOWDOWN_ENV, "").strip()
+        if not text:
+            return cls()
+        op, _, micros = text.partition(":")
+        try:
+            delay = float(micros)
+        except ValueError:
+            delay = -1.0
+        if op not in OPS or not 0 < delay <= 1e6:
+            raise SlowdownError(
+                f"{SLOWDOWN_ENV}: {text!r} is not OP:MICROSECONDS with OP one of "
+                f"{', '.join(OPS)} and 0 < MICROSECONDS <= 1000000 (test use only)")
+        return cls(Slowdown(op, delay))
+
+    def slowdown_us(self, op: str) -> float | None:
+        """The sleep added to every timed call of ``op``, or None when it is not slowed."""
+        if self.slowdown is None or self.slowdown.op != op:
+            return None
+        return self.slowdown.microseconds
+
+    def timed(self, op: str, call: Callable[[], Any]) -> Callable[[], Any]:
+        """What the timed loop calls for ``call`` of ``op``: ``call`` itself unless slowed."""
+        microseconds = self.slowdown_us(op)
+        return call if microseconds is None else _slowed(call, microseconds)
+
+
+def _slowed(call: Callable[[], Any], microseconds: float) -> Callable[[], None]:
     """``call`` followed by a sleep of ``microseconds``, both inside the timed region."""
     seconds = microseconds * 1e-6
 

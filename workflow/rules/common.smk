@@ -12,8 +12,8 @@ from snakemake.utils import validate
 
 from hpcmem.node.planned import BINDINGS
 from hpcmem.node.state import YIELD_ENV
-from hpcmem.results.check import read_verdict
 from hpcmem.record.provenance import git_sha
+from hpcmem.results.verdict_file import read_verdict
 from hpcmem.results.verdict_summary import summary_lines
 from hpcmem.um import PRESETS
 from hpcmem.units import parse_size as size_bytes
