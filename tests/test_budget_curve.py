@@ -9,7 +9,8 @@ import pytest
 pytest.importorskip("pandas")
 
 from hpcmem.cli import main
-from hpcmem.results.aggregate import aggregate, read_summary
+from hpcmem.results.aggregate import aggregate
+from hpcmem.results.summary import read_summary
 from hpcmem.train.budget_curve import MEMORY, budget_points
 
 RUN = Path(__file__).parents[1] / "benchmarks" / "results" / "gpu-20261130-um-stream-f"

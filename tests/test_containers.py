@@ -21,8 +21,9 @@ import yaml
 from container_image import NO_MIRROR, host_open_mpi, leftovers
 
 from hpcmem.collectives.container_report import overhead_table
-from hpcmem.results.aggregate import aggregate, read_summary
+from hpcmem.results.aggregate import aggregate
 from hpcmem.results.native_comparison import container_section
+from hpcmem.results.summary import read_summary
 from hpcmem.workflow.container_images import (
     ContainerError,
     ImageRef,

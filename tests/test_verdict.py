@@ -220,7 +220,7 @@ def test_bad_judging_settings_are_refused_naming_them(history: dict, message: st
 
 def test_the_speedup_of_a_noisy_point_is_marked_not_a_speedup(tmp_path: Path) -> None:
     from hpcmem.collectives.tables import latency_range, speedup_table
-    from hpcmem.results.aggregate import read_summary
+    from hpcmem.results.summary import read_summary
 
     aggregate([FIXTURE.parent], tmp_path / "s")
     points = read_summary(tmp_path / "s").points

@@ -60,9 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check, print the table, write the verdict; 1 on a regression."""
     from hpcmem.outputs import OutputPathError, check_output_dir, check_output_file
-    from hpcmem.results.aggregate import read_summary
     from hpcmem.results.check import check, conclude
     from hpcmem.results.references import ReferencesError, load_references
+    from hpcmem.results.summary import read_summary
     from hpcmem.results.systems import requested_system
     from hpcmem.results.verdict import CheckError
     from hpcmem.results.verdict_file import format_table, verdict_document

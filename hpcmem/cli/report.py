@@ -39,8 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from hpcmem.collectives.comparison import html_section, read_comparison
     from hpcmem.draw.html import section
     from hpcmem.outputs import OutputPathError, check_output_file
-    from hpcmem.results.aggregate import read_summary
     from hpcmem.results.report import write_report
+    from hpcmem.results.summary import read_summary
     from hpcmem.results.verdict_file import VerdictError, read_verdict
 
     with bad_input(OutputPathError, where="--out"):

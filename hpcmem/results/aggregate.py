@@ -43,6 +43,16 @@ from hpcmem.record.provenance import utc_now
 from hpcmem.record.samples import merge_samples, record_samples
 from hpcmem.results.registry import BENCHMARKS, REPORTS
 from hpcmem.results.schema import validate_record
+from hpcmem.results.summary import (
+    COORDINATES,
+    INTEGER_COLUMNS,
+    METRICS,
+    NODE_COLUMNS,
+    REJECTED_COLUMNS,
+    SKIPPED_COLUMNS,
+    SUMMARY_COLUMNS,
+    benchmark_points,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -50,33 +60,12 @@ if TYPE_CHECKING:
 __all__ = [
     "AggregateResult",
     "Loaded",
-    "Summary",
     "aggregate",
-    "benchmark_points",
     "find_inputs",
     "load_records",
-    "read_summary",
     "summarize",
     "write_outputs",
 ]
-
-#: summary columns: every benchmark's coordinates and metrics (a benchmark's rows leave the
-#: others' empty)
-_COORDINATES = list(dict.fromkeys(c.name for b in BENCHMARKS.values() for c in b.coordinates))
-_METRICS = [m.name for b in BENCHMARKS.values() for m in b.metrics]
-_INTEGER_COLUMNS = [
-    *dict.fromkeys(c.name for b in BENCHMARKS.values() for c in b.coordinates if c.integer),
-    "repeats",
-]
-#: summary columns added after the first summaries were written, with their value in those
-_NODE_COLUMNS = {"samples": "", "shared_cores": None, "other_busy_cpus": None}
-_SUMMARY_COLUMNS = [
-    "point", "benchmark", *_COORDINATES,
-    "emulated", *_METRICS, "repeats", "run_ids", "hosts", "systems", *_NODE_COLUMNS,
-]
-_SKIPPED_COLUMNS = ["file", "line", "benchmark", "status", "point", "reason", "run_id", "host"]
-_REJECTED_COLUMNS = ["file", "line", "error"]
-
 
 class _Distinct:
     """Distinct values in the order first seen (dicts and lists compared by content)."""
@@ -103,8 +92,8 @@ _METADATA_FIELDS = {
 }
 #: with the point key, what makes a record one measurement: the same again is a duplicate
 _IDENTITY = ("run_id", "host", "slurm_job_id", "timestamp", "status")
-_ROW_COLUMNS = ["point", "benchmark", *_COORDINATES, "emulated", *_METRICS, "run_id", "host",
-                "system", *_NODE_COLUMNS]
+_ROW_COLUMNS = ["point", "benchmark", *COORDINATES, "emulated", *METRICS, "run_id", "host",
+                "system", *NODE_COLUMNS]
 
 
 @dataclass
@@ -188,17 +177,6 @@ class AggregateResult:
     out_dir: Path
 
 
-@dataclass
-class Summary:
-    """An aggregate output folder read back: the summary and what was left out."""
-
-    points: pd.DataFrame
-    skipped: pd.DataFrame
-    rejected: pd.DataFrame
-    metadata: dict[str, Any]
-    folder: Path
-
-
 def find_inputs(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
     """The ``*.jsonl`` files named by ``paths`` (files, or folders searched recursively).
 
@@ -280,11 +258,11 @@ def summarize(loaded: Loaded) -> pd.DataFrame:
     import pandas as pd
 
     rows = pd.DataFrame(loaded.columns, columns=_ROW_COLUMNS)
-    rows[_METRICS] = rows[_METRICS].apply(pd.to_numeric, errors="coerce")
+    rows[METRICS] = rows[METRICS].apply(pd.to_numeric, errors="coerce")
     groups = rows.groupby("point", sort=False)
-    summary = groups[["benchmark", *_COORDINATES]].first()
+    summary = groups[["benchmark", *COORDINATES]].first()
     summary["emulated"] = groups["emulated"].agg(lambda s: bool(s.fillna(False).astype(bool).any()))
-    summary[_METRICS] = groups[_METRICS].median()
+    summary[METRICS] = groups[METRICS].median()
     summary["repeats"] = groups.size()
     summary["run_ids"] = groups["run_id"].agg(_joined)
     summary["hosts"] = groups["host"].agg(_joined)
@@ -292,9 +270,9 @@ def summarize(loaded: Loaded) -> pd.DataFrame:
     summary["samples"] = groups["samples"].agg(merge_samples)
     summary["shared_cores"] = groups["shared_cores"].agg(_any_shared).astype("boolean")
     summary["other_busy_cpus"] = pd.to_numeric(groups["other_busy_cpus"].max(), errors="coerce")
-    summary = summary.reset_index()[_SUMMARY_COLUMNS]
-    summary[_INTEGER_COLUMNS] = summary[_INTEGER_COLUMNS].astype("Int64")
-    order = ["benchmark", *_COORDINATES]
+    summary = summary.reset_index()[SUMMARY_COLUMNS]
+    summary[INTEGER_COLUMNS] = summary[INTEGER_COLUMNS].astype("Int64")
+    order = ["benchmark", *COORDINATES]
     return summary.sort_values(order, kind="stable", na_position="last").reset_index(drop=True)
 
 
@@ -317,11 +295,6 @@ def run_metadata(loaded: Loaded) -> dict[str, Any]:
     }
 
 
-def benchmark_points(summary: pd.DataFrame, benchmark: str) -> pd.DataFrame:
-    """The summary rows of one benchmark."""
-    return summary[summary["benchmark"] == benchmark].reset_index(drop=True)
-
-
 def write_outputs(out_dir: Path, summary: pd.DataFrame, loaded: Loaded,
                   metadata: dict[str, Any]) -> None:
     """Write every output file into ``out_dir``.
@@ -338,8 +311,8 @@ def write_outputs(out_dir: Path, summary: pd.DataFrame, loaded: Loaded,
     parquet = io.BytesIO()
     summary.to_parquet(parquet, index=False)
     tables = {
-        "rejected.csv": pd.DataFrame(loaded.rejected, columns=_REJECTED_COLUMNS),
-        "skipped.csv": pd.DataFrame(loaded.skipped, columns=_SKIPPED_COLUMNS),
+        "rejected.csv": pd.DataFrame(loaded.rejected, columns=REJECTED_COLUMNS),
+        "skipped.csv": pd.DataFrame(loaded.skipped, columns=SKIPPED_COLUMNS),
     }
     for name, reporting in REPORTS.items():
         points = benchmark_points(summary, name)
@@ -373,43 +346,3 @@ def aggregate(inputs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLi
     return AggregateResult(summary=summary, loaded=loaded, metadata=metadata, out_dir=out)
 
 
-def read_summary(path: str | os.PathLike[str]) -> Summary:
-    """Read an ``hpcmem aggregate`` output folder (or its ``summary.parquet``).
-
-    Raises ``FileNotFoundError`` or ``ValueError`` with a one-line message naming the file.
-    """
-    import pandas as pd
-
-    folder = Path(path)
-    if folder.is_file() or folder.suffix == ".parquet":
-        folder = folder.parent
-    parts = {}
-    for name in ("summary.parquet", "skipped.csv", "rejected.csv", "metadata.json"):
-        if not (folder / name).is_file():
-            raise FileNotFoundError(
-                f"{folder}: no {name} (make it with `hpcmem aggregate RESULTS --out {folder}`)"
-            )
-        try:
-            if name.endswith(".parquet"):
-                parts[name] = pd.read_parquet(folder / name)
-            elif name.endswith(".csv"):
-                parts[name] = pd.read_csv(folder / name, keep_default_na=False)
-            else:
-                parts[name] = json.loads((folder / name).read_text())
-        except (OSError, ValueError) as error:
-            raise ValueError(f"{folder / name}: unreadable ({error})") from None
-    points = parts["summary.parquet"]
-    for name, value in _NODE_COLUMNS.items():
-        if name not in points.columns:
-            points[name] = value
-    missing = set(_SUMMARY_COLUMNS) - set(points.columns)
-    if missing:
-        names = ", ".join(sorted(missing))
-        raise ValueError(f"{folder / 'summary.parquet'}: missing columns {names}")
-    return Summary(
-        points=parts["summary.parquet"],
-        skipped=parts["skipped.csv"],
-        rejected=parts["rejected.csv"],
-        metadata=parts["metadata.json"],
-        folder=folder,
-    )

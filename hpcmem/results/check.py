@@ -24,11 +24,11 @@ from hpcmem.outputs import write_errors
 from hpcmem.record.jsonl import atomic_open
 from hpcmem.record.provenance import utc_now
 from hpcmem.record.samples import read_samples
-from hpcmem.results.aggregate import Summary
 from hpcmem.results.history import Baseline, Figure, History, RunInfo
 from hpcmem.results.judge import Measured, judge
 from hpcmem.results.references import References
 from hpcmem.results.registry import BENCHMARKS
+from hpcmem.results.summary import Summary
 from hpcmem.results.systems import default_system, point_systems
 from hpcmem.results.verdict import CheckError, CheckResult, Row
 from hpcmem.results.verdict_file import write_document, write_table

@@ -8,11 +8,11 @@ import html
 from typing import TYPE_CHECKING, Any
 
 from hpcmem.draw.html import section
-from hpcmem.results.aggregate import benchmark_points
 from hpcmem.results.registry import REPORTS
+from hpcmem.results.summary import benchmark_points
 
 if TYPE_CHECKING:
-    from hpcmem.results.aggregate import Summary
+    from hpcmem.results.summary import Summary
 
 __all__ = ["container_section"]
 

@@ -20,9 +20,9 @@ from hpcmem.draw.html import PAGE, badge, section, table
 from hpcmem.outputs import write_errors
 from hpcmem.record.jsonl import atomic_open
 from hpcmem.record.provenance import utc_now
-from hpcmem.results.aggregate import Summary, benchmark_points
 from hpcmem.results.native_comparison import container_section
 from hpcmem.results.registry import REPORTS
+from hpcmem.results.summary import Summary, benchmark_points
 
 __all__ = ["render_report", "write_report"]
 

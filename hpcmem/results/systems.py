@@ -12,7 +12,7 @@ import os
 import re
 
 from hpcmem.record.provenance import slurm_system
-from hpcmem.results.aggregate import Summary
+from hpcmem.results.summary import Summary
 from hpcmem.results.verdict import CheckError
 
 __all__ = ["check_system", "default_system", "point_systems", "requested_system"]
