@@ -1,4 +1,5 @@
-"""A tensor's memory as raw bytes: its size, and a CPU alias of managed memory.
+"""A tensor's memory as raw bytes: its size, and a CPU alias of managed memory; whether a
+value is a tensor at all.
 
 A leaf: it imports nothing of the package, so the managed implementation and the streaming
 mode both use it without importing each other (torch and NumPy are imported on use).
@@ -9,12 +10,19 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-__all__ = ["host_view", "tensor_bytes"]
+__all__ = ["host_view", "is_tensor", "tensor_bytes"]
 
 
 def tensor_bytes(tensor: Any) -> int:
     """The bytes of a tensor's elements (``numel() * element_size()``)."""
     return tensor.numel() * tensor.element_size()
+
+
+def is_tensor(value: Any) -> bool:
+    """Whether ``value`` is a ``torch.Tensor`` (torch is imported on use)."""
+    import torch
+
+    return isinstance(value, torch.Tensor)
 
 
 def host_view(tensor: Any) -> Any:

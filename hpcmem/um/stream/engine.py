@@ -8,41 +8,39 @@
 * inside :meth:`scope` (forward and backward) a ``TorchFunctionMode`` binds a parameter's
   device copy just before any operation uses it, wherever that is (its own module, a tied
   weight read by another, a custom autograd function, a recomputed block), and drops it
-  after its last use; saved tensors go through :class:`~hpcmem.um.stream.saved.SavedTensors`;
+  after its last use (:mod:`hpcmem.um.stream.binding`); saved tensors go through
+  :class:`~hpcmem.um.stream.saved.SavedTensors`;
 * a gradient leaves for its home as soon as autograd has accumulated it;
 * ``optimizer.step`` steps chunk by chunk (:class:`~hpcmem.um.stream.optimizer.ChunkedStep`).
 
-The first step is the probe (:mod:`hpcmem.um.stream.plan`); the second applies the plan.
+The first step is the probe (:mod:`hpcmem.um.stream.plan`); the second applies the plan
+(:class:`~hpcmem.um.stream.probe.Planner`).
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import replace
 from typing import Any
 
-from torch.overrides import TorchFunctionMode
-
+from hpcmem.um.stream.binding import BindParameters, ModuleBinds
 from hpcmem.um.stream.host import HostArena
 from hpcmem.um.stream.optimizer import ChunkedStep
 from hpcmem.um.stream.params import Counters, Entry, ParamStreams
 from hpcmem.um.stream.plan import (
-    Probe,
     StreamPlan,
     adjust_keep,
     check_minimum,
     keep_from,
     out_cap,
     pcie_transfer_ms,
-    plan_stream,
 )
+from hpcmem.um.stream.probe import Planner
 from hpcmem.um.stream.recompute import Recompute, repeated_blocks
 from hpcmem.um.stream.saved import SavedTensors
 from hpcmem.um.stream.transport import Transport
-from hpcmem.um.tensors import tensor_bytes
+from hpcmem.um.tensors import is_tensor, tensor_bytes
 
 __all__ = ["RESIDENT_BELOW", "Streamer"]
 
@@ -81,16 +79,10 @@ class Streamer:
         self.device_scope = device_scope
         self.counters = Counters()
         self.arena = HostArena(transport)
-        self.plan: StreamPlan | None = None
-        self._probe: Probe | None = None
-        self._keep_bytes = 0
-        self._candidates: list[int] = []
         self._peaks: list[int] = []  # per step: the job's allocated bytes at most
         self._resident: list[int] = []  # per step and optimizer step: GPU memory held at most
         self._hooks: list[Any] = []
         self._step = 0
-        self._optimizer = optimizer
-        self._force_recompute = recompute
         self._held = 0  # device bytes the set-up copied over (resident data, buffers)
         transport.out_cap = out_cap(budget)
         with torch._C.DisableTorchFunction(), device_scope():
@@ -101,7 +93,7 @@ class Streamer:
             # What else lives on the device (other jobs, caches) is not this job's.
             self._base_bytes = transport.live_bytes() - self._held
         self.saved = SavedTensors(self.params, transport, self.counters)
-        self._binds = _ModuleBinds(model, self.params)
+        self._binds = ModuleBinds(model, self.params)
         self._hooks += self._binds.handles
         self.recompute = Recompute(
             repeated_blocks(model), transport.live_bytes, around=self._binds.closing
@@ -118,8 +110,17 @@ class Streamer:
         for entry in entries:
             if entry.param.requires_grad and not entry.resident:
                 self._hooks.append(entry.param.register_post_accumulate_grad_hook(self._on_grad))
-        self._probe_blocks = _BlockProbe(self.recompute.blocks)
+        self._planner = Planner(
+            budget=budget, priority=self.priority, params=self.params, saved=self.saved,
+            recompute=self.recompute, force_recompute=recompute, chunked=self.chunked,
+            optimizer=optimizer, transport=transport, device_scope=device_scope,
+        )
         transport.reset_peak()
+
+    @property
+    def plan(self) -> StreamPlan | None:
+        """The plan in force (None until the probe step is measured)."""
+        return self._planner.plan
 
     # -- set-up -------------------------------------------------------------------------
     def _homes(self, model: Any, optimizer: Any | None) -> list[Entry]:
@@ -158,7 +159,7 @@ class Streamer:
             # tensors, like fused AdamW's step) moves into the budget's pool. State the
             # optimizer keeps on the host (a non-fused AdamW's step) stays there.
             for key, value in states.get(entry.param, {}).items():
-                on_device = _is_tensor(value) and value.device.type == self.transport.device.type
+                on_device = is_tensor(value) and value.device.type == self.transport.device.type
                 if on_device and (entry.resident or not _param_shaped(value, entry)):
                     states[entry.param][key] = self._device_copy(value)
         return entries
@@ -185,13 +186,13 @@ class Streamer:
         try:
             with (
                 torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack),
-                _BindParameters(self.params, self.saved),
+                BindParameters(self.params, self.saved),
             ):
                 yield
         finally:
             self._end()
-        if self._step == 1 and self._probe is not None:
-            check_minimum(self.budget, self._probe.peak_bytes)
+        if self._step == 1 and self._planner.probe is not None:
+            check_minimum(self.budget, self._planner.probe.peak_bytes)
 
     def _pack(self, tensor: Any) -> Any:
         with self._torch._C.DisableTorchFunction():
@@ -222,25 +223,27 @@ class Streamer:
             param.grad = None
 
     def _begin(self) -> None:
+        planner = self._planner
         self._step += 1
         self._resident.append(self.transport.resident_peak_bytes())  # includes the last step
         if self._step == 2:  # the probe's optimizer step, one entry at a time, is measured now
             check_minimum(self.budget, self._resident[-1])
-            self._measure_rounding()
+            allocated = max(0, self.transport.peak_bytes() - self._base_bytes)
+            planner.measure_rounding(allocated, self._resident[-1])
         with self._torch._C.DisableTorchFunction():
             for entry in self.params.entries:
                 if not entry.resident:
                     self._take_pending_grad(entry)
-            if self._step == 2 and self._probe is not None:
-                self._apply(self._plan())
-            elif self._step > 2 and self.plan is not None:
-                self.saved.offload_below = keep_from(self._candidates, self._keep_bytes)
+            if self._step == 2 and planner.probe is not None:
+                planner.replan()
+            elif self._step > 2 and planner.plan is not None:
+                self.saved.offload_below = keep_from(planner.candidates, planner.keep_bytes)
         self._binds.open.clear()  # a forward that raised last step left its binds open
         self.params.begin_step()
         self.saved.begin_step()
         self.recompute.saved_bytes.clear()
         if self._step == 1:
-            self._probe_blocks.start()
+            planner.blocks.start()
         self.transport.reset_peak()
 
     def _take_pending_grad(self, entry: Entry) -> None:
@@ -255,6 +258,7 @@ class Streamer:
         entry.param.grad = None
 
     def _end(self) -> None:
+        planner = self._planner
         with self._torch._C.DisableTorchFunction():
             self.params.end_step()
             self.saved.end_step()
@@ -267,19 +271,19 @@ class Streamer:
         self._peaks.append(peak)
         self.counters.steps += 1
         if self._step == 1:  # what the step held, allocated or cached, whichever is more
-            self._probe = self._measure_probe(max(peak, resident), peak)
-        elif self.plan is not None and not self._structure_changed():
-            assert self._probe is not None
-            self._keep_bytes = adjust_keep(
-                self._keep_bytes, peak, resident, self.budget, sum(self.saved.candidates),
-                self._probe, grew=resident > self._resident[-1],
+            planner.measure_probe(max(peak, resident), peak, self._held)
+        elif planner.plan is not None and not self._structure_changed():
+            assert planner.probe is not None
+            planner.keep_bytes = adjust_keep(
+                planner.keep_bytes, peak, resident, self.budget, sum(self.saved.candidates),
+                planner.probe, grew=resident > self._resident[-1],
             )
-        self._candidates = list(self.saved.candidates)
+        planner.candidates = list(self.saved.candidates)
         _log.info(
             "step %d: peak %.2f GiB allocated, %.2f GiB resident (budget %.2f GiB); keep %.2f "
             "GiB of %.2f GiB saved; recompute %s; moved %.2f GB in, %.2f GB out so far; "
             "%d fetched on demand", self._step, peak / 2**30, resident / 2**30,
-            self.budget / 2**30, self._keep_bytes / 2**30, sum(self.saved.candidates) / 2**30,
+            self.budget / 2**30, planner.keep_bytes / 2**30, sum(self.saved.candidates) / 2**30,
             self.recompute.enabled, self.counters.h2d / 1e9, self.counters.d2h / 1e9,
             self.counters.fetched_on_demand,
         )
@@ -287,94 +291,16 @@ class Streamer:
     def _structure_changed(self) -> bool:
         # The first step after recomputation was switched saves other tensors: start anew.
         return self._step == 2 and self.plan is not None and (
-            self.plan.recompute != self._probe_recomputed
+            self.plan.recompute != self._planner.probe_recomputed
         )
-
-    def _measure_rounding(self) -> None:
-        """After the probe's optimizer step: the segments held beyond the most bytes the
-        whole probe step allocated (the allocator's rounding and fragmentation)."""
-        if self._probe is None:
-            return
-        allocated = max(0, self.transport.peak_bytes() - self._base_bytes)
-        rounding = max(0, self._resident[-1] - allocated)
-        self._probe = replace(self._probe, rounding_bytes=rounding)
-
-    def _measure_probe(self, peak: int, allocated: int) -> Probe:
-        self._probe_recomputed = self.recompute.enabled
-        recomputed = self.recompute.saved_bytes
-        return Probe(
-            peak_bytes=peak,
-            allocated_bytes=allocated,
-            entry_bytes=[e.nbytes for e in self.params.entries],
-            state_bytes=[e.state_bytes for e in self.params.entries],
-            saved_bytes=sum(self.saved.candidates),
-            largest_saved=max(self.saved.candidates, default=0),
-            block_saved_bytes=sum(recomputed),
-            block_input_bytes=self._probe_blocks.stop().input_bytes,
-            largest_block_saved=max(recomputed, default=0),
-            recomputed=self.recompute.enabled,
-            held_bytes=self._held,
-        )
-
-    def _plan(self) -> StreamPlan:
-        """The plan from the probe, with optimizer state as it is now (made at the first
-        step, after the probe measured)."""
-        assert self._probe is not None
-        probe = replace(self._probe, state_bytes=[e.state_bytes for e in self.params.entries])
-        plan = plan_stream(self.budget, probe, self.priority)
-        if self._force_recompute is not None:
-            plan = replace(plan, recompute=self._force_recompute)
-        return plan
-
-    def _apply(self, plan: StreamPlan) -> None:
-        """Put a plan in force for the coming step."""
-        self.plan = plan
-        self.params.window_bytes = plan.param_window
-        self.saved.window_bytes = plan.saved_window
-        if self.chunked is not None:
-            self.chunked.chunk_bytes = plan.chunk_bytes
-        if plan.recompute:
-            self.recompute.enable()
-        else:
-            self.recompute.disable()
-        if plan.recompute == self._probe_recomputed:
-            self.saved.offload_below = keep_from(self._candidates, plan.keep_bytes)
-        else:
-            self.saved.offload_below = None  # other tensors are saved now: measure again
-        self._keep_bytes = plan.keep_bytes
-        with self.device_scope():
-            for index in plan.resident:
-                self._make_resident(self.params.entries[index])
-
-    def _make_resident(self, entry: Entry) -> None:
-        if entry.resident:
-            return
-        self.params.make_resident(entry)
-        fetch = self.transport.fetch
-        if entry.has_grad:
-            entry.param.grad, token = fetch(entry.grad_home, entry.grad_ready)
-            self.transport.wait(token)
-            entry.has_grad = False
-        if self._optimizer is not None:
-            state = self._optimizer.state[entry.param]
-            for key, home in entry.states.items():
-                state[key], token = fetch(home, entry.home_ready)
-                self.transport.wait(token)
-        entry.states = {}
 
     def replan(self) -> dict[str, int]:
         """Plan again from the probe and apply it; the bytes given to each use."""
-        if self._probe is None:
+        if self._planner.probe is None:
             return {}
         with self._torch._C.DisableTorchFunction():
-            self._apply(self._plan())
-        assert self.plan is not None
-        return {
-            "param_window": self.plan.param_window,
-            "saved_window": self.plan.saved_window,
-            "resident": sum(self.params.entries[i].state_bytes for i in self.plan.resident),
-            "keep": self.plan.keep_bytes,
-        }
+            self._planner.replan()
+        return self._planner.shares()
 
     # -- statistics and lifetime ------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -393,7 +319,7 @@ class Streamer:
                 [*self._resident, self.transport.resident_peak_bytes()], default=0
             ),
             "plan": self.plan.to_record() if self.plan is not None else None,
-            "keep_bytes": self._keep_bytes,
+            "keep_bytes": self._planner.keep_bytes,
             "copy_out_cap": self.transport.out_cap,
             "host_bytes": self.arena.reserved_bytes + self.saved.buffers.reserved_bytes,
         }
@@ -411,7 +337,7 @@ class Streamer:
         for handle in self._hooks:
             handle.remove()
         self._hooks.clear()
-        self._probe_blocks.stop()
+        self._planner.blocks.stop()
         self.recompute.disable()
         if self.chunked is not None:
             self.chunked.close()
@@ -419,129 +345,5 @@ class Streamer:
         self.arena.close()
 
 
-class _BindParameters(TorchFunctionMode):
-    """Binds streamed parameters around each operation that uses them."""
-
-    def __init__(self, params: ParamStreams, saved: SavedTensors) -> None:
-        super().__init__()
-        self._params = params
-        self._saved = saved
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        self._saved.new_operation()
-        used = _streamed_in(itertools.chain(args, kwargs.values()), self._params)
-        if not used:
-            return func(*args, **kwargs)
-        positions = [(entry, self._params.access(entry)) for entry in used]
-        for entry, _ in positions:
-            self._params.bind(entry)
-        try:
-            return func(*args, **kwargs)
-        finally:
-            for entry, position in positions:
-                self._params.after_access(entry, position)
-
-
-def _streamed_in(values: Any, params: ParamStreams) -> list[Entry]:
-    """Streamed (not resident) parameters among ``values`` and the lists in them."""
-    from torch.nn import Parameter
-
-    found: list[Entry] = []
-    for value in values:
-        candidates = value if isinstance(value, list | tuple) else (value,)
-        for item in candidates:
-            if isinstance(item, Parameter):
-                entry = params.by_param.get(id(item))
-                if entry is not None and not entry.resident and entry not in found:
-                    found.append(entry)
-    return found
-
-
-class _BlockProbe:
-    """During the probe: the bytes of the inputs the repeated blocks were called with (what
-    recomputing them keeps through forward)."""
-
-    def __init__(self, blocks: list[Any]) -> None:
-        self._blocks = blocks
-        self._handles: list[Any] = []
-        self.input_bytes = 0
-
-    def start(self) -> None:
-        self._handles = [block.register_forward_pre_hook(self._before) for block in self._blocks]
-
-    def _before(self, module: Any, args: Any) -> None:
-        self.input_bytes += sum(tensor_bytes(a) for a in args if _is_tensor(a))
-
-    def stop(self) -> _BlockProbe:
-        """Remove the hooks; the measurement is final."""
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
-        return self
-
-
-class _ModuleBinds:
-    """Hooks binding each module's own streamed parameters for its forward.
-
-    Operations bind what they use anyway; this also covers what reads a parameter without
-    an operation first, such as a custom autograd function given it as an input (autograd
-    records the input's device when the function is applied). Modules nest, so the binds
-    open at a time form a stack; a forward that raises (a recomputation stops with an
-    exception once it has what backward needs) skips its module's closing hook, and
-    :meth:`closing` drops what such a forward left bound.
-    """
-
-    def __init__(self, model: Any, params: ParamStreams) -> None:
-        self._params = params
-        self.open: list[list[tuple[Entry, int | None]]] = []
-        self.handles: list[Any] = []
-        for module in model.modules():
-            own = [params.by_param[id(p)] for p in module.parameters(recurse=False)]
-            own = [e for e in own if not e.resident]
-            if own:
-                self.handles.append(module.register_forward_pre_hook(self._before(own)))
-                self.handles.append(module.register_forward_hook(self._after))
-
-    def _before(self, own: list[Entry]) -> Callable[[Any, Any], None]:
-        def before(module: Any, args: Any) -> None:
-            import torch
-
-            with torch._C.DisableTorchFunction():
-                positions = [(entry, self._params.access(entry)) for entry in own]
-                for entry, _ in positions:
-                    self._params.bind(entry)
-            self.open.append(positions)
-
-        return before
-
-    def _after(self, module: Any, args: Any, output: Any) -> None:
-        if self.open:
-            self._close(self.open.pop())
-
-    def _close(self, positions: list[tuple[Entry, int | None]]) -> None:
-        import torch
-
-        with torch._C.DisableTorchFunction():
-            for entry, position in positions:
-                self._params.after_access(entry, position)
-
-    @contextmanager
-    def closing(self) -> Iterator[None]:
-        """Whatever the forward inside leaves bound is released when it ends, raised or not."""
-        depth = len(self.open)
-        try:
-            yield
-        finally:
-            while len(self.open) > depth:
-                self._close(self.open.pop())
-
-
-def _is_tensor(value: Any) -> bool:
-    import torch
-
-    return isinstance(value, torch.Tensor)
-
-
 def _param_shaped(value: Any, entry: Entry) -> bool:
-    return _is_tensor(value) and value.shape == entry.param.shape and value.numel() > 1
+    return is_tensor(value) and value.shape == entry.param.shape and value.numel() > 1
