@@ -143,3 +143,10 @@ def test_a_measuring_process_loads_neither_the_results_pipeline_nor_the_report()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=True)
     assert done.stdout.split() == []
+
+
+def test_no_module_is_a_hub() -> None:
+    # a module past 400 lines holds more than one concern: split it along its seams
+    long = {name: lines for name, path in modules().items()
+            if (lines := len(path.read_text().splitlines())) > 400}
+    assert long == {}
