@@ -23,15 +23,30 @@ class TextFileError(BadInputError):
     """A file that cannot be read, is not UTF-8 text, or is not alias-free YAML."""
 
 
+#: bytes shown on either side of the first one that is not text
+_NEAR = 24
+
+
+def _near(data: bytes, offset: int) -> str:
+    """The bytes around ``offset`` on its line, as Python writes bytes (``b'caf\\xe9'``)."""
+    start = max(data.rfind(b"\n", 0, offset) + 1, offset - _NEAR)
+    end = data.find(b"\n", offset)
+    end = min(len(data) if end < 0 else end, offset + 1 + _NEAR)
+    return repr(data[start:end])
+
+
 def decode_text(data: bytes, source: str) -> str:
-    """``data`` decoded as UTF-8; TextFileError names the first byte that is not text."""
+    """``data`` decoded as UTF-8; TextFileError names the first byte that is not text and
+    shows the bytes around it (a file's, or what a command printed)."""
     if (nul := data.find(b"\0")) >= 0:
-        raise TextFileError(f"{source}: not a text file (NUL byte at offset {nul})")
+        raise TextFileError(f"{source}: not a text file (NUL byte at offset {nul}): "
+                            f"near {_near(data, nul)}")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise TextFileError(
-            f"{source}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start})"
+            f"{source}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start}): "
+            f"near {_near(data, error.start)}"
         ) from None
 
 

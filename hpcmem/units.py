@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from hpcmem.errors import HpcmemError
+from hpcmem.errors import HpcmemError, clip
 
 __all__ = [
     "BINARY_UNITS",
@@ -33,8 +33,10 @@ DECIMAL_UNITS = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10*
 SIZE_FORMS = "a number with optional K, M, G or T (binary units), e.g. 8, 4K, 1M, 1.5G"
 COUNT_FORMS = "a number with optional K, M, B or T, e.g. 125M, 1.3B, 6B"
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
-_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMBGT]?)\s*$", re.IGNORECASE)
+# ASCII digits only (int() also takes '٣'), and few enough that int() takes them all
+_NUMBER = r"([0-9]{1,30}(?:\.[0-9]{1,30})?)"
+_SIZE = re.compile(rf"^\s*{_NUMBER}\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+_COUNT = re.compile(rf"^\s*{_NUMBER}\s*([KMBGT]?)\s*$", re.IGNORECASE)
 
 
 class UnitError(HpcmemError, ValueError):
@@ -59,9 +61,9 @@ def parse_size(text: str | int, *, positive: bool = False) -> int:
     """Bytes in ``text`` (``8``, ``4K``, ``1MiB``, ``1.5G``); raises :class:`UnitError`."""
     value = _whole(text, _SIZE, BINARY_UNITS)
     if value is None or value < 0:
-        raise UnitError(f"{text!r} is not a size (accepted: {SIZE_FORMS})")
+        raise UnitError(f"{clip(repr(text))} is not a size (accepted: {SIZE_FORMS})")
     if positive and value == 0:
-        raise UnitError(f"{text!r} is not a positive size (accepted: {SIZE_FORMS})")
+        raise UnitError(f"{clip(repr(text))} is not a positive size (accepted: {SIZE_FORMS})")
     return value
 
 
@@ -69,7 +71,7 @@ def parse_count(text: str | int) -> int:
     """A positive count in ``text`` (``125M``, ``1.3B``, ``6B``); raises :class:`UnitError`."""
     value = _whole(text, _COUNT, DECIMAL_UNITS)
     if value is None or value < 1:
-        raise UnitError(f"{text!r} is not a positive count (accepted: {COUNT_FORMS})")
+        raise UnitError(f"{clip(repr(text))} is not a positive count (accepted: {COUNT_FORMS})")
     return value
 
 

@@ -65,11 +65,11 @@ def site_profile(folder: Path, cluster: SlurmCluster, sweep: dict[str, Any],
     return folder
 
 
-def run_logged(command: list[str], cluster: SlurmCluster, cwd: Path, timeout: float = 300
-               ) -> subprocess.CompletedProcess:
-    """Run ``command`` against ``cluster`` (on its login host) with the venv first on PATH;
-    output merged."""
-    env = cluster.env()
+def run_logged(command: list[str], cluster: SlurmCluster, cwd: Path, timeout: float = 300,
+               **extra_env: str) -> subprocess.CompletedProcess:
+    """Run ``command`` against ``cluster`` (on its login host) with the venv first on PATH
+    and ``extra_env`` set; output merged."""
+    env = cluster.env(**extra_env)
     env["PATH"] = f"{BIN}:{env['PATH']}"
     return subprocess.run(cluster.on_login(command), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd, timeout=timeout)

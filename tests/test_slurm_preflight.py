@@ -3,17 +3,21 @@
 A site profile outside the checkout, set up as docs/slurm-site.md says, passes. Each
 mistake an admin makes in it (more CPUs than a node has, an unknown partition, an unknown
 QOS or one the user may not use, an account the user lacks, a QOS given twice) is one
-line naming the setting and its value, exit 2, before anything is submitted. A job that
-passes the preflight but pends for ever (a QOS per-job limit) ends the run naming it.
+line naming the setting and its value, exit 2, before anything is submitted; so is what
+a site's wrapper in front of sinfo, scontrol or sacctmgr prints that Slurm never would
+(bytes that are not UTF-8, MaxTime=abc, a line without PartitionName), naming the tool. A
+job that passes the preflight but pends for ever (a QOS per-job limit) ends the run naming it.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
 
 import pytest
+from hostile_inputs import site_wrapper
 from slurm_cluster import SlurmCluster
 from slurm_site import BIN, REPO, run_logged, site_profile
 
@@ -55,10 +59,11 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work
 
 
-def preflight(cluster: SlurmCluster, profile: Path, workdir: Path):
+def preflight(cluster: SlurmCluster, profile: Path, workdir: Path, **extra_env: str):
     return run_logged([str(BIN / "hpcmem"), "preflight", "--profile", str(profile),
                        "--snakefile", str(REPO / "workflow" / "Snakefile"),
-                       "--directory", str(workdir)], cluster, cwd=workdir)  # fmt: skip
+                       "--directory", str(workdir)], cluster, cwd=workdir,
+                      **extra_env)  # fmt: skip
 
 
 def test_a_site_profile_outside_the_tree_passes(slurm_cluster: SlurmCluster, workdir: Path,
@@ -114,6 +119,38 @@ def test_each_mistake_is_one_line_naming_the_setting(
     problems = result.stdout.splitlines()
     assert problems[-1] == "hpcmem preflight: 1 problem(s): fix them before submitting"
     assert re.fullmatch(f"hpcmem preflight: {line}", problems[0]), result.stdout
+    assert submitted_from(slurm_cluster, workdir, since) == []
+
+
+@pytest.mark.parametrize(("tool", "args", "prints", "line"), [
+    ("sinfo", "-h -N -a -o %R|%N|%c|%m|%G|%f", b"batch|node1|4|1000|(null)|caf\xe9\n",
+     "slurm: the cluster did not answer: output of `sinfo -h -N -a -o %R|%N|%c|%m|%G|%f`: not "
+     "UTF-8 text (byte 0xe9 at offset 29): near b'|node1|4|1000|(null)|caf\\xe9'"),
+    ("scontrol", "show partition -o", b"PartitionName=batch MaxTime=abc State=UP\n",
+     "slurm: the cluster did not answer: `scontrol show partition -o` MaxTime: 'abc' is not a "
+     "time limit (accepted: [days-]hours:minutes:seconds, or UNLIMITED)"),
+    ("scontrol", "show partition -o", b"Partitions: batch hbm\n",
+     "slurm: the cluster did not answer: `scontrol show partition -o`: 'Partitions: batch hbm' "
+     "is a line without PartitionName= (accepted: one partition per line: PartitionName=NAME "
+     "Key=value ...)"),
+    ("sacctmgr", "-n -P show qos format=name", b"normal\nbench\n\xff\xfe\n",
+     "sacctmgr: cannot list the accounts and QOS of user 'root': output of `sacctmgr -n -P show "
+     "qos format=name`: not UTF-8 text (byte 0xff at offset 13): near b'\\xff\\xfe'"),
+], ids=["sinfo-latin1", "scontrol-maxtime", "scontrol-no-partitionname", "sacctmgr-binary"])
+def test_odd_output_of_a_site_wrapper_is_one_line_naming_the_tool(
+    slurm_cluster: SlurmCluster, workdir: Path, tmp_path: Path, tool: str, args: str,
+    prints: bytes, line: str
+) -> None:
+    # a site's wrapper script in front of the real tool prints what Slurm never would
+    wrappers = site_wrapper(tmp_path / "bin", tool, args, prints)
+    profile = site_profile(tmp_path / "hpcmem", slurm_cluster, SWEEP)
+    since = time.strftime("%Y-%m-%dT%H:%M:%S")
+    result = preflight(slurm_cluster, profile, workdir,
+                       PATH=f"{wrappers}:{os.environ['PATH']}")
+    assert result.returncode == 2, result.stdout
+    assert "Traceback" not in result.stdout
+    assert result.stdout.splitlines() == [
+        f"hpcmem preflight: {line}", "hpcmem preflight: 1 problem(s): fix them before submitting"]
     assert submitted_from(slurm_cluster, workdir, since) == []
 
 

@@ -1,11 +1,23 @@
-"""Slurm strings the preflight and the watchdog read: Gres GPU counts and pending reasons
-(squeue's reason codes, as Slurm 22.05 prints them)."""
+"""Slurm strings the preflight and the watchdog read: Gres GPU counts, pending reasons
+(squeue's reason codes, as Slurm 22.05 prints them), and lines of scontrol and sinfo, as
+Slurm prints them and as odd versions and site wrappers do (named, not a traceback)."""
 
 from __future__ import annotations
 
-import pytest
+import os
+from pathlib import Path
 
-from hpcmem.slurm.facts import gpu_count
+import pytest
+from hostile_inputs import site_wrapper
+
+from hpcmem.inputs import InputError
+from hpcmem.slurm.facts import (
+    SlurmCommandError,
+    gpu_count,
+    node_facts,
+    partition_facts,
+    slurm_command,
+)
 from hpcmem.slurm.watchdog import StuckJob, hopeless
 
 
@@ -41,3 +53,62 @@ def test_a_stuck_job_names_itself_and_why() -> None:
         "Slurm job 42 (rule_run_train) was CANCELLED by 0"
     assert StuckJob("43", "PENDING", "InvalidQOS", "").describe() == \
         "Slurm job 43 is PENDING with Reason=InvalidQOS, which does not clear by itself"
+
+
+@pytest.mark.parametrize(("line", "max_time"), [
+    ("PartitionName=batch Default=YES MaxTime=UNLIMITED State=UP", None),
+    ("PartitionName=hbm MaxTime=1-02:00:30 State=UP", 26 * 60 + 1),
+    ("PartitionName=short MaxTime=00:30:00 State=DOWN", 30),
+])  # fmt: skip
+def test_a_partition_line_of_scontrol(line: str, max_time: int | None) -> None:
+    assert partition_facts(line).max_time_min == max_time
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("PartitionName=batch MaxTime=abc State=UP",
+     "`scontrol show partition -o` MaxTime: 'abc' is not a time limit (accepted: "
+     "[days-]hours:minutes:seconds, or UNLIMITED)"),
+    ("PartitionName=batch MaxTime=\u0663:00:00", "MaxTime: '\u0663:00:00' is not a time limit"),
+    ("Partition batch is UP", "`scontrol show partition -o`: 'Partition batch is UP' is a line "
+     "without PartitionName= (accepted: one partition per line: PartitionName=NAME Key=value"),
+])  # fmt: skip
+def test_a_partition_line_not_in_scontrols_form_is_named(line: str, message: str) -> None:
+    with pytest.raises(InputError) as raised:
+        partition_facts(line)
+    assert message in str(raised.value)
+
+
+def test_a_node_line_of_sinfo() -> None:
+    partition, node = node_facts("hbm|node1|112|257000|gpu:h100:4(S:0-1)|hbm,flat")
+    assert (partition, node.name, node.cpus, node.memory_mb, node.gpus, node.features) == \
+        ("hbm", "node1", 112, 257000, 4, frozenset({"hbm", "flat"}))
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("batch|node1|\u00b2|1000|(null)|(null)", "CPUS: '\u00b2' is not a whole number"),
+    ("batch|node1|4|99999999999999999999|(null)|(null)",
+     "MEMORY_MB: '99999999999999999999' is out of range"),
+    ("sinfo: warning: wrapper in use", "'sinfo: warning: wrapper in use' is not six fields "
+     "separated by '|' (accepted: PARTITION|NODE|CPUS|MEMORY_MB|GRES|FEATURES per line)"),
+])  # fmt: skip
+def test_a_node_line_not_in_sinfos_form_is_named(line: str, message: str) -> None:
+    with pytest.raises(InputError) as raised:
+        node_facts(line)
+    assert str(raised.value).startswith("`sinfo -h -N -a -o %R|%N|%c|%m|%G|%f`")
+    assert message in str(raised.value)
+
+
+def test_gpu_count_takes_ascii_digits_only() -> None:
+    assert gpu_count("gpu:\u00b2") == gpu_count("gpu:\u0663") == 1  # a type name, as gpu:h100
+
+
+def test_a_command_printing_bytes_that_are_not_text_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a site's wrapper in front of sinfo, printing a Latin-1 feature name
+    wrappers = site_wrapper(tmp_path, "sinfo", "-h", b"batch|node1|4|1000|(null)|caf\xe9\n")
+    monkeypatch.setenv("PATH", f"{wrappers}:{os.environ['PATH']}")
+    with pytest.raises(SlurmCommandError) as raised:
+        slurm_command("sinfo", "-h")
+    assert str(raised.value) == ("output of `sinfo -h`: not UTF-8 text (byte 0xe9 at offset "
+                                 "29): near b'|node1|4|1000|(null)|caf\\xe9'")

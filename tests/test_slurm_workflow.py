@@ -372,7 +372,9 @@ def test_sigterm_ends_the_nightly_cleanly(flow: Workflow, terminated: dict) -> N
     assert terminated["queued"] == [] and terminated["locks"] == []
     assert terminated["verdict"]["verdict"] == "could not run"
     assert "SIGTERM" in terminated["verdict"]["reason"]
-    assert output.splitlines()[-1] == f"nightly: verdict {flow.workdir / RUN}/check/verdict.txt"
+    assert output.splitlines()[-2:] == [
+        "nightly: to redo what did not finish, rerun the nightly with HPCMEM_RUN_ID=e2e (same "
+        "profile and arguments)", f"nightly: verdict {flow.workdir / RUN}/check/verdict.txt"]
 
 
 def test_the_next_nightly_runs_without_unlock_and_exits_1_on_a_regression(

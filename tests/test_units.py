@@ -17,7 +17,8 @@ def test_parse_size(text, expected):
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "-8", "1.3", "0.1K", "4X", "K", "8 bytes", "1e3", -1])
+@pytest.mark.parametrize("text", ["", "-8", "1.3", "0.1K", "4X", "K", "8 bytes", "1e3", -1,
+                                  "\u0663K", "\u00b2", "1_000", "9" * 40])
 def test_parse_size_rejects_naming_the_forms(text):
     with pytest.raises(UnitError, match=r"is not a size \(accepted: a number with optional K, M"):
         parse_size(text)
@@ -38,7 +39,8 @@ def test_parse_count(text, expected):
     assert parse_count(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "0", "lots", "1.5", "-3M", "1MiB"])
+@pytest.mark.parametrize("text", ["", "0", "lots", "1.5", "-3M", "1MiB", "\u0663M",
+                                  "9" * 40])
 def test_parse_count_rejects_naming_the_forms(text):
     with pytest.raises(UnitError, match=r"is not a positive count \(accepted: a number with"):
         parse_count(text)

@@ -15,7 +15,11 @@
 # Environment: HPCMEM_PROFILE (the site profile, a name or folder; default $SNAKEMAKE_PROFILE),
 # HPCMEM_RUN_ID (default nightly-YYYYMMDD, UTC), HPCMEM_WORKDIR (default the checkout),
 # HPCMEM_OUTPUT_DIR (default results: the config's output_dir), HPCMEM_NIGHTLY_HISTORY
-# (default OUTPUT_DIR/nightly-history under the working directory).
+# (default OUTPUT_DIR/nightly-history under the working directory). Each is checked before
+# anything is made (hpcmem/nightly.py): the run id and both folders as the workflow's config
+# accepts them (a name; relative paths inside the working directory), the profile's files,
+# and that the folders can be written. A refused one is one line naming it, exit 2.
+# Rerunning a night that could not run: HPCMEM_RUN_ID=<its run id>, same profile and args.
 set -uo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -39,6 +43,8 @@ if [[ -z "$PROFILE" ]]; then
     "copied from profiles/slurm (docs/slurm-site.md)" >&2
   exit 2
 fi
+"$PYTHON" -m hpcmem.nightly check --run-id "$RUN_ID" --profile "$PROFILE" \
+  --workdir "$WORKDIR" --output-dir "$OUTPUT_DIR" --history "$HISTORY" || exit 2
 # Run from scrontab, this script is itself a Slurm job: keep its allocation's variables
 # away from the jobs the workflow submits (SLURM_CONF, which names the cluster, stays).
 for variable in $(compgen -e | grep -E '^(SLURM|SBATCH|SRUN)_' | grep -v '^SLURM_CONF$'); do
@@ -46,25 +52,15 @@ for variable in $(compgen -e | grep -E '^(SLURM|SBATCH|SRUN)_' | grep -v '^SLURM
 done
 export PATH="$REPO/.venv/bin:$PATH"
 
-# The verdict of a night that produced none: `could not run` and why (JSON and text).
+# The verdict of a night that produced none: `could not run` and why (JSON and text), and
+# how to redo it; the verdict is named only when it was written.
 could_not_run() {
-  local reason="$1"
-  mkdir -p "$RUN/check"
-  "$PYTHON" - "$RUN/check" "$RUN_ID" "$reason" <<'PY'
-import datetime, json, os, sys
-folder, run_id, reason = sys.argv[1:]
-verdict = {"verdict": "could not run", "run_id": run_id, "reason": reason,
-           "checked_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "counts": {"PASS": 0, "FAIL": 0, "NOISY": 0, "NEW": 0, "MISSING": 0}, "figures": []}
-texts = {"verdict.json": json.dumps(verdict, indent=1) + "\n",
-         "verdict.txt": f"# COULD NOT RUN: run {run_id}: {reason}\n"}
-for name, text in texts.items():
-    with open(os.path.join(folder, f".{name}.tmp"), "w") as handle:
-        handle.write(text)
-    os.replace(os.path.join(folder, f".{name}.tmp"), os.path.join(folder, name))
-PY
-  echo "nightly: COULD NOT RUN run $RUN_ID: $reason" >&2
-  echo "nightly: verdict $RUN/check/verdict.txt"
+  echo "nightly: COULD NOT RUN run $RUN_ID: $1" >&2
+  echo "nightly: to redo what did not finish, rerun the nightly with HPCMEM_RUN_ID=$RUN_ID" \
+    "(same profile and arguments)" >&2
+  if "$PYTHON" -m hpcmem.nightly could-not-run "$RUN/check" "$RUN_ID" "$1"; then
+    echo "nightly: verdict $RUN/check/verdict.txt"
+  fi
   exit 2
 }
 

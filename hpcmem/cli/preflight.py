@@ -7,13 +7,15 @@ a node of its partition. The workflow runs the same preflight itself before its 
 submission. Run it from the checkout (or give --snakefile and --directory).
 
 Prints one line per problem, naming the setting, its value, the rules using it and what
-the cluster accepts. Exit status: 0 every job can start; 2 a problem, or a profile or
-configuration snakemake rejects (its last lines are printed).
+the cluster accepts. Exit status: 0 every job can start; 2 a problem, a profile or sweep
+file that is not a YAML mapping without aliases (named at once), or a profile or
+configuration snakemake rejects (what it said is printed).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 
 from hpcmem.cli import UsageError
 
@@ -46,8 +48,9 @@ def snakemake_arguments(args: argparse.Namespace) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the preflight; print its problems (exit 2) or what it checked (exit 0)."""
-    from hpcmem.workflow.preflight import WorkflowStopped, run_preflight
+    from hpcmem.workflow.preflight import WorkflowStopped, check_profile, run_preflight
 
+    check_profile(args.profile or os.environ.get("SNAKEMAKE_PROFILE"), args.configfile)
     try:
         result = run_preflight(snakemake_arguments(args))
     except WorkflowStopped as error:

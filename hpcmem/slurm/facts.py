@@ -4,15 +4,23 @@
 ``scontrol`` the partitions' limits and the cluster's accounting settings, and
 ``sacctmgr`` the user's associations (account, partition, QOS) and the QOS that
 exist. Without accounting (no slurmdbd) the associations are unknown and say why.
+
+What the commands print is checked as it is read (a site's wrapper scripts and odd Slurm
+versions print other things): output that is not UTF-8 text, or a line or field not in
+the form parsed here, is a :class:`SlurmCommandError` naming the command and what it
+printed.
 """
 
 from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from hpcmem.errors import HpcmemError
+from hpcmem.errors import BadInputError, HpcmemError
+from hpcmem.inputs import decode_text, matching, refused, whole_number
 
 __all__ = [
     "Association",
@@ -22,31 +30,53 @@ __all__ = [
     "SlurmCommandError",
     "cluster_facts",
     "gpu_count",
+    "node_facts",
+    "partition_facts",
     "slurm_command",
 ]
 
 #: seconds any one Slurm client command may take
 COMMAND_TIMEOUT = 60
+_PARTITIONS = ("scontrol", "show", "partition", "-o")
+_NODES = ("sinfo", "-h", "-N", "-a", "-o", "%R|%N|%c|%m|%G|%f")
+#: the most CPUs, or MB of memory, a node may have (Slurm counts both in 64 bits)
+_MOST = 2**63 - 1
 
 
 class SlurmCommandError(HpcmemError):
-    """A Slurm client command is missing, failed or timed out."""
+    """A Slurm client command is missing, failed, timed out or printed what is not read."""
+
+
+def _shown(args: tuple[str, ...]) -> str:
+    return f"`{' '.join(args)}`"
+
+
+@contextmanager
+def _reading() -> Iterator[None]:
+    """A failed check of what a command printed is a SlurmCommandError (which the
+    preflight and the watchdog report)."""
+    try:
+        yield
+    except BadInputError as error:
+        raise SlurmCommandError(str(error)) from None
 
 
 def slurm_command(*args: str) -> str:
     """The standard output of a Slurm client command; raises SlurmCommandError naming it."""
-    shown = " ".join(args)
     try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
+        done = subprocess.run(args, capture_output=True, timeout=COMMAND_TIMEOUT)
     except FileNotFoundError:
         raise SlurmCommandError(f"`{args[0]}` not found: Slurm's client commands must be on "
                                 "PATH") from None
     except subprocess.TimeoutExpired:
-        raise SlurmCommandError(f"`{shown}` did not answer within {COMMAND_TIMEOUT}s") from None
+        raise SlurmCommandError(f"{_shown(args)} did not answer within {COMMAND_TIMEOUT}s"
+                                ) from None
     if done.returncode != 0:
-        message = (done.stderr.strip() or done.stdout.strip()).splitlines()
-        raise SlurmCommandError(f"`{shown}` failed: {message[0] if message else done.returncode}")
-    return done.stdout
+        printed = (done.stderr.strip() or done.stdout.strip()).splitlines()
+        why = printed[0].decode(errors="backslashreplace") if printed else done.returncode
+        raise SlurmCommandError(f"{_shown(args)} failed: {why}")
+    with _reading():
+        return decode_text(done.stdout, f"output of {_shown(args)}")
 
 
 @dataclass(frozen=True)
@@ -127,7 +157,7 @@ def gpu_count(gres: str) -> int:
         parts = item.strip().split(":")
         if parts[0] == "gpu":
             count = parts[-1] if len(parts) > 1 else "1"
-            total += int(count) if count.isdigit() else 1
+            total += int(count) if count.isascii() and count.isdigit() else 1
     return total
 
 
@@ -138,11 +168,13 @@ def _names(value: str) -> frozenset[str] | None:
     return frozenset(name.lower() for name in value.split(",") if name)
 
 
-def _minutes(value: str) -> int | None:
+def _minutes(value: str, field: str) -> int | None:
     """Slurm's ``[days-]hours:minutes:seconds`` (or ``UNLIMITED``) in whole minutes."""
     if value in ("UNLIMITED", "INFINITE", "NONE", ""):
         return None
-    days, _, clock = value.rpartition("-")
+    days, clock = matching(value, r"(?:([0-9]+)-)?([0-9]+(?::[0-9]+){0,2})", field,
+                           what="a time limit",
+                           accepted="[days-]hours:minutes:seconds, or UNLIMITED").groups()
     fields = [int(part) for part in clock.split(":")]
     while len(fields) < 3:
         fields.insert(0, 0)
@@ -156,37 +188,50 @@ def _key_values(line: str) -> dict[str, str]:
     return dict(pair.split("=", 1) for pair in pairs if "=" in pair)
 
 
+def partition_facts(line: str) -> PartitionFacts:
+    """One partition from its line of ``scontrol show partition -o``, without its nodes."""
+    entry = _key_values(line)
+    if "PartitionName" not in entry:
+        raise refused(_shown(_PARTITIONS), line, "is a line without PartitionName=",
+                      "one partition per line: PartitionName=NAME Key=value ...")
+    return PartitionFacts(
+        name=entry["PartitionName"],
+        state=entry.get("State", "UNKNOWN"),
+        default=entry.get("Default") == "YES",
+        max_time_min=_minutes(entry.get("MaxTime", ""), f"{_shown(_PARTITIONS)} MaxTime"),
+        allow_accounts=_names(entry.get("AllowAccounts", "ALL")),
+        deny_accounts=_names(entry.get("DenyAccounts", "")) or frozenset(),
+        allow_qos=_names(entry.get("AllowQos", "ALL")),
+        deny_qos=_names(entry.get("DenyQos", "")) or frozenset(),
+    )
+
+
+def node_facts(line: str) -> tuple[str, NodeFacts]:
+    """A node and its partition from their line of ``sinfo -N -o %R|%N|%c|%m|%G|%f``."""
+    fields = line.split("|")
+    if len(fields) != 6:
+        raise refused(_shown(_NODES), line, "is not six fields separated by '|'",
+                      "PARTITION|NODE|CPUS|MEMORY_MB|GRES|FEATURES per line")
+    partition, name, cpus, memory, gres, features = fields
+    return partition, NodeFacts(
+        name=name,
+        cpus=whole_number(cpus, f"{_shown(_NODES)} CPUS", minimum=0, maximum=_MOST),
+        memory_mb=whole_number(memory, f"{_shown(_NODES)} MEMORY_MB", minimum=0, maximum=_MOST),
+        gpus=gpu_count(gres),
+        features=frozenset(f for f in features.split(",") if f and f != "(null)"),
+    )
+
+
+def _lines(args: tuple[str, ...]) -> list[str]:
+    return [line for line in slurm_command(*args).splitlines() if line.strip()]
+
+
 def _partitions() -> dict[str, PartitionFacts]:
-    partitions = {}
-    for line in slurm_command("scontrol", "show", "partition", "-o").splitlines():
-        if not line.strip():
-            continue
-        entry = _key_values(line)
-        name = entry["PartitionName"]
-        partitions[name] = PartitionFacts(
-            name=name,
-            state=entry.get("State", "UNKNOWN"),
-            default=entry.get("Default") == "YES",
-            max_time_min=_minutes(entry.get("MaxTime", "")),
-            allow_accounts=_names(entry.get("AllowAccounts", "ALL")),
-            deny_accounts=_names(entry.get("DenyAccounts", "")) or frozenset(),
-            allow_qos=_names(entry.get("AllowQos", "ALL")),
-            deny_qos=_names(entry.get("DenyQos", "")) or frozenset(),
-        )
-    nodes: dict[str, list[NodeFacts]] = {name: [] for name in partitions}
-    listing = slurm_command("sinfo", "-h", "-N", "-a", "-o", "%R|%N|%c|%m|%G|%f")
-    for line in listing.splitlines():
-        if line.count("|") != 5:
-            continue
-        partition, name, cpus, memory, gres, features = line.split("|")
-        node = NodeFacts(
-            name=name,
-            cpus=int(cpus) if cpus.isdigit() else 0,
-            memory_mb=int(memory) if memory.isdigit() else 0,
-            gpus=gpu_count(gres),
-            features=frozenset(f for f in features.split(",") if f and f != "(null)"),
-        )
-        nodes.setdefault(partition, []).append(node)
+    with _reading():
+        partitions = {facts.name: facts for facts in map(partition_facts, _lines(_PARTITIONS))}
+        nodes: dict[str, list[NodeFacts]] = {name: [] for name in partitions}
+        for partition, node in map(node_facts, _lines(_NODES)):
+            nodes.setdefault(partition, []).append(node)
     return {name: replace(facts, nodes=tuple(nodes.get(name, ())))
             for name, facts in partitions.items()}
 

@@ -1,0 +1,115 @@
+"""What ``tools/nightly.sh`` asks of Python: its settings checked before it makes anything,
+and the verdict ``could not run`` of a night that produced none.
+
+``python -m hpcmem.nightly check --run-id ID --profile P --workdir DIR --output-dir DIR
+--history DIR`` checks each value the script turns into a path, as the workflow's config
+schema accepts it, and probes (leaving nothing) that the run's and the history's folders
+can be written: a refused one is one line naming its environment variable, exit 2, and
+nothing is created. ``python -m hpcmem.nightly could-not-run FOLDER RUN_ID REASON``
+writes ``verdict.json`` and ``verdict.txt`` there atomically; an unwritable folder is
+one line, exit 2, so that the script never names a verdict it did not write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+from hpcmem.errors import BadInputError, clip
+from hpcmem.inputs import inside, matching, refused
+from hpcmem.outputs import OutputPathError, check_output_dir, write_errors
+from hpcmem.record.jsonl import atomic_open
+
+__all__ = ["INSIDE_PATH", "RUN_ID", "check_settings", "main", "write_could_not_run"]
+
+#: a run id as workflow/schemas/config.schema.yaml accepts it (``run_id``)
+RUN_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+#: a path the workflow writes, as the schema accepts it (``$defs/inside_path``)
+INSIDE_PATH = r"^(?!/)(?!(.*/)?[.][.](/|$))[A-Za-z0-9_.][A-Za-z0-9_./-]{0,255}$"
+_PATH_CHARACTERS = "letters, digits, '.', '_', '-' and '/'"
+
+
+def _inside_workdir(value: str, workdir: Path, variable: str) -> Path:
+    """``workdir / value`` for a relative path the workflow accepts (a symbolic link there
+    may lead elsewhere, as the schema says: a shared history store)."""
+    target = inside(value, workdir, variable, links_may_leave=True)
+    matching(value, INSIDE_PATH, variable, what="a path the workflow writes",
+             accepted=f"a relative path inside HPCMEM_WORKDIR of {_PATH_CHARACTERS}")
+    return target
+
+
+def _writable(folder: Path, variable: str) -> None:
+    try:
+        check_output_dir(folder)
+    except OutputPathError as error:
+        raise OutputPathError(f"{variable}: {error}") from None
+
+
+def check_settings(run_id: str, profile: str, workdir: str, output_dir: str,
+                   history: str) -> None:
+    """Raise BadInputError naming the environment variable of the first value the nightly
+    cannot use; nothing is created (folders are probed with a file that is removed)."""
+    from hpcmem.workflow.preflight import check_profile
+
+    matching(run_id, RUN_ID, "HPCMEM_RUN_ID", what="a run id",
+             accepted="1 to 64 letters, digits, '.', '_' or '-', the first a letter or digit")
+    if not Path(workdir).is_dir():
+        raise refused("HPCMEM_WORKDIR", workdir, "is not a folder",
+                      "an existing folder: where the sweep runs (default: the checkout)")
+    run = _inside_workdir(output_dir, Path(workdir), "HPCMEM_OUTPUT_DIR") / run_id
+    store = _inside_workdir(history, Path(workdir), "HPCMEM_NIGHTLY_HISTORY")
+    check_profile(profile, field="HPCMEM_PROFILE")
+    _writable(run, "HPCMEM_OUTPUT_DIR")
+    _writable(store, "HPCMEM_NIGHTLY_HISTORY")
+
+
+def write_could_not_run(folder: Path, run_id: str, reason: str) -> None:
+    """``verdict.json`` and ``verdict.txt`` in ``folder``: the night could not run, and why."""
+    verdict = {"verdict": "could not run", "run_id": run_id, "reason": reason,
+               "checked_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+               "counts": {"PASS": 0, "FAIL": 0, "NOISY": 0, "NEW": 0, "MISSING": 0},
+               "figures": []}
+    texts = {"verdict.json": json.dumps(verdict, indent=1) + "\n",
+             "verdict.txt": f"# COULD NOT RUN: run {run_id}: {reason}\n"}
+    for name, text in texts.items():
+        with write_errors(folder / name), atomic_open(folder / name) as handle:
+            handle.write(text)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m hpcmem.nightly", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    check = commands.add_parser("check", help="check the nightly's settings")
+    for option, variable in (("--run-id", "HPCMEM_RUN_ID"), ("--profile", "HPCMEM_PROFILE"),
+                             ("--workdir", "HPCMEM_WORKDIR"),
+                             ("--output-dir", "HPCMEM_OUTPUT_DIR"),
+                             ("--history", "HPCMEM_NIGHTLY_HISTORY")):
+        check.add_argument(option, required=True, help=f"the value of {variable}")
+    verdict = commands.add_parser("could-not-run", help="write the verdict `could not run`")
+    verdict.add_argument("folder", type=Path, help="the run's check folder")
+    verdict.add_argument("run_id")
+    verdict.add_argument("reason")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; a refused setting or an unwritable folder: one line, exit 2."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "check":
+            check_settings(args.run_id, args.profile, args.workdir, args.output_dir,
+                           args.history)
+        else:
+            write_could_not_run(args.folder, args.run_id, args.reason)
+    except BadInputError as error:
+        print(f"nightly: {clip(str(error))}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
