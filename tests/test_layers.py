@@ -20,6 +20,9 @@ PACKAGE = REPO / "hpcmem"
 PRODUCERS = ("hpcmem.collectives", "hpcmem.train")
 #: the only module of the results pipeline that may import a producer
 REGISTRY = "hpcmem.results.registry"
+#: the base: imports nothing of hpcmem but itself
+BASE = ("hpcmem", "hpcmem.errors", "hpcmem.units", "hpcmem.outputs", "hpcmem.textfiles",
+        "hpcmem.inputs")
 #: what each floor may not import (nor anything under it)
 FORBIDDEN = {
     "hpcmem.record": (*PRODUCERS, "hpcmem.results", "hpcmem.draw", "hpcmem.workflow",
@@ -124,6 +127,11 @@ def test_each_floor_imports_nothing_above_it() -> None:
              for floor, above in FORBIDDEN.items() if _under(module, floor)
              for target in sorted(targets) if any(_under(target, a) for a in above)]
     assert wrong == []
+
+
+def test_the_base_imports_only_the_base() -> None:
+    wrong = {module: sorted(set(graph()[module]) - set(BASE)) for module in BASE}
+    assert {module: targets for module, targets in wrong.items() if targets} == {}
 
 
 def test_results_reach_a_producer_only_through_the_registry() -> None:
