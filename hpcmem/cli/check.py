@@ -17,8 +17,9 @@ writes the verdict as JSON for `hpcmem report --verdict`.
 
 Exit status: 0 when no figure regressed (NOISY ones included), 1 on a regression (a
 figure out of bounds in either direction, a failed point, an invalid record), 2 on bad
-input (references file, summary folder, options, a --verdict-out, --table-out or
---history that cannot be written: checked before anything is compared). Quiet apart from
+input (references file, summary folder, options, a history store that cannot be read back,
+a --verdict-out, --table-out or --history that cannot be written: checked before anything
+is written). Quiet apart from
 the table: fit for cron and scrontab.
 """
 
@@ -30,6 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from hpcmem.cli import UsageError, bad_input
+from hpcmem.results.history import MAX_LAST, HistoryError
 
 HELP = "compare a summary with references and the run history; exit 1 on a regression"
 
@@ -43,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--history", metavar="DIR",
                         help="history store folder (history.sqlite; created if missing)")
     parser.add_argument("--last", type=int, metavar="N",
-                        help="compare with the median of the last N runs "
+                        help=f"compare with the median of the last N runs, 1 to {MAX_LAST} "
                         "(default: the references file's history.last, else 5)")
     parser.add_argument("--system", metavar="NAME:PARTITION",
                         help="system and partition whose references apply to every point "
@@ -101,5 +103,7 @@ def _history_errors(folder: str | None) -> Iterator[None]:
     """A history store that cannot be read or written is bad input (exit 2), naming it."""
     try:
         yield
+    except HistoryError as error:
+        raise UsageError(f"--history: {error}") from None
     except (sqlite3.Error, OSError) as error:
         raise UsageError(f"--history: {folder}: not a usable history store ({error})") from None

@@ -24,7 +24,7 @@ from hpcmem.outputs import write_errors
 from hpcmem.record.jsonl import atomic_open
 from hpcmem.record.provenance import utc_now
 from hpcmem.record.samples import read_samples
-from hpcmem.results.history import Baseline, Figure, History, RunInfo
+from hpcmem.results.history import MAX_LAST, Baseline, Figure, History, RunInfo
 from hpcmem.results.judge import Measured, judge
 from hpcmem.results.references import References
 from hpcmem.results.registry import BENCHMARKS
@@ -134,10 +134,11 @@ def check(summary: Summary, references: References, system: str | None = None, *
 
     ``system`` applies to every point; None chooses per point
     (:func:`~hpcmem.results.systems.point_systems`).
-    ``last`` (default: the references' ``history.last``) must be a whole number >= 1.
+    ``last`` (default: the references' ``history.last``) must be a whole number from 1 to
+    :data:`~hpcmem.results.history.MAX_LAST`.
     """
-    if last is not None and last < 1:
-        raise CheckError(f"{last} is not a whole number >= 1")
+    if last is not None and not 1 <= last <= MAX_LAST:
+        raise CheckError(f"{last} is not a whole number from 1 to {MAX_LAST}")
     run_id = "+".join(sorted(summary.metadata.get("run_ids") or [])) or "unknown"
     last = last or references.history_last
     systems = point_systems(summary, system)
