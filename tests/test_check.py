@@ -173,7 +173,8 @@ def test_failed_points_invalid_records_and_missing_references(tmp_path: Path) ->
                                                          "problems.jsonl:4")
     verdict = json.loads((tmp_path / "v.json").read_text())
     assert verdict["verdict"] == "FAIL"
-    assert verdict["counts"] == {"PASS": 0, "FAIL": 4, "NOISY": 0, "NEW": 24, "MISSING": 1}
+    assert verdict["counts"] == {"PASS": 0, "FAIL": 4, "NOISY": 0, "NEW": 24, "MISSING": 1,
+                                 "UNJUDGED": 0}
     missing = [f for f in verdict["figures"] if f["verdict"] == "MISSING"]
     assert missing[0]["figure"].startswith("collectives/gather/numpy")
 

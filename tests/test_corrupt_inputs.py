@@ -1,7 +1,7 @@
 """Corrupt inputs of ``hpcmem check`` and ``hpcmem report``: a history store, a summary's
-samples, a run count past the bound. Each is one line naming the file, where in it, the
-field and the value, exit status 2, and nothing written: no verdict, no table, no history
-line, no report."""
+samples, a verdict file, a run count past the bound. Each is one line naming the file,
+where in it, the field and the value, exit status 2, and nothing written: no verdict, no
+table, no history line, no report."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import json
 import shutil
 import sqlite3
 import subprocess
+from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -174,4 +175,49 @@ def test_corrupt_summary_samples_are_refused_by_check_and_report(summary: Path,
     assert not history.exists() and not (tmp_path / "verdict.json").exists()
     report = tmp_path / "report.html"
     refused(run("report", str(folder), "--out", str(report)), "report", where)
+    assert not report.exists()
+
+
+@pytest.fixture(scope="module")
+def verdict(summary: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A verdict file as `hpcmem check` writes it, of the fixtures' summary."""
+    base = tmp_path_factory.mktemp("verdict")
+    (base / "refs.yaml").write_text(HISTORY)
+    assert run("check", str(summary), "--references", str(base / "refs.yaml"), "--system",
+               "s:p", "--verdict-out", str(base / "v.json"))[0] == 0
+    return json.loads((base / "v.json").read_text())
+
+
+def _first_figure(**fields: object) -> Callable[[dict], None]:
+    """A change of the verdict file's first figure to ``fields``."""
+
+    def change(document: dict) -> None:
+        document["figures"][0].update(fields)
+    return change
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda v: v.update(counts="abc"), "counts: 'abc' is not a mapping of verdict -> count"),
+    (lambda v: v.update(counts={"PASS": "3"}), "counts: {'PASS': '3'} is not a mapping of"),
+    (lambda v: v.update(counts={"PASS": 1}), "counts: {'PASS': 1} are not those of its "
+     "figures (24 new)"),
+    (lambda v: v.update(figures=[{"figure": "x"}]), "figures[0]: no field 'unit'"),
+    (lambda v: v.update(figures="all"), "figures: 'all' is not a list"),
+    (lambda v: v["figures"][0].pop("verdict"), "figures[0]: no field 'verdict'"),
+    (_first_figure(verdict="WAT"), "figures[0]: verdict: 'WAT' is not one of PASS, FAIL"),
+    (_first_figure(value="fast"), "figures[0]: value: 'fast' is not a number or null"),
+    (_first_figure(note=None), "figures[0]: note: None is not text"),
+    (lambda v: v.update(verdict="GREAT"), "verdict: 'GREAT' is not one of PASS, FAIL, UNJUDGED"),
+])
+def test_a_damaged_verdict_file_is_refused_by_report(summary: Path, verdict: dict,
+                                                     tmp_path: Path,
+                                                     change: Callable[[dict], None],
+                                                     message: str) -> None:
+    document = json.loads(json.dumps(verdict))
+    change(document)
+    path = tmp_path / "v.json"
+    path.write_text(json.dumps(document))
+    report = tmp_path / "report.html"
+    refused(run("report", str(summary), "--verdict", str(path), "--out", str(report)),
+            "report", f"--verdict: {path}: {message}")
     assert not report.exists()
