@@ -173,7 +173,8 @@ def test_failed_points_invalid_records_and_missing_references(tmp_path: Path) ->
                                                          "problems.jsonl:4")
     verdict = json.loads((tmp_path / "v.json").read_text())
     assert verdict["verdict"] == "FAIL"
-    assert verdict["counts"] == {"PASS": 0, "FAIL": 4, "NOISY": 0, "NEW": 24, "MISSING": 1}
+    assert verdict["counts"] == {"PASS": 0, "FAIL": 4, "NOISY": 0, "NEW": 24, "MISSING": 1,
+                                 "UNJUDGED": 0}
     missing = [f for f in verdict["figures"] if f["verdict"] == "MISSING"]
     assert missing[0]["figure"].startswith("collectives/gather/numpy")
 
@@ -248,8 +249,8 @@ def test_history_median_comparison_and_idempotent_append(tmp_path: Path) -> None
          "is not [target, lower, upper, unit]"),
         ("references:\n  cluster:\n    'collectives/*/latency_us.avg': [1, -0.1, 0.1, us]\n",
          "key 'cluster' is not 'system:partition'"),
-        ("history: {last: 0}\n", "history.last: 0 is not a whole number >= 1"),
-        ("history: {min_runs: 2.5}\n", "history.min_runs: 2.5 is not a whole number >= 1"),
+        ("history: {last: 0}\n", "history.last: 0 is not a whole number from 1 to 1000"),
+        ("history: {min_runs: 2.5}\n", "history.min_runs: 2.5 is not a whole number from 1"),
         ("history: {median: 3}\n", "history: unknown key 'median'"),
         ("references: [unclosed\n", "not valid YAML"),
     ],

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import resource
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -33,6 +36,18 @@ BAD_OPTIONS = [
     (["--thread-level", "any"],
      "--thread-level: 'any' is not one of single, funneled, serialized, multiple"),
     (["--native-loop", "yes"], "--native-loop: 'yes' is not one of on, off"),
+    # beyond what a signed 64-bit integer holds, in one line with the range still named
+    (["--max-size", "99999999999T"], "--max-size: '99999999999T' is more than 2^63 - 1, the "
+     "largest size (a signed 64-bit integer); the accepted range is 4 B to 4 GiB for float32"),
+    (["--min-size", "99999999999T", "--max-size", "99999999999T"],
+     "--min-size: '99999999999T' is more than 2^63 - 1"),
+    (["--max-size", "9" * 5000], "--max-size: '999"),  # too long to read: not a size
+    # more elements than every MPI library counts
+    (["--max-size", "8G"], "--max-size: '8G' is 8589934592 bytes, outside the accepted range "
+     "4 B to 4 GiB for float32 (at most 2^30 elements"),
+    (["--min-size", "16G", "--max-size", "16G", "--dtype", "float64"],
+     "--min-size: '16G' is 17179869184 bytes, outside the accepted range 8 B to 8 GiB for "
+     "float64"),
 ]
 
 
@@ -100,14 +115,41 @@ def test_numpy_hugepage_follows_the_option_then_the_environment(monkeypatch):
     assert hugepage() is False
 
 
-def test_too_large_buffer_is_skipped_not_crashed(capsys, tmp_path):
+def _mapped_bytes() -> int:
+    """The address space this process has mapped now (``VmSize``)."""
+    status = Path("/proc/self/status").read_text()
+    return int(re.search(r"^VmSize:\s+(\d+) kB$", status, re.MULTILINE).group(1)) << 10
+
+
+@pytest.fixture
+def scarce_memory():
+    """This process held to the address space it has mapped plus 1 GiB while the test runs:
+    a 4 GiB message, in the accepted range, is more than this "node" can allocate."""
+    import mpi4py
+
+    mpi4py.rc.thread_level = "single"
+    from mpi4py import MPI  # noqa: F401  (MPI starts before the limit: it maps much)
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (_mapped_bytes() + (1 << 30), hard))
+    yield
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+@pytest.mark.parametrize(("buffer", "why"), [
+    ("numpy", "numpy: allocation failed (Unable to allocate"),
+    ("mpi_alloc", "mpi_alloc: allocation failed (MPI_Alloc_mem of 4294971392 bytes: "),
+])
+def test_a_buffer_the_node_cannot_allocate_is_skipped_with_the_reason(buffer, why, capsys,
+                                                                      tmp_path, scarce_memory):
     output = tmp_path / "r.jsonl"
-    argv = ["--op", "allgather", "--min-size", "64G", "--max-size", "64G", "--iterations", "1"]
+    argv = ["--op", "allgather", "--buffer", buffer, "--min-size", "4G", "--max-size", "4G",
+            "--iterations", "1"]
     assert main(["collectives", *argv, "--output", str(output)]) == 0
     (record,) = read_records(output)
-    assert record["status"] == "skipped"
-    assert record["reason"].startswith("numpy: allocation failed (Unable to allocate")
-    assert "# skipped: numpy: allocation failed" in capsys.readouterr().out
+    assert record["status"] == "skipped" and record["reason"].startswith(why)
+    assert validate_record(record) == []
+    assert f"# skipped: {why}" in capsys.readouterr().out
 
 
 def test_missing_mpi4py_is_one_line_naming_the_install(hpcmem_exe, tmp_path):

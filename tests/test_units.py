@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from hpcmem.units import UnitError, format_count, format_size, parse_count, parse_size
+from hpcmem.units import (
+    LARGEST,
+    UnitError,
+    format_count,
+    format_size,
+    parse_count,
+    parse_size,
+)
 
 
 @pytest.mark.parametrize(
@@ -22,6 +29,21 @@ def test_parse_size(text, expected):
 def test_parse_size_rejects_naming_the_forms(text):
     with pytest.raises(UnitError, match=r"is not a size \(accepted: a number with optional K, M"):
         parse_size(text)
+
+
+@pytest.mark.parametrize("parse", [parse_size, parse_count])
+def test_a_number_beyond_int64_is_refused_naming_it(parse):
+    assert parse(str(LARGEST)) == LARGEST
+    for text in (str(LARGEST + 1), "99999999999T", 1 << 64):
+        with pytest.raises(UnitError, match=r"is more than 2\^63 - 1, the largest (size|count)"):
+            parse(text)
+
+
+@pytest.mark.parametrize("text", ["9" * 5000, "1." + "5" * 5000])
+def test_a_number_too_long_to_read_is_not_a_size(text):
+    with pytest.raises(UnitError, match=r"is not a size") as error:
+        parse_size(text)
+    assert len(str(error.value)) < 500  # the text is clipped, not repeated in full
 
 
 def test_positive_size():

@@ -165,7 +165,8 @@ def test_table_out_keeps_the_table_and_prints_a_short_summary(tmp_path: Path,
                       "--table-out", str(table))
     assert code == 1 and " FAIL " in verdict_row(table.read_text())
     assert out.splitlines() == [
-        "hpcmem: FAIL: 1 pass, 1 fail, 0 noisy, 0 new, 0 missing (system lab:p, run slow)",
+        "hpcmem: FAIL: 1 pass, 1 fail, 0 noisy, 0 new, 0 missing, 0 unjudged (system lab:p, "
+        "run slow)",
         f"  FAIL {FIGURE}: slower than the history (above the upper bound): +99% vs median "
         "(p=0.0091, 3 against 9 samples)",
         f"hpcmem: verdict {table} (every figure)"]

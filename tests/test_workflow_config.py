@@ -168,6 +168,8 @@ def test_every_schema_key_has_type_description_and_default():
         ({"output_dir": ".."}, "'..' does not match"),
         ({"check": {"history": "/etc"}}, "'/etc' does not match"),
         ({"check": {"history": "results/.."}}, "'results/..' does not match"),
+        # the history is a folder: how many runs to compare with is the references' history.last
+        ({"check": {"history": {"last": 99999999999999999999}}}, "is not of type 'string'"),
     ],
 )
 def test_bad_values_are_rejected_naming_the_value(config: dict, message: str):

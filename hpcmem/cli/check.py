@@ -12,24 +12,32 @@ repeats differ significantly from the history's (Mann-Whitney U); a figure outsi
 band that cannot be told from noise (repeats too spread, not significant, the node
 shared its cores) is NOISY: listed, not a failure.
 Prints the verdict table; with --table-out the table goes to that file and the
-terminal gets a short summary (counts, failing and noisy figures). --verdict-out
+terminal gets a short summary (counts, failing, noisy and unjudged figures). --verdict-out
 writes the verdict as JSON for `hpcmem report --verdict`.
 
-Exit status: 0 when no figure regressed (NOISY ones included), 1 on a regression (a
-figure out of bounds in either direction, a failed point, an invalid record), 2 on bad
-input (references file, summary folder, options, a --verdict-out, --table-out or
---history that cannot be written: checked before anything is compared). Quiet apart from
-the table: fit for cron and scrontab.
+A checked figure whose value is NaN, missing or not a number is UNJUDGED: counted and
+listed, not a pass. A run in which no figure was judged at all (every checked figure
+UNJUDGED, or none in the summary) is not a pass either: it exits 1, saying so, unless
+--allow-unjudged.
+
+Exit status: 0 when no figure regressed (NOISY and UNJUDGED ones included) and some figure
+was judged, 1 on a regression (a figure out of bounds in either direction, a failed point,
+an invalid record) or when nothing was judged (without --allow-unjudged), 2 on bad input
+(references file, summary folder, options, a history store that cannot be read back, a
+--verdict-out, --table-out or --history that cannot be written: checked before anything
+is written). Quiet apart from the table: fit for cron and scrontab.
 """
 
 from __future__ import annotations
 
 import argparse
 import sqlite3
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from hpcmem.cli import UsageError, bad_input
+from hpcmem.results.history import MAX_LAST, HistoryError
 
 HELP = "compare a summary with references and the run history; exit 1 on a regression"
 
@@ -43,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--history", metavar="DIR",
                         help="history store folder (history.sqlite; created if missing)")
     parser.add_argument("--last", type=int, metavar="N",
-                        help="compare with the median of the last N runs "
+                        help=f"compare with the median of the last N runs, 1 to {MAX_LAST} "
                         "(default: the references file's history.last, else 5)")
     parser.add_argument("--system", metavar="NAME:PARTITION",
                         help="system and partition whose references apply to every point "
@@ -55,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the full verdict table here and print a short summary")
     parser.add_argument("--no-append", action="store_true",
                         help="compare with the history but do not append this run to it")
+    parser.add_argument("--allow-unjudged", action="store_true",
+                        help="exit 0, not 1, when no figure could be judged (every checked "
+                        "figure UNJUDGED: NaN, missing or not a number; or none at all)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,7 +104,19 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(summary_lines(document, table=args.table_out)), flush=True)
     else:
         print(format_table(result), flush=True)
+    if result.verdict == "UNJUDGED" and not args.allow_unjudged:
+        print(f"hpcmem check: error: nothing judged: {_unjudged_why(result.counts())}; "
+              "--allow-unjudged accepts such a run", file=sys.stderr)
+        return 1
     return 1 if result.verdict == "FAIL" else 0
+
+
+def _unjudged_why(counts: dict[str, int]) -> str:
+    """Why a run judged nothing, from its verdict counts."""
+    if counts["UNJUDGED"]:
+        return (f"none of the summary's {counts['UNJUDGED']} checked figures has a usable "
+                "value (NaN, missing or not a number)")
+    return "the summary has no checked figure"
 
 
 @contextmanager
@@ -101,5 +124,7 @@ def _history_errors(folder: str | None) -> Iterator[None]:
     """A history store that cannot be read or written is bad input (exit 2), naming it."""
     try:
         yield
+    except HistoryError as error:
+        raise UsageError(f"--history: {error}") from None
     except (sqlite3.Error, OSError) as error:
         raise UsageError(f"--history: {folder}: not a usable history store ({error})") from None

@@ -76,7 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-size",
         metavar="SIZE",
         default=DEFAULT_MAX_SIZE,
-        help=f"largest message (default {DEFAULT_MAX_SIZE})",
+        help=f"largest message (default {DEFAULT_MAX_SIZE}; at most 2^30 elements of "
+        "--dtype, 4G of float32: a count every MPI library takes)",
     )
     add(
         "--iterations",

@@ -64,7 +64,11 @@ def memory_settings() -> dict[str, Any]:
 def _mpi_alloc(length: int, dtype: np.dtype, stack: ExitStack) -> np.ndarray:
     from mpi4py import MPI
 
-    memory = MPI.Alloc_mem(length * dtype.itemsize)
+    nbytes = length * dtype.itemsize
+    try:
+        memory = MPI.Alloc_mem(nbytes)
+    except MPI.Exception as error:  # MPI_ERR_NO_MEM: more than the node can give, as numpy's
+        raise MemoryError(f"MPI_Alloc_mem of {nbytes} bytes: {error}") from None
     array = np.frombuffer(memory, dtype=dtype)
     stack.callback(MPI.Free_mem, memory)
     return array

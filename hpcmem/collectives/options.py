@@ -4,7 +4,10 @@ The :class:`Sweep` is what is measured (ops x buffer kinds x sizes, in one eleme
 the :class:`Knobs` how every point is measured, the :class:`TestHooks` what a test does on
 purpose (:mod:`hpcmem.collectives.slowdown`). Runs come from ``hpcmem collectives``, so a
 value that is not accepted raises :class:`OptionsError` naming that command's option, the
-value and what is accepted.
+value and what is accepted. A message holds at most :data:`MAX_MESSAGE_ELEMENTS` elements,
+a count every MPI library takes (MPI-3 counts in a C ``int``); a size that is accepted but
+more than the node can allocate is a runtime matter: its points are recorded ``skipped``,
+with the reason.
 """
 
 from __future__ import annotations
@@ -20,13 +23,16 @@ from hpcmem.collectives.sizes import osu_counts, size_steps
 from hpcmem.collectives.slowdown import SlowdownError, TestHooks
 from hpcmem.errors import HpcmemError
 from hpcmem.node.planned import SKIP_ENV
-from hpcmem.units import UnitError, parse_size
+from hpcmem.units import UnitError, format_size, parse_size
 
-__all__ = ["DEFAULT_MAX_SIZE", "DEFAULT_OPS", "HUGEPAGE_ENV", "THREAD_LEVELS", "Knobs",
-           "Options", "OptionsError", "Sweep", "make_options"]
+__all__ = ["DEFAULT_MAX_SIZE", "DEFAULT_OPS", "HUGEPAGE_ENV", "MAX_MESSAGE_ELEMENTS",
+           "THREAD_LEVELS", "Knobs", "Options", "OptionsError", "Sweep", "make_options"]
 
 DEFAULT_OPS = "bcast,gather,allreduce"
 DEFAULT_MAX_SIZE = "1M"
+#: the most elements of one message: the largest power of two a C int holds, so that every
+#: MPI library can count them (an MPI-3 library refuses more, at the first call)
+MAX_MESSAGE_ELEMENTS = 1 << 30
 #: NumPy's own switch of its huge-page advice; the default of ``numpy_hugepage``
 HUGEPAGE_ENV = "NUMPY_MADVISE_HUGEPAGE"
 #: MPI thread levels as mpi4py.rc.thread_level spells them; ``single`` is what OSU's MPI_Init
@@ -102,11 +108,25 @@ def _count(option: str, text: str | None, minimum: int) -> int | None:
     return value
 
 
-def _size(option: str, text: str) -> int:
+def _accepted_sizes(dtype: str) -> str:
+    """The accepted range of message sizes in ``dtype``, as the options' messages say it."""
+    itemsize = np.dtype(dtype).itemsize
+    return (f"{format_size(itemsize)} to {format_size(MAX_MESSAGE_ELEMENTS * itemsize)} for "
+            f"{dtype} (at most 2^30 elements, a count every MPI library takes)")
+
+
+def _size(option: str, text: str, dtype: str) -> int:
+    """Bytes in ``text``, at most :data:`MAX_MESSAGE_ELEMENTS` of ``dtype``; OptionsError
+    names the option, the value and the accepted range."""
     try:
-        return parse_size(text)
+        value = parse_size(text)
     except UnitError as error:
-        raise OptionsError(f"{option}: {error}") from None
+        raise OptionsError(
+            f"{option}: {error}; the accepted range is {_accepted_sizes(dtype)}") from None
+    if value > MAX_MESSAGE_ELEMENTS * np.dtype(dtype).itemsize:
+        raise OptionsError(f"{option}: {text!r} is {value} bytes, outside the accepted range "
+                           f"{_accepted_sizes(dtype)}")
+    return value
 
 
 def _sweep(op: str, buffer: str, dtype: str, min_size: str | None, max_size: str) -> Sweep:
@@ -116,8 +136,8 @@ def _sweep(op: str, buffer: str, dtype: str, min_size: str | None, max_size: str
     if dtype not in DTYPES:
         raise OptionsError(f"--dtype: {dtype!r} is not one of {', '.join(DTYPES)}")
     itemsize = np.dtype(dtype).itemsize
-    smallest = itemsize if min_size is None else _size("--min-size", min_size)
-    largest = _size("--max-size", max_size)
+    smallest = itemsize if min_size is None else _size("--min-size", min_size, dtype)
+    largest = _size("--max-size", max_size, dtype)
     if smallest < itemsize or smallest % itemsize:
         raise OptionsError(
             f"--min-size: {smallest} bytes is not a positive multiple of one {dtype} "

@@ -21,7 +21,8 @@ PAGE = Template("""<!DOCTYPE html>
 <title>$title</title>
 <style>
   :root { --ink:#1d2733; --muted:#5b6875; --line:#d9dee4; --bg:#f5f7f9; --card:#fff;
-          --pass:#1b7f3b; --fail:#b3261e; --noisy:#b26a00; --new:#6b7785; --accent:#1f5f99; }
+          --pass:#1b7f3b; --fail:#b3261e; --noisy:#b26a00; --new:#6b7785; --unjudged:#6a3d9a;
+          --accent:#1f5f99; }
   * { box-sizing: border-box; }
   body { margin:0; background:var(--bg); color:var(--ink);
          font:15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; }
@@ -48,7 +49,7 @@ PAGE = Template("""<!DOCTYPE html>
   .badge { display:inline-block; padding:2px 10px; border-radius:12px; color:#fff;
            font-weight:600; font-size:13px; letter-spacing:.02em; }
   .PASS { background:var(--pass); } .FAIL { background:var(--fail); }
-  .NOISY { background:var(--noisy); }
+  .NOISY { background:var(--noisy); } .UNJUDGED { background:var(--unjudged); }
   .NEW, .MISSING, .NONE { background:var(--new); }
   header .badge { font-size:15px; margin-left:12px; vertical-align:middle; }
   dl.meta { display:grid; grid-template-columns:max-content 1fr; gap:4px 24px; margin:0; }
@@ -70,7 +71,8 @@ $body
 
 
 def badge(verdict: str | None) -> str:
-    """A coloured verdict badge (PASS, FAIL, NOISY, NEW, MISSING), or a grey 'not checked'."""
+    """A coloured verdict badge (PASS, FAIL, NOISY, NEW, MISSING, UNJUDGED), or a grey 'not
+    checked'."""
     if verdict is None:
         return '<span class="badge NONE">not checked</span>'
     return f'<span class="badge {html.escape(verdict)}">{html.escape(verdict)}</span>'

@@ -8,26 +8,44 @@ with the history's, and the report draws their range.
 
 The spread of a point is ``(max - min) / median`` of its samples: above
 :data:`NOISY_SPREAD` the repeats disagree too much for the point to be judged on its own.
+Samples read back (:func:`read_samples`, :func:`read_values`) must be JSON of finite
+numbers; anything else raises :class:`SamplesError`, showing the text.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import numbers
 import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from hpcmem.errors import BadInputError, clip
 from hpcmem.record.spec import Benchmark
 
-__all__ = ["NOISY_SPREAD", "merge_samples", "read_samples", "record_samples", "spread"]
+__all__ = ["NOISY_SPREAD", "SamplesError", "finite_number", "merge_samples", "read_samples",
+           "read_values", "record_samples", "spread"]
 
 #: the spread above which a point's repeats disagree too much to judge it
 NOISY_SPREAD = 0.5
+#: characters of bad samples text an error shows: room is left for where it was and why
+_SHOWN = 60
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+class SamplesError(BadInputError, ValueError):
+    """Samples text that is not JSON of finite numbers; the message shows the text and why."""
+
+
+def finite_number(value: Any) -> bool:
+    """Whether ``value`` is a finite real number (Python's or NumPy's), not a boolean; an
+    integer too large for a float is not."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def record_samples(spec: Benchmark, record: Mapping[str, Any]) -> dict[str, list[float]]:
@@ -35,7 +53,7 @@ def record_samples(spec: Benchmark, record: Mapping[str, Any]) -> dict[str, list
     repeats = record.get("repeats") or [record]
     samples = {}
     for metric in spec.metrics:
-        values = [float(v) for v in map(metric.of, repeats) if _number(v)]
+        values = [float(v) for v in map(metric.of, repeats) if finite_number(v)]
         if values:
             samples[metric.name] = values
     return samples
@@ -50,11 +68,39 @@ def merge_samples(per_record: Iterable[Mapping[str, list[float]]]) -> str:
     return json.dumps(merged, sort_keys=True)
 
 
+def _json(text: Any) -> Any:
+    """The JSON value in ``text``; SamplesError shows the text and where it stops being JSON."""
+    if not isinstance(text, str):
+        raise SamplesError(f"{clip(repr(text), _SHOWN)} is not JSON text")
+    try:
+        return json.loads(text)
+    except ValueError as error:  # JSONDecodeError, or a number too long to convert
+        why = clip(str(error), _SHOWN)
+        raise SamplesError(f"{clip(repr(text), _SHOWN)} is not JSON ({why})") from None
+
+
+def _numbers(values: Any) -> bool:
+    return isinstance(values, list) and all(map(finite_number, values))
+
+
+def read_values(text: Any) -> list[float]:
+    """One figure's samples as the history stores them: a JSON list of finite numbers."""
+    values = _json(text)
+    if not _numbers(values):
+        raise SamplesError(f"{clip(repr(text), _SHOWN)} is not a JSON list of finite numbers")
+    return [float(value) for value in values]
+
+
 def read_samples(text: Any) -> dict[str, list[float]]:
-    """The summary's ``samples`` cell as a mapping (empty for a missing cell)."""
+    """The summary's ``samples`` cell as a mapping of metric -> values (empty for a missing
+    cell); SamplesError when it is not a JSON object of lists of finite numbers."""
     if not isinstance(text, str) or not text:
         return {}
-    return json.loads(text)
+    samples = _json(text)
+    if not isinstance(samples, dict) or not all(map(_numbers, samples.values())):
+        raise SamplesError(f"{clip(repr(text), _SHOWN)} is not a JSON object of metric -> "
+                           "list of finite numbers")
+    return {name: [float(value) for value in values] for name, values in samples.items()}
 
 
 def spread(values: Iterable[float]) -> float | None:

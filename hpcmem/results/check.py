@@ -3,30 +3,31 @@
 :func:`check` takes every checked figure of a summary (``<point key>/<metric>``, see
 :mod:`hpcmem.results.references`), finds the system each point is judged for
 (:mod:`hpcmem.results.systems`) and that system's history, and judges the figure
-(:mod:`hpcmem.results.judge`): ``PASS``, ``FAIL``, ``NOISY`` or ``NEW``. Failed points and
-invalid records of the summary are ``FAIL`` rows too: a benchmark that stopped producing
-correct results is a regression. An exact reference key with no figure in the summary is
-listed as ``MISSING`` (not a failure: sweeps change). :func:`conclude` then appends the
-run to the history and writes the verdict file (:mod:`hpcmem.results.verdict_file`), both
-or neither.
+(:mod:`hpcmem.results.judge`): ``PASS``, ``FAIL``, ``NOISY`` or ``NEW``. A checked figure
+whose value is missing, NaN or not a number is ``UNJUDGED`` (an optional metric without a
+value is simply not measured there). Failed points and invalid records of the summary are
+``FAIL`` rows too: a benchmark that stopped producing correct results is a regression. An
+exact reference key with no figure in the summary is listed as ``MISSING`` (not a failure:
+sweeps change). :func:`conclude` then appends the run to the history and writes the
+verdict file (:mod:`hpcmem.results.verdict_file`), both or neither.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from hpcmem.errors import clip
 from hpcmem.outputs import write_errors
 from hpcmem.record.jsonl import atomic_open
 from hpcmem.record.provenance import utc_now
-from hpcmem.record.samples import read_samples
-from hpcmem.results.history import Baseline, Figure, History, RunInfo
+from hpcmem.record.samples import finite_number, read_samples
+from hpcmem.results.history import MAX_LAST, Baseline, Figure, History, RunInfo
 from hpcmem.results.judge import Measured, judge
-from hpcmem.results.references import References
+from hpcmem.results.references import Reference, References
 from hpcmem.results.registry import BENCHMARKS
 from hpcmem.results.summary import Summary
 from hpcmem.results.systems import default_system, point_systems
@@ -43,30 +44,60 @@ def _flag(value: Any) -> bool | None:
     return None if value is None or pd.isna(value) else bool(value)
 
 
+#: the note of a checked figure without a value
+_NO_VALUE = "no value (NaN or missing): nothing to judge"
+
+
+def _unusable(value: Any) -> str | None:
+    """Why a summary cell is not a figure's value (the UNJUDGED note), or None when it is."""
+    import pandas as pd
+
+    if finite_number(value):
+        return None
+    if value is None or (pd.api.types.is_scalar(value) and pd.isna(value)):
+        return _NO_VALUE
+    return f"value {clip(repr(value), 60)} is not a finite number: nothing to judge"
+
+
+def _unjudged(name: str, unit: str, system: str, reference: Reference | None, note: str
+              ) -> Row:
+    """The UNJUDGED row of a checked figure without a usable value."""
+    row = Row(name, None, unit, None, None, None, None, 0, "UNJUDGED", note, system)
+    if reference is not None:
+        row.reference = reference.target
+        row.lower_bound, row.upper_bound = reference.bounds()
+    return row
+
+
 def summary_figures(summary: Summary, references: References, systems: dict[str, str]
-                    ) -> list[Measured]:
-    """Every checked figure of the summary's points, with its samples and node state.
+                    ) -> tuple[list[Measured], list[Row]]:
+    """Every checked figure of the summary's points, with its samples and node state, and
+    the UNJUDGED rows of those without a usable value.
 
     Metrics their spec marks ``checked`` always are; the others only when a reference
-    names them. A metric that does not apply to a point (bandwidth of a barrier) is none.
+    names them. A metric that does not apply to a point (bandwidth of a barrier), or an
+    optional one the point lacks, is none.
     """
-    figures = []
+    figures, unjudged = [], []
     for point in summary.points.to_dict("records"):
         system = systems[point["point"]]
         samples = read_samples(point.get("samples"))
         shared = _flag(point.get("shared_cores"))
         for measured in BENCHMARKS[point["benchmark"]].metrics:
-            value = point[measured.name]
-            if value is None or (isinstance(value, float) and math.isnan(value)):
-                continue
             if not measured.applies(point):
                 continue
             name = f"{point['point']}/{measured.name}"
-            if measured.checked or references.lookup(system, name) is not None:
+            if not (measured.checked or references.lookup(system, name) is not None):
+                continue
+            value = point[measured.name]
+            if (note := _unusable(value)) is None:
                 values = tuple(samples.get(measured.name) or [float(value)])
                 figures.append(Measured(name, float(value), measured.unit, system, values,
                                         shared))
-    return figures
+            elif measured.required or note != _NO_VALUE:  # an optional one: not measured
+                unjudged.append(_unjudged(name, measured.unit, system,
+                                          references.lookup(system, name), note))
+    return figures, unjudged
 
 
 def _problem_rows(summary: Summary) -> Iterable[Row]:
@@ -83,7 +114,8 @@ def _problem_rows(summary: Summary) -> Iterable[Row]:
 def evaluate(summary: Summary, references: References, systems: dict[str, str],
              history: dict[str, dict[str, Baseline]], min_runs: int | None = None
              ) -> list[Row]:
-    """Every verdict row: figures, failed points, invalid records, missing references.
+    """Every verdict row: figures, unjudged figures, failed points, invalid records, missing
+    references.
 
     ``systems`` maps point keys to systems
     (:func:`~hpcmem.results.systems.point_systems`), ``history`` systems to their figures'
@@ -92,11 +124,12 @@ def evaluate(summary: Summary, references: References, systems: dict[str, str],
     ``history.min_runs``).
     """
     min_runs = min_runs or references.history_min_runs
-    figures = summary_figures(summary, references, systems)
+    figures, unjudged = summary_figures(summary, references, systems)
     rows = [judge(f, references, history.get(f.system, {}).get(f.name), min_runs)
             for f in figures]
+    rows.extend(unjudged)
     rows.extend(_problem_rows(summary))
-    seen = {f.name for f in figures}
+    seen = {f.name for f in figures} | {row.figure for row in unjudged}
     for system in sorted(set(systems.values())):
         for key in references.exact_keys(system):
             if key not in seen:
@@ -134,10 +167,11 @@ def check(summary: Summary, references: References, system: str | None = None, *
 
     ``system`` applies to every point; None chooses per point
     (:func:`~hpcmem.results.systems.point_systems`).
-    ``last`` (default: the references' ``history.last``) must be a whole number >= 1.
+    ``last`` (default: the references' ``history.last``) must be a whole number from 1 to
+    :data:`~hpcmem.results.history.MAX_LAST`.
     """
-    if last is not None and last < 1:
-        raise CheckError(f"{last} is not a whole number >= 1")
+    if last is not None and not 1 <= last <= MAX_LAST:
+        raise CheckError(f"{last} is not a whole number from 1 to {MAX_LAST}")
     run_id = "+".join(sorted(summary.metadata.get("run_ids") or [])) or "unknown"
     last = last or references.history_last
     systems = point_systems(summary, system)

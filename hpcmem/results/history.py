@@ -8,7 +8,10 @@ nothing, so re-checking a summary is idempotent. Each figure is stored with its 
 :class:`Baseline` is taken over the last N runs of the same system, newest first, excluding
 the run being checked: the median of their values, their samples pooled, and how many of
 them shared cores. A store made before samples were kept gains the columns on first use;
-its figures count as one sample each, node state unknown.
+its figures count as one sample each, node state unknown. A stored figure whose value is not
+a finite number, or whose samples are not a JSON list of them, raises :class:`HistoryError`
+naming the store, the run, the figure, the field and the value: a baseline is never taken
+over what cannot be read. A check compares with at most :data:`MAX_LAST` runs.
 """
 
 from __future__ import annotations
@@ -22,9 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HISTORY_FILE", "Baseline", "Figure", "History", "RunInfo"]
+from hpcmem.errors import HpcmemError, clip
+from hpcmem.record.samples import SamplesError, finite_number, read_values
+
+__all__ = ["HISTORY_FILE", "MAX_LAST", "Baseline", "Figure", "History", "HistoryError",
+           "RunInfo"]
 
 HISTORY_FILE = "history.sqlite"
+#: the most past runs a check compares with (``--last``, the references' ``history.last``):
+#: years of nightly runs
+MAX_LAST = 1000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -52,6 +62,10 @@ CREATE TABLE IF NOT EXISTS figures (
     FOREIGN KEY (run_id, system) REFERENCES runs (run_id, system)
 );
 """
+
+
+class HistoryError(HpcmemError, ValueError):
+    """A stored figure that cannot be read back; the message names where and what."""
 
 
 @dataclass(frozen=True)
@@ -128,14 +142,15 @@ class History:
                     (system, exclude_run, last),
                 )
             ]
-            found: dict[str, list[tuple[float, str | None, int | None]]] = {}
+            found: dict[str, list[Figure]] = {}
             marks = ",".join("?" * len(runs))
             query = (
-                "SELECT figure, value, samples, shared_cores FROM figures "
+                "SELECT run_id, figure, value, unit, samples, shared_cores FROM figures "
                 f"WHERE system = ? AND run_id IN ({marks})"
             )
-            for figure, value, samples, shared in db.execute(query, (system, *runs)):
-                found.setdefault(figure, []).append((value, samples, shared))
+            for run, figure, *columns in db.execute(query, (system, *runs)):
+                where = f"{self.file}: run {run!r} on {system}, figure {figure}"
+                found.setdefault(figure, []).append(_stored(where, *columns))
         return {figure: _baseline(rows) for figure, rows in found.items()}
 
     def append(self, run: RunInfo, figures: Mapping[str, Figure],
@@ -185,14 +200,25 @@ class History:
         return appended
 
 
-def _baseline(rows: list[tuple[float, str | None, int | None]]) -> Baseline:
-    """The baseline of one figure from its stored rows (value, samples JSON, shared cores)."""
-    samples = [s for value, text, _ in rows for s in (json.loads(text) if text else [value])]
+def _stored(where: str, value: Any, unit: str, samples: Any, shared: Any) -> Figure:
+    """A stored figure's columns read back (no samples: the value is the one sample);
+    HistoryError names ``where``, the field and the value that cannot be read."""
+    if not finite_number(value):
+        raise HistoryError(f"{where}: value: {clip(repr(value), 60)} is not a finite number")
+    try:
+        values = read_values(samples) if samples else [float(value)]
+    except SamplesError as error:
+        raise HistoryError(f"{where}: samples: {error}") from None
+    return Figure(float(value), unit, tuple(values), None if shared is None else bool(shared))
+
+
+def _baseline(rows: list[Figure]) -> Baseline:
+    """The baseline of one figure from its stored rows."""
     return Baseline(
-        value=statistics.median(value for value, _, _ in rows),
+        value=statistics.median(row.value for row in rows),
         runs=len(rows),
-        samples=tuple(samples),
-        shared_runs=sum(1 for _, _, shared in rows if shared),
+        samples=tuple(s for row in rows for s in row.samples),
+        shared_runs=sum(1 for row in rows if row.shared_cores),
     )
 
 

@@ -3,8 +3,8 @@
 The YAML file (``config/references.yaml`` documents the format in its header)::
 
     history:                 # optional: comparison with the median of past runs
-      last: 5                # how many past runs (``--last`` overrides)
-      min_runs: 3            # judge against the history only once it holds this many
+      last: 5                # how many past runs, 1 to 1000 (``--last`` overrides)
+      min_runs: 3            # judge against the history only once it holds this many (1 to 1000)
       lower: -0.5            # relative tolerance below the history median (<= 0, or null)
       upper: 0.5             # relative tolerance above it (>= 0, or null)
       alpha: 0.01            # significance level of the rank test over repeats (0 < alpha < 1)
@@ -33,6 +33,7 @@ from typing import Any
 
 from hpcmem.errors import HpcmemError
 from hpcmem.record.samples import NOISY_SPREAD
+from hpcmem.results.history import MAX_LAST
 from hpcmem.results.registry import BENCHMARKS, metric
 from hpcmem.textfiles import TextFileError, read_yaml
 
@@ -185,9 +186,9 @@ def parse_references(data: Any, source: str = "references") -> References:
         )
     for key in ("last", "min_runs"):
         value = history.get(key, getattr(refs, f"history_{key}"))
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LAST:
             raise ReferencesError(
-                f"{source}: history.{key}: {value!r} is not a whole number >= 1"
+                f"{source}: history.{key}: {value!r} is not a whole number from 1 to {MAX_LAST}"
             )
         setattr(refs, f"history_{key}", value)
     alpha = _number(history.get("alpha", refs.history_alpha), f"{source}: history.alpha")

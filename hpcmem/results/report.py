@@ -23,13 +23,13 @@ from hpcmem.record.provenance import utc_now
 from hpcmem.results.native_comparison import container_section
 from hpcmem.results.registry import REPORTS
 from hpcmem.results.summary import Summary, benchmark_points
+from hpcmem.results.verdict import tally
 
 __all__ = ["render_report", "write_report"]
 
 def _verdict_section(verdict: dict[str, Any]) -> str:
     rows = verdict.get("figures", [])
-    counts = verdict.get("counts", {})
-    summary = ", ".join(f"{n} {k.lower()}" for k, n in counts.items())
+    summary = tally(verdict.get("counts", {}))
     headline = (f'<p>{badge(verdict.get("verdict"))} {html.escape(summary)} — system '
                 f'<code>{html.escape(str(verdict.get("system")))}</code>, checked '
                 f'{html.escape(str(verdict.get("checked_at")))}.</p>')
@@ -42,13 +42,15 @@ def _verdict_section(verdict: dict[str, Any]) -> str:
     headers = ["figure", "value", "unit", "spread", "reference", "lower bound", "upper bound",
                "history median", "p", "verdict", "note"]
     kinds = ["key", "num", "text", "num", "num", "num", "num", "num", "num", "raw", "raw"]
-    notable = [r for r in rows if r["verdict"] in ("FAIL", "NOISY", "MISSING")]
+    notable = [r for r in rows if r["verdict"] in ("FAIL", "NOISY", "MISSING", "UNJUDGED")]
     parts = [headline]
     if notable:
-        parts.append("<h3>Failures, noisy and missing figures</h3>")
+        parts.append("<h3>Failures, noisy, missing and unjudged figures</h3>")
         parts.append('<p class="note">NOISY: outside a band, but not told apart from noise '
                      '(repeats too spread, not significant, or the node shared its cores); '
-                     'listed, not a failure.</p>')
+                     'listed, not a failure. UNJUDGED: no usable value (NaN, missing or not '
+                     'a number): nothing to judge. A run with no figure judged fails, unless '
+                     'the check was run with --allow-unjudged.</p>')
         parts.append(table(headers, shaped(notable), kinds))
     parts.append(f"<details><summary>All {len(rows)} checked figures</summary>"
                  f"{table(headers, shaped(rows), kinds)}</details>")

@@ -2,7 +2,9 @@
 :class:`Summary` of an output folder, and one benchmark's rows of it.
 
 The summary has one column per coordinate and metric of every registered benchmark
-(:mod:`hpcmem.results.registry`; a benchmark's rows leave the others' empty).
+(:mod:`hpcmem.results.registry`; a benchmark's rows leave the others' empty). Reading it
+back checks its columns and every point's ``samples`` (JSON of finite numbers), so that
+neither the check nor the report meets a corrupt one halfway through.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpcmem.record.samples import SamplesError, read_samples
 from hpcmem.results.registry import BENCHMARKS
 
 if TYPE_CHECKING:
@@ -65,6 +68,16 @@ def benchmark_points(summary: pd.DataFrame, benchmark: str) -> pd.DataFrame:
     return summary[summary["benchmark"] == benchmark].reset_index(drop=True)
 
 
+def _check_samples(points: pd.DataFrame, file: Path) -> None:
+    """ValueError naming ``file``, the row, its point and the text of the first ``samples``
+    cell that is not samples."""
+    for row, point, text in zip(points.index, points["point"], points["samples"], strict=True):
+        try:
+            read_samples(text)
+        except SamplesError as error:
+            raise ValueError(f"{file}: row {row} (point {point}): samples: {error}") from None
+
+
 def read_summary(path: str | os.PathLike[str]) -> Summary:
     """Read an ``hpcmem aggregate`` output folder (or its ``summary.parquet``).
 
@@ -98,6 +111,7 @@ def read_summary(path: str | os.PathLike[str]) -> Summary:
     if missing:
         names = ", ".join(sorted(missing))
         raise ValueError(f"{folder / 'summary.parquet'}: missing columns {names}")
+    _check_samples(points, folder / "summary.parquet")
     return Summary(
         points=parts["summary.parquet"],
         skipped=parts["skipped.csv"],

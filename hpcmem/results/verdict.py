@@ -1,20 +1,26 @@
 """What a check concludes: a verdict on every figure (:class:`Row`) and the run's result.
 
-A figure's verdict is one of :data:`VERDICTS`; only ``FAIL`` fails the run
-(docs/verdicts.md).
+A figure's verdict is one of :data:`VERDICTS` (docs/verdicts.md). The run's is ``FAIL`` when
+any figure failed, else ``UNJUDGED`` when no figure was judged (every checked figure lacked a
+usable value, or there were none), else ``PASS``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from hpcmem.errors import HpcmemError
 from hpcmem.record.samples import NOISY_SPREAD
 
-__all__ = ["VERDICTS", "CheckError", "CheckResult", "Row"]
+__all__ = ["JUDGED", "RUN_VERDICTS", "VERDICTS", "CheckError", "CheckResult", "Row", "tally"]
 
-#: the verdicts of a figure; only FAIL fails the run
-VERDICTS = ("PASS", "FAIL", "NOISY", "NEW", "MISSING")
+#: the verdicts of a figure: a FAIL fails the run, and so does having no judged figure
+VERDICTS = ("PASS", "FAIL", "NOISY", "NEW", "MISSING", "UNJUDGED")
+#: the verdicts of a figure that was judged: its value was looked at (or its point failed)
+JUDGED = ("PASS", "FAIL", "NOISY", "NEW")
+#: the verdicts of a run
+RUN_VERDICTS = ("PASS", "FAIL", "UNJUDGED")
 
 
 class CheckError(HpcmemError, ValueError):
@@ -60,8 +66,11 @@ class CheckResult:
 
     @property
     def verdict(self) -> str:
-        """``FAIL`` when any figure failed, else ``PASS``."""
-        return "FAIL" if any(r.verdict == "FAIL" for r in self.rows) else "PASS"
+        """``FAIL`` when any figure failed, else ``UNJUDGED`` when none was judged, else
+        ``PASS``."""
+        if any(r.verdict == "FAIL" for r in self.rows):
+            return "FAIL"
+        return "PASS" if any(r.verdict in JUDGED for r in self.rows) else "UNJUDGED"
 
     def counts(self) -> dict[str, int]:
         """How many rows got each verdict."""
@@ -69,3 +78,8 @@ class CheckResult:
         for row in self.rows:
             counts[row.verdict] += 1
         return counts
+
+
+def tally(counts: Mapping[str, int]) -> str:
+    """Verdict counts as the table, the terminal and the report say them: ``2 pass, 0 fail``."""
+    return ", ".join(f"{n} {name.lower()}" for name, n in counts.items())
