@@ -42,7 +42,7 @@ pytestmark = pytest.mark.slurm
 
 RUN = Path("results", "e2e")
 POINTS = [(buffer, binding) for buffer in ("numpy", "hbw") for binding in ("cores", "hbw")]
-TRAIN = Path("train", "transformer", "125M", "hpcmem", "budget_none.jsonl")
+TRAIN = Path("train", "transformer", "params=125000000", "budget=none", "policy=hpcmem.jsonl")
 #: benchmark points of the sweep: the collectives points and one training point
 ALL_POINTS = len(POINTS) + 1
 #: the site's sweep: every point runs for a few seconds, long enough to be cancelled
@@ -51,7 +51,7 @@ SWEEP = {
     "collectives": {
         "ops": ["allreduce"],
         "buffers": ["numpy", "hbw"],
-        "ranks": [2],
+        "tasks_per_node": [2],
         "bindings": ["cores", "hbw"],
         "emulate_hbw": "0",
         "min_size": 8,
@@ -102,7 +102,8 @@ class Workflow:
         return run_logged(self.command(*extra), self.cluster, cwd=self.workdir)
 
     def point(self, buffer: str, binding: str) -> Path:
-        return self.workdir / RUN / "collectives" / "allreduce" / buffer / "ranks2" / binding
+        return self.workdir / RUN / "collectives" / "allreduce" / buffer / "ranks=2" / (
+            f"binding={binding}")
 
     def records(self) -> list[Path]:
         """Record files of finished benchmark points."""
