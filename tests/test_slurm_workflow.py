@@ -347,7 +347,7 @@ def terminated(flow: Workflow, calm_nightly: subprocess.CompletedProcess) -> dic
     def new_point_running():
         return [job for job in benchmark_jobs(flow.cluster)
                 if job[1] == "RUNNING" and job[2].startswith("rule_run_collectives")
-                and job[2].endswith("_none")]
+                and job[2].endswith("_binding=none")]  # the executor's comment: its folder
 
     _, output, took = interrupt_when(nightly, new_point_running, "a new point running",
                                      lambda _: os.killpg(nightly.pid, signal.SIGTERM))
