@@ -145,7 +145,8 @@ def test_losing_a_node_fails_the_point_naming_the_jobs_log(sweep: Sweep, lost_no
     assert lost_node["rc"] == 1, output
     assert lost_node["state"] == "NODE_FAIL|node[1-2]"
     assert f"SLURM-job '{job_id}' failed due to a node failure" in output, output
-    logs = re.search(rf"log: (\S+_{TWO_NODES}_cores\.log), (\S+/{job_id}\.log)", output)
+    log = re.escape(f"/{TWO_NODES}/binding=cores.log")  # named as the point's folder
+    logs = re.search(rf"log: (\S+{log}), (\S+/{job_id}\.log)", output)
     assert logs, output
     assert "node failure" in Path(logs[2]).read_text().lower()
     assert not sweep.records(TWO_NODES).exists()
@@ -165,8 +166,7 @@ def test_the_rerun_redoes_only_the_lost_point(sweep: Sweep, rerun: dict) -> None
     assert rerun["result"].returncode == 0, output
     ran = re.findall(r"^rule (run_collectives):\n(?:.*\n)*?\s+output: (\S+),", output,
                      re.MULTILINE)
-    assert [path for _, path in ran] == [str(Path("results", RUN_ID, "collectives", "allreduce",
-                                                  "numpy", TWO_NODES, "cores.jsonl"))]
+    assert [path for _, path in ran] == [str(sweep.records(TWO_NODES).relative_to(sweep.workdir))]
     assert fingerprint(sweep.records(ONE_NODE)) == rerun["before"]
 
 
