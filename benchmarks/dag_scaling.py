@@ -31,7 +31,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 TARGET_S = 10.0
 
-#: 9 ops x 5 buffers x 4 rank counts x 5 bindings = 900 collectives points
+#: 9 ops x 5 buffers x 4 rank counts (on one node) x 5 bindings = 900 collectives points
 #: 2 models x 5 sizes x 5 policies x 2 budgets = 100 training points
 SWEEP = {
     "run_id": "dag1000",
@@ -39,7 +39,7 @@ SWEEP = {
         "ops": ["bcast", "gather", "allreduce", "reduce", "allgather", "alltoall", "scatter",
                 "reduce_scatter", "barrier"],
         "buffers": ["numpy", "hbw", "hbw_preferred", "hbw_interleave", "mpi_alloc"],
-        "ranks": [2, 4, 8, 16],
+        "tasks_per_node": [2, 4, 8, 16],
         "bindings": ["none", "cores", "hbw", "dram", "interleave"],
         "max_size": "4M",
         "emulate_hbw": "0",
@@ -58,7 +58,8 @@ SWEEP = {
 def points(sweep: dict) -> int:
     """Number of benchmark points of ``sweep``."""
     coll, train = sweep["collectives"], sweep["train"]
-    return (len(coll["ops"]) * len(coll["buffers"]) * len(coll["ranks"]) * len(coll["bindings"])
+    return (len(coll["ops"]) * len(coll["buffers"]) * len(coll["tasks_per_node"])
+            * len(coll["bindings"])
             + len(train["models"]) * len(train["params"]) * len(train["policies"])
             * len(train["gpu_budgets"]))
 

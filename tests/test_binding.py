@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from hpcmem.node.applied import binding_label
 from hpcmem.node.launcher import LOCAL_RANK_VARIABLES
 from hpcmem.node.planned import BindingError, BindingUnavailableError, plan_binding
 from hpcmem.node.topology import HBWNodes, NumaNode
@@ -166,9 +167,20 @@ def test_bind_explicit_arguments_after_separator(hpcmem_exe: str) -> None:
     assert applied["mempolicy"] == {"mode": "bind", "nodes": [0]}
 
 
+def test_bind_name_is_the_name_the_records_give_the_binding(hpcmem_exe: str) -> None:
+    # the workflow's custom binding node0: its folder, its records and their key say node0
+    result = _bind(hpcmem_exe, "--name", "node0", "--", "--membind=0", "--",
+                   sys.executable, "-c", CHILD)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    applied = json.loads(result.stdout)
+    assert (applied["name"], applied["numactl"]) == ("node0", ["--membind=0"])
+    assert binding_label(applied) == "node0"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
+        (["--name", "Node 0", "none", "--", "true"], "--name: 'Node 0' is not a binding name"),
         (["--", "--membind=9", "--", "true"], "node 9 does not exist (nodes here: 0)"),
         (["hbw", "--", "true"], "binding 'hbw': this node has no high-bandwidth memory node"),
         (["fast", "--", "true"], "binding 'fast' is not one of none, cores, hbw"),

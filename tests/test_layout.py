@@ -10,21 +10,23 @@ from hpcmem.collectives.placement import placement_by_host
 from hpcmem.collectives.scaling import scaling_figures
 from hpcmem.collectives.spec import COLLECTIVES
 from hpcmem.collectives.spread import layout_fields
-from hpcmem.workflow.layout import Layout, LayoutError, sweep_layouts
+from hpcmem.workflow.layout import Layout, LayoutError
 
 
-@pytest.mark.parametrize(("layout", "folder"), [
-    (Layout(1, 2), "ranks2"), (Layout(2, 1), "nodes2_ranks2"), (Layout(4, 56), "nodes4_ranks224"),
+@pytest.mark.parametrize(("nodes", "ranks", "layout"), [
+    (1, 2, Layout(1, 2)), (2, 2, Layout(2, 1)), (4, 224, Layout(4, 56)),
 ])
-def test_a_layout_names_its_folder_and_reads_it_back(layout: Layout, folder: str) -> None:
-    assert layout.folder == folder
-    assert Layout.from_folder(folder) == layout
+def test_a_point_s_ranks_spread_evenly_over_its_nodes(nodes: int, ranks: int, layout: Layout
+                                                      ) -> None:  # fmt: skip
+    assert Layout.spread(nodes=nodes, ranks=ranks) == layout
+    assert (layout.nodes, layout.ranks) == (nodes, ranks)
 
 
-@pytest.mark.parametrize("folder", ["nodes3_ranks4", "ranks", "nodes2", "nodes0_ranks2"])
-def test_a_folder_that_names_no_layout_is_refused(folder: str) -> None:
-    with pytest.raises(LayoutError, match=repr(folder)):
-        Layout.from_folder(folder)
+@pytest.mark.parametrize(("nodes", "ranks"), [(3, 4), (0, 2), (2, 0)])
+def test_ranks_that_do_not_fill_the_nodes_evenly_are_refused(nodes: int, ranks: int) -> None:
+    with pytest.raises(LayoutError, match=f"ranks={ranks}, nodes={nodes}: the ranks do not "
+                                          "fill the nodes evenly"):
+        Layout.spread(nodes=nodes, ranks=ranks)
 
 
 def test_launch_options_follow_the_launcher() -> None:
@@ -41,19 +43,6 @@ def test_slurm_resources_set_tasks_per_node_or_tasks_never_both() -> None:
     # the executor plugin takes tasks_per_node only above 1
     assert Layout(2, 2).slurm_resources() == {"nodes": 2, "tasks_per_node": 2, "tasks": 0}
     assert Layout(2, 1).slurm_resources() == {"nodes": 2, "tasks_per_node": 0, "tasks": 2}
-
-
-def test_sweep_layouts_cross_nodes_and_tasks_per_node_and_keep_ranks() -> None:
-    layouts = sweep_layouts({"nodes": [1, 2], "tasks_per_node": [1, 4], "ranks": None})
-    assert [layout.folder for layout in layouts] == [
-        "ranks1", "ranks4", "nodes2_ranks2", "nodes2_ranks8"]
-    assert sweep_layouts({"nodes": [1], "tasks_per_node": [2], "ranks": [4, 8]}) == [
-        Layout(1, 4), Layout(1, 8)]
-    with pytest.raises(LayoutError, match=r"config collectives.ranks: \[4\] is the one-node "
-                                          r"form and nodes is \[1, 2\]"):
-        sweep_layouts({"nodes": [1, 2], "tasks_per_node": [2], "ranks": [4]})
-    with pytest.raises(LayoutError, match=r"config collectives.tasks_per_node: \[0\]: a list"):
-        sweep_layouts({"nodes": [1], "tasks_per_node": [0], "ranks": None})
 
 
 def test_where_ranks_ran_is_counted_from_their_hosts() -> None:

@@ -2,12 +2,13 @@
 network namespaces of its own, MPI between them over TCP).
 
 A site profile runs the sweep ``nodes: [1, 2]`` x ``tasks_per_node: [2]`` (allreduce on
-NumPy buffers, ``cores`` binding) up to its benchmark jobs: the one-node point in ``ranks2``,
-the two-node point in ``nodes2_ranks4``. While the two-node job runs, node2 loses power
-(``cluster.sh node-down``: its slurmd and every process on it killed): the run fails naming
-the job's Slurm log. With the node back, the rerun redoes that point alone; its records say
-its ranks ran on node1 and node2, two per node, each bound to its own core, and were checked
-against NumPy; the report made from them draws latency and bus bandwidth against node count.
+NumPy buffers, ``cores`` binding) up to its benchmark jobs: the one-node point in
+``ranks=2/binding=cores``, the two-node point in ``ranks=4/nodes=2/binding=cores``. While
+the two-node job runs, node2 loses power (``cluster.sh node-down``: its slurmd and every
+process on it killed): the run fails naming the job's Slurm log. With the node back, the
+rerun redoes that point alone; its records say its ranks ran on node1 and node2, two per
+node, each bound to its own core, and were checked against NumPy; the report made from them
+draws latency and bus bandwidth against node count.
 
 To keep the module short (its Slurm jobs wait on the executor's status polls): the wheel
 and the run's environment are built beforehand with the local profile, from the checkout
@@ -42,7 +43,7 @@ RUN_ID = "mn"
 SWEEP = {
     "container": {"enabled": False},
     "collectives": {
-        "ranks": None, "nodes": [1, 2], "tasks_per_node": [2], "ops": ["allreduce"],
+        "nodes": [1, 2], "tasks_per_node": [2], "ops": ["allreduce"],
         "buffers": ["numpy"], "bindings": ["cores"], "emulate_hbw": None,
         "min_size": 8, "max_size": 32, "iterations": 4000, "warmup": 5, "repeats": 1,
         "yield_when_idle": True,
@@ -50,7 +51,7 @@ SWEEP = {
     "train": {"enabled": False},
 }  # fmt: skip
 SIZES = [8, 16, 32]
-ONE_NODE, TWO_NODES = "ranks2", "nodes2_ranks4"
+ONE_NODE, TWO_NODES = "ranks=2", "ranks=4/nodes=2"
 
 
 @dataclass
@@ -70,7 +71,7 @@ class Sweep:
 
     def records(self, layout: str) -> Path:
         return self.workdir / "results" / RUN_ID / "collectives" / "allreduce" / "numpy" \
-            / layout / "cores.jsonl"
+            / layout / "binding=cores.jsonl"
 
 
 def node_down_while_running(sweep: Sweep, process: subprocess.Popen) -> str:
@@ -144,7 +145,8 @@ def test_losing_a_node_fails_the_point_naming_the_jobs_log(sweep: Sweep, lost_no
     assert lost_node["rc"] == 1, output
     assert lost_node["state"] == "NODE_FAIL|node[1-2]"
     assert f"SLURM-job '{job_id}' failed due to a node failure" in output, output
-    logs = re.search(rf"log: (\S+_{TWO_NODES}_cores\.log), (\S+/{job_id}\.log)", output)
+    log = re.escape(f"/{TWO_NODES}/binding=cores.log")  # named as the point's folder
+    logs = re.search(rf"log: (\S+{log}), (\S+/{job_id}\.log)", output)
     assert logs, output
     assert "node failure" in Path(logs[2]).read_text().lower()
     assert not sweep.records(TWO_NODES).exists()
@@ -164,8 +166,7 @@ def test_the_rerun_redoes_only_the_lost_point(sweep: Sweep, rerun: dict) -> None
     assert rerun["result"].returncode == 0, output
     ran = re.findall(r"^rule (run_collectives):\n(?:.*\n)*?\s+output: (\S+),", output,
                      re.MULTILINE)
-    assert [path for _, path in ran] == [str(Path("results", RUN_ID, "collectives", "allreduce",
-                                                  "numpy", TWO_NODES, "cores.jsonl"))]
+    assert [path for _, path in ran] == [str(sweep.records(TWO_NODES).relative_to(sweep.workdir))]
     assert fingerprint(sweep.records(ONE_NODE)) == rerun["before"]
 
 

@@ -42,7 +42,7 @@ pytestmark = pytest.mark.slurm
 
 RUN = Path("results", "e2e")
 POINTS = [(buffer, binding) for buffer in ("numpy", "hbw") for binding in ("cores", "hbw")]
-TRAIN = Path("train", "transformer", "125M", "hpcmem", "budget_none.jsonl")
+TRAIN = Path("train", "transformer", "params=125000000", "budget=none", "policy=hpcmem.jsonl")
 #: benchmark points of the sweep: the collectives points and one training point
 ALL_POINTS = len(POINTS) + 1
 #: the site's sweep: every point runs for a few seconds, long enough to be cancelled
@@ -51,7 +51,7 @@ SWEEP = {
     "collectives": {
         "ops": ["allreduce"],
         "buffers": ["numpy", "hbw"],
-        "ranks": [2],
+        "tasks_per_node": [2],
         "bindings": ["cores", "hbw"],
         "emulate_hbw": "0",
         "min_size": 8,
@@ -102,7 +102,8 @@ class Workflow:
         return run_logged(self.command(*extra), self.cluster, cwd=self.workdir)
 
     def point(self, buffer: str, binding: str) -> Path:
-        return self.workdir / RUN / "collectives" / "allreduce" / buffer / "ranks2" / binding
+        return self.workdir / RUN / "collectives" / "allreduce" / buffer / "ranks=2" / (
+            f"binding={binding}")
 
     def records(self) -> list[Path]:
         """Record files of finished benchmark points."""
@@ -346,7 +347,7 @@ def terminated(flow: Workflow, calm_nightly: subprocess.CompletedProcess) -> dic
     def new_point_running():
         return [job for job in benchmark_jobs(flow.cluster)
                 if job[1] == "RUNNING" and job[2].startswith("rule_run_collectives")
-                and job[2].endswith("_none")]
+                and job[2].endswith("_binding=none")]  # the executor's comment: its folder
 
     _, output, took = interrupt_when(nightly, new_point_running, "a new point running",
                                      lambda _: os.killpg(nightly.pid, signal.SIGTERM))

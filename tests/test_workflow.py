@@ -76,8 +76,8 @@ def test_end_to_end_on_the_local_profile(workdir: Path):
     assert (run / "build" / "wheelhouse" / manifest["wheel"]).is_file()
 
     for op, buffer in itertools.product(("allreduce", "bcast"), ("numpy", "hbw")):
-        point = run / "collectives" / op / buffer / "ranks2"
-        records = read_records(point / "hbw.jsonl")
+        point = run / "collectives" / op / buffer / "ranks=2"
+        records = read_records(point / "binding=hbw.jsonl")
         assert [validate_record(r) for r in records] == [[]] * len(records)
         assert {r["status"] for r in records} == {"ok"}
         assert sorted(r["size_bytes"] for r in records) == [2**k for k in range(3, 11)]
@@ -91,10 +91,11 @@ def test_end_to_end_on_the_local_profile(workdir: Path):
         for rank in (rank for r in records for rank in r["binding"]["per_rank"]):
             assert rank["name"] == "hbw"
             assert rank["mempolicy"] == {"mode": "bind", "nodes": [0]}  # measured in the rank
-        osu = (point / "hbw.osu.txt").read_text()
+        osu = (point / "binding=hbw.osu.txt").read_text()
         assert f"# OSU MPI {'Allreduce' if op == 'allreduce' else 'Broadcast'}" in osu
 
-    (train,) = read_records(run / "train" / "transformer" / "125M" / "hpcmem" / "budget_none.jsonl")
+    (train,) = read_records(run / "train" / "transformer" / "params=125000000" / "budget=none"
+                            / "policy=hpcmem.jsonl")
     assert validate_record(train) == []
     assert train["status"] == "skipped" and "GPU" in train["reason"]
     assert train["container"] is None
@@ -158,9 +159,9 @@ def start(workdir: Path, *args: str) -> subprocess.Popen:
 
 
 def test_killed_points_leave_nothing_and_are_redone(workdir: Path):
-    target = RUN / "collectives" / "gather" / "numpy" / "ranks2" / "none.jsonl"
+    target = RUN / "collectives" / "gather" / "numpy" / "ranks=2" / "binding=none.jsonl"
     records = workdir / target
-    osu = records.with_name("none.osu.txt")
+    osu = records.with_name("binding=none.osu.txt")
     (workdir / "config" / "slow.yaml").write_text(SLOW)
     configs = (workdir / "config" / "config.yaml", workdir / "config" / "slow.yaml")
     slow = ("--configfile", *map(str, configs))
@@ -204,7 +205,8 @@ def test_binding_the_node_cannot_provide_is_a_skipped_record(workdir: Path):
     result = snakemake(workdir, "--configfile", *map(str, configs))
     assert result.returncode == 0, result.stdout
     run = workdir / RUN
-    records = read_records(run / "collectives" / "reduce" / "numpy" / "ranks2" / "hbw.jsonl")
+    point = run / "collectives" / "reduce" / "numpy" / "ranks=2" / "binding=hbw.jsonl"
+    records = read_records(point)
     assert [validate_record(r) for r in records] == [[]] * 8  # 8 B .. 1 KiB
     assert {r["status"] for r in records} == {"skipped"}
     reason = "binding 'hbw': this node has no high-bandwidth memory node"
@@ -224,11 +226,11 @@ def test_recipe_right_after_kill_9_of_snakemake_keeps_every_finished_point(workd
     configs = ("--configfile", str(workdir / "config" / "config.yaml"),
                str(workdir / "config" / "steady.yaml"))
     points = sorted(path for op in ("allreduce", "bcast")  # the sweep of .test/config
-                    for path in (workdir / RUN / "collectives" / op).rglob("hbw.jsonl"))
+                    for path in (workdir / RUN / "collectives" / op).rglob("binding=hbw.jsonl"))
     assert len(points) == 4
     for path in points:  # the sweep to do again
         path.unlink()
-        path.with_name("hbw.osu.txt").unlink()
+        path.with_name("binding=hbw.osu.txt").unlink()
     for step in ("summary", "report", "check"):
         shutil.rmtree(workdir / RUN / step)
     started = time.time()

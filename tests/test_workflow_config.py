@@ -136,12 +136,12 @@ def test_every_schema_key_has_type_description_and_default():
         ({"collectives": {"ops": ["allgatherv"]}}, "'allgatherv' is not one of"),
         ({"collectives": {"buffers": ["gpu"]}}, "'gpu' is not one of"),
         ({"train": {"models": ["bert"]}}, "'bert' is not one of"),
-        ({"collectives": {"ranks": ["2"]}}, "'2' is not of type 'integer'"),
-        ({"collectives": {"ranks": 2}}, "2 is not of type 'array'"),
+        ({"collectives": {"tasks_per_node": ["2"]}}, "'2' is not of type 'integer'"),
+        ({"collectives": {"tasks_per_node": 2}}, "2 is not of type 'array'"),
         ({"train": {"steps": "ten"}}, "'ten' is not of type 'integer'"),
         ({"collectives": {"enabled": "yes"}}, "'yes' is not of type 'boolean'"),
-        ({"collectives": {"ranks": [0]}}, "0 is less than the minimum of 1"),
-        ({"collectives": {"ranks": [-2]}}, "-2 is less than the minimum of 1"),
+        ({"collectives": {"tasks_per_node": [0]}}, "0 is less than the minimum of 1"),
+        ({"collectives": {"nodes": [-2]}}, "-2 is less than the minimum of 1"),
         ({"collectives": {"min_size": 0}}, "is not valid under any of the given schemas"),
         ({"collectives": {"max_size": -8}}, "is not valid under any of the given schemas"),
         ({"collectives": {"max_size": "0K"}}, "is not valid under any of the given schemas"),
@@ -157,6 +157,7 @@ def test_every_schema_key_has_type_description_and_default():
         ({"collectives": {"ops": []}}, "should be non-empty"),
         ({"colectives": {}}, "'colectives' was unexpected"),
         ({"collectives": {"op": ["bcast"]}}, "'op' was unexpected"),
+        ({"collectives": {"ranks": [2]}}, "'ranks' was unexpected"),  # tasks_per_node
         ({"train": {"budget": "8G"}}, "'budget' was unexpected"),
         ({"container": {"enabled": "maybe"}}, "'maybe' is not one of"),
         ({"collectives": {"custom_bindings": {"n0": "--membind=0 --cpubind=0"}}}, "does not match"),
@@ -250,9 +251,6 @@ def test_injection_through_snakemake_stops_before_anything_runs(workdir, path, p
          "config train.policy_files: 'cuda' is a built-in name"),
         ({"check": {"history": "a-file"}},
          "config check.history: 'a-file' is a file, not a folder"),
-        ({"collectives": {"ranks": [2], "nodes": [1, 2]}},
-         "config collectives.ranks: [2] is the one-node form and nodes is [1, 2]: give "
-         "tasks_per_node instead of ranks (ranks = nodes x tasks_per_node)"),
     ],
 )
 def test_workflow_checks_name_the_key(workdir, change, message):
@@ -278,7 +276,9 @@ def test_custom_binding_reaches_the_command_as_one_quoted_argument(workdir):
     write_config(workdir, config)
     result = snakemake(workdir, "-n", "-p", "--profile", str(REPO / "profiles" / "local"))
     assert result.returncode == 0, result.stdout
-    assert "bind --skip-unavailable -- '--cpunodebind=0 --membind=0' --" in result.stdout
+    assert ("bind --skip-unavailable --name node0 -- '--cpunodebind=0 --membind=0' --"
+            in result.stdout)  # the records name the binding node0, as its folder does
+    assert "collectives/allreduce/numpy/ranks=2/binding=node0.jsonl" in result.stdout
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -306,10 +306,14 @@ def test_dry_run_of_the_default_config_lists_every_point(workdir):
         "total": points + trains + 6,
     }
     for op, buffer, binding in itertools.product(sweep["ops"], sweep["buffers"], sweep["bindings"]):
-        assert f"collectives/{op}/{buffer}/ranks2/{binding}.jsonl" in result.stdout
+        assert f"collectives/{op}/{buffer}/ranks=2/binding={binding}.jsonl" in result.stdout
         assert f"--op {op} --buffer {buffer}" in result.stdout
     assert "MEMKIND_HBW_NODES=0 mpirun --oversubscribe" in result.stdout
     assert result.stdout.count("--skip-if-no-gpu") == trains
+    for policy in train["policies"]:  # params: default, each model's own count
+        assert f"train/transformer/params=125000000/budget=none/policy={policy}.jsonl" in (
+            result.stdout)
+        assert f"train/cnn/params=25557032/budget=none/policy={policy}.jsonl" in result.stdout
 
 
 def test_the_local_profile_refuses_a_multi_node_point_before_any_job(workdir):
@@ -324,8 +328,8 @@ def test_the_local_profile_refuses_a_multi_node_point_before_any_job(workdir):
     assert not (workdir / "results").exists()
     # the same points with ranks on one node list as before, each in its own folder
     result = snakemake(workdir, "-n", "--profile", str(REPO / "profiles" / "local"))
-    assert "collectives/allreduce/numpy/nodes2_ranks2/none.jsonl" in result.stdout
-    assert "collectives/allreduce/numpy/ranks1/none.jsonl" in result.stdout
+    assert "collectives/allreduce/numpy/ranks=2/nodes=2/binding=none.jsonl" in result.stdout
+    assert "collectives/allreduce/numpy/ranks=1/binding=none.jsonl" in result.stdout
 
 
 def test_dry_run_in_a_fresh_clone_needs_no_profile(tmp_path: Path):
@@ -381,3 +385,9 @@ def test_config_file_not_text_or_with_aliases_is_refused_at_once(workdir, conten
     assert result.returncode != 0
     assert f"config file {message}" in result.stdout
     assert len(result.stdout) < 5000
+
+
+def test_common_smk_holds_only_loading_validation_constraints_and_small_helpers():
+    """What the rules compute lives in hpcmem/workflow/, with tests of its own."""
+    lines = (REPO / "workflow" / "rules" / "common.smk").read_text().splitlines()
+    assert len(lines) <= 120, f"common.smk has {len(lines)} lines (at most 120)"

@@ -266,7 +266,7 @@ def test_slurm_runs_collectives_in_the_image_with_srun_pmix(
     assert result.returncode == 0, result.stdout
     assert "rule build_wheel" not in result.stdout and "rule build_container" in result.stdout
     assert f"srun --mpi=pmix -n 2 {image.runtime} exec --bind {work}" in result.stdout
-    found = records(work, "collectives", "allreduce", "hbw", "ranks2")
+    found = records(work, "collectives", "allreduce", "hbw", "ranks=2")
     assert sorted(r["size_bytes"] for r in found) == SIZES
     assert {r["container"]["digest"] for r in found} == {image.digest}
     assert {r["container"]["runtime_version"] for r in found} == {image.runtime_version}

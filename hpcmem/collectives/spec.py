@@ -2,7 +2,9 @@
 
 A point is (op, buffer kind, dtype, ranks, nodes, binding, message size); its key reads
 ``collectives/<op>/<buffer>/<dtype>/ranks=<n>/binding=<name>/size=<bytes>`` on one node
-and ``.../ranks=<n>/nodes=<m>/binding=...`` on several. Latency is checked in every run,
+and ``.../ranks=<n>/nodes=<m>/binding=...`` on several. A workflow job sweeps op, buffer,
+ranks, nodes and binding (its folder: ``<op>/<buffer>/ranks=<n>[/nodes=<m>]/binding=<name>``);
+one job measures every size. Latency is checked in every run,
 bus bandwidth too where the op moves data (not barrier). A record's figures are medians
 over its ``repeats``, which keep each repeat's own (the samples the check's rank test
 compares). The native loop's latency and Python's overhead (mpi4py loop minus native loop)
@@ -30,14 +32,16 @@ def _moves_data(point: Any) -> bool:
 COLLECTIVES = Benchmark(
     name="collectives",
     coordinates=(
-        Coordinate("op"),
-        Coordinate("buffer"),
+        Coordinate("op", swept=True, option="--op"),
+        Coordinate("buffer", swept=True, option="--buffer"),
         Coordinate("dtype"),
-        Coordinate("ranks", "ranks", integer=True),
+        # the launcher starts the ranks on the nodes; `hpcmem bind` applies the binding
+        Coordinate("ranks", "ranks", integer=True, swept=True),
         # records from before the nodes axis ran on one node; one-node keys leave it out
         Coordinate("nodes", "nodes", integer=True, read=lambda record: record.get("nodes", 1),
-                   implied=1),
-        Coordinate("binding", "binding", read=lambda record: binding_label(record.get("binding"))),
+                   implied=1, swept=True),
+        Coordinate("binding", "binding", read=lambda record: binding_label(record.get("binding")),
+                   swept=True),
         Coordinate("size_bytes", "size", integer=True),
     ),
     metrics=(

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.errors import HpcmemError
-from hpcmem.train.models import DEFAULT_VOCAB, MODELS
+from hpcmem.train.models import DEFAULT_VOCAB, MODELS, cnn_shape
 from hpcmem.train.sizing import DTYPES
 from hpcmem.units import UnitError, parse_count, parse_size
 
-__all__ = ["DEFAULTS", "MODEL_OPTIONS", "PointError", "TrainPoint", "check_policy", "make_point"]
+__all__ = ["DEFAULTS", "MODEL_OPTIONS", "PointError", "TrainPoint", "check_policy",
+           "default_params", "make_point"]
 
 #: What each model uses for the options left out.
 DEFAULTS = {
@@ -51,6 +52,19 @@ class TrainPoint:
     warmup: int
     seed: int
     device: str
+
+
+def default_params(model: str) -> int:
+    """The parameter count of ``model`` when --params is left out: the transformer's
+    default target, or ResNet-50's exact count (its size does not depend on the images).
+
+    >>> default_params("transformer"), default_params("cnn")
+    (125000000, 25557032)
+    """
+    params = DEFAULTS[model]["params"]
+    if params is None:
+        return cnn_shape(None, DEFAULTS[model]["image_size"]).param_count()
+    return parse_count(params)
 
 
 def _option(name: str) -> str:

@@ -3,7 +3,9 @@
 A point is (model, parameters asked for, batch, sequence length, dtype, GPU budget,
 memory policy); its key reads
 ``train/<model>/params=<n>/batch=<n>/seq=<n|none>/<dtype>/budget=<bytes|none>/policy=<name>``.
-Median and first step times are checked in every run.
+A workflow job sweeps model, params, budget and policy (its folder:
+``<model>/params=<n>/budget=<bytes|none>/policy=<name>``); batch, sequence length and dtype
+follow from the model. Median and first step times are checked in every run.
 """
 
 from __future__ import annotations
@@ -12,14 +14,20 @@ from typing import Any
 
 from hpcmem.record.spec import HIGHER, LOWER, Benchmark, Coordinate, Metric
 from hpcmem.train.models import MODELS
+from hpcmem.train.point import default_params
 from hpcmem.train.sizing import DTYPES
 
 __all__ = ["TRAIN"]
 
 
 def _params(record: Any) -> Any:
-    """The size asked for is the coordinate; an ok record also carries the exact count."""
-    return record.get("params_requested") or record.get("params")
+    """The size asked for is the coordinate; an ok record also carries the exact count. A
+    model left at its default size has its default count, so a skipped or failed point of the
+    cnn (whose default is ResNet-50's exact count) has the key of its ok records."""
+    asked = record.get("params_requested") or record.get("params")
+    if asked is None and record.get("oversubscribe") is None and record.get("model") in MODELS:
+        return default_params(record["model"])
+    return asked
 
 
 def _policy(record: Any) -> Any:
@@ -30,13 +38,15 @@ def _policy(record: Any) -> Any:
 TRAIN = Benchmark(
     name="train",
     coordinates=(
-        Coordinate("model"),
-        Coordinate("params", "params", integer=True, read=_params),
+        Coordinate("model", swept=True, option="--model"),
+        Coordinate("params", "params", integer=True, read=_params, swept=True,
+                   option="--params", default=lambda point: default_params(point["model"])),
         Coordinate("batch", "batch", integer=True),
         Coordinate("seq_len", "seq", missing="none", integer=True),
         Coordinate("dtype"),
-        Coordinate("gpu_budget", "budget", missing="none", integer=True),
-        Coordinate("policy", "policy", read=_policy),
+        Coordinate("gpu_budget", "budget", missing="none", integer=True, nullable=True,
+                   swept=True, option="--gpu-budget"),
+        Coordinate("policy", "policy", read=_policy, swept=True, option="--policy"),
     ),
     metrics=(
         Metric("step_ms.median", "ms", LOWER, checked=True),

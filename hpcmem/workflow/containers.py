@@ -20,9 +20,11 @@ version).
 
 Example (``workflow/rules/common.smk``)::
 
-    plan = resolve_container(config, source_dir=SOURCE_DIR, binds=[os.getcwd()])
-    plan.cpu.definition, plan.reason
-    plan.exec_command(["hpcmem", "info"], ImageRef.read("results/r/build/images/hpcmem-cpu.json"))
+    plan = resolve_container(config, source_dir=SOURCE_DIR,
+                             binds=container_binds(os.getcwd(), config["output_dir"]))
+    plan.cpu.definition, plan.reason, plan.build_options("hpcmem-cpu", SOURCE_DIR)
+    plan.job_command(lambda hpcmem: [hpcmem, "info"], "results/r/build/images/hpcmem-cpu.json",
+                     "results/r/build/venv/bin/hpcmem")
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,7 @@ __all__ = [
     "ContainerError",
     "ContainerPlan",
     "ImageSpec",
+    "container_binds",
     "find_runtime",
     "resolve_container",
     "runtime_version",
@@ -62,6 +65,13 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 #: the base image of the GPU image (config container.gpu_base)
 DEFAULT_GPU_BASE = "nvidia/cuda:12.6.3-devel-ubuntu22.04"
 _INSTALL_HINT = "install Apptainer (https://apptainer.org/docs/admin/main/installation.html)"
+
+
+def container_binds(workdir: str, output_dir: str) -> list[str]:
+    """Host folders mounted into every container: the working directory, and the output
+    folder when it lies elsewhere (records are written there from inside the image)."""
+    output = os.path.abspath(output_dir)
+    return [workdir] if output.startswith(workdir + os.sep) else [workdir, output]
 
 
 def find_runtime(path: str | None = None) -> str | None:
@@ -122,6 +132,37 @@ class ContainerPlan:
     def gpu_image(self) -> Path:
         """The ``container:`` label of GPU steps (see :attr:`cpu_image`)."""
         return self.gpu.prebuilt or self.gpu.definition
+
+    def image(self, name: str) -> ImageSpec:
+        """The CPU or GPU image called ``name``."""
+        return self.gpu if name == self.gpu.name else self.cpu
+
+    def benchmark_image(self, gpu: bool) -> ImageSpec | None:
+        """The image a benchmark (on a GPU or not) runs in; None when it runs natively."""
+        return (self.gpu if gpu else self.cpu) if self.enabled else None
+
+    def build_options(self, name: str, source_dir: str) -> list[str]:
+        """Options of ``workflow/scripts/build_container.py`` for image ``name``."""
+        spec = self.image(name)
+        options = ["--name", spec.name, "--definition", str(spec.definition), "--image-dir",
+                   str(self.image_dir), "--runtime", str(self.runtime), "--context",
+                   source_dir]  # fmt: skip
+        for arg, value in spec.build_args.items():
+            options += ["--build-arg", f"{arg}={value}"]
+        if spec.prebuilt:
+            options += ["--prebuilt", str(spec.prebuilt)]
+        return options + (["--gpu"] if spec.gpu else []) + (["--required"] if self.required
+                                                             else [])
+
+    def job_command(self, words: Callable[[str], list[str]], image_ref: str | None,
+                    hpcmem: str) -> list[str]:
+        """``words(HPCMEM)`` as a benchmark job runs it: through :meth:`exec_command` with the
+        image's own ``hpcmem`` when the run uses images and ``image_ref`` (the run's
+        :class:`ImageRef` file) names one, else natively with ``hpcmem``."""
+        image = ImageRef.read(image_ref) if self.enabled and image_ref else None
+        if image is None or image.image is None:
+            return words(hpcmem)
+        return self.exec_command(words("hpcmem"), image)
 
     def exec_command(
         self, command: Sequence[str], image: ImageRef, *, launcher: Sequence[str] = ()

@@ -2,6 +2,10 @@
 # are one job (group summarise): they take seconds, and each job of its own would wait in the
 # queue and for the executor's next status check.
 
+import glob
+
+from hpcmem.workflow import outcome
+
 
 rule aggregate_results:
     group:
@@ -69,7 +73,7 @@ rule render_report:
         venv=rules.install_wheel.output.venv,
         summary=rules.aggregate_results.output.summary,
         verdict=rules.check_regressions.output.verdict_json,
-        native=get_native_summary,
+        native=lambda wildcards: rules.aggregate_native.output.summary if compare_native() else [],
     output:
         report=f"{RUN}/report/report.html",
     container:
@@ -85,5 +89,17 @@ rule render_report:
 
 
 onsuccess:
-    report_images()
-    report_verdict()
+    # which image each benchmark used (or why it ran natively), then the verdict's summary
+    # when this invocation asked for it; a regression fails the run (check.fail_on_regression)
+    for line in outcome.image_lines(glob.glob(rules.build_container.output.ref.format(image="*"))):
+        print(line)
+    if any(job.rule.name == "check_regressions" for job in workflow.dag.jobs):
+        with stop_on_error():
+            outcome.report_verdict(
+                verdict_json=rules.check_regressions.output.verdict_json,
+                table=rules.check_regressions.output.verdict,
+                report=rules.render_report.output.report,
+                status=rules.check_regressions.output.status,
+                run_id=config["run_id"],
+                fail_on_regression=config["check"]["fail_on_regression"],
+            )

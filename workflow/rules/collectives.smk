@@ -1,8 +1,10 @@
 # One MPI job per collectives point: op x buffer kind x layout (nodes x tasks per node) x
-# numactl binding. A point's folder is ranks<R> on one node, nodes<N>_ranks<R> on several.
-# Every rank runs under `hpcmem bind --skip-unavailable BINDING --`, which applies the binding
-# and records it; a binding the node cannot provide (hbw without HBW nodes and no emulation)
-# makes every point of the job a skipped record with the reason, never a missing one.
+# numactl binding. A point's folder is the swept part of its records' key
+# (hpcmem/collectives/spec.py): <op>/<buffer>/ranks=<R>[/nodes=<N>]/binding=<name>, the
+# nodes part only on several nodes. Every rank runs under `hpcmem bind --skip-unavailable
+# --name NAME BINDING --`, which applies the binding and records it under the point's name;
+# a binding the node cannot provide (hbw without HBW nodes and no emulation) makes every
+# point of the job a skipped record with the reason, never a missing one.
 # The launcher is resources.mpi: mpiexec unless a profile sets the site's ("mpirun ..." in
 # profiles/local, "srun" in profiles/slurm), with the layout's options (srun: --nodes,
 # --ntasks-per-node, --ntasks; mpirun: -n); in images it starts one container per rank
@@ -14,16 +16,18 @@ rule run_collectives:
     input:
         unpack(benchmark_inputs(gpu=False)),
     output:
-        records=f"{RUN}/collectives/{{op}}/{{buffer}}/{{layout}}/{{binding}}.jsonl",
-        osu=f"{RUN}/collectives/{{op}}/{{buffer}}/{{layout}}/{{binding}}.osu.txt",
+        records=f"{RUN}/collectives/{{point}}.jsonl",
+        osu=f"{RUN}/collectives/{{point}}.osu.txt",
+    wildcard_constraints:
+        point=COLLECTIVES.folder_pattern(),
     container:
         str(CONTAINERS.cpu_image)
     log:
-        f"{RUN}/logs/collectives/{{op}}_{{buffer}}_{{layout}}_{{binding}}.log",
+        f"{RUN}/logs/collectives/{{point}}.log",
     params:
-        env=get_run_env,
-        launch=get_launch_options,
-        command=get_collectives_command,
+        env=commands.run_env(config, GIT_SHA),
+        launch=lambda wildcards, resources: get_layout(wildcards).launch_options(str(resources.mpi)),
+        command=get_command(COLLECTIVES, commands.collectives_command),
     threads: lambda wildcards: get_layout(wildcards).ranks
     resources:
         mpi="mpiexec",
@@ -40,16 +44,13 @@ rule run_collectives:
 
 
 # The same points natively, when they run in an image (container.compare_native): the report
-# puts both side by side with the container's overhead per op and size.
+# puts both side by side with the container's overhead per op and size. Without an image
+# input the command runs natively.
 use rule run_collectives as run_collectives_native with:
     input:
         venv=rules.install_wheel.output.venv,
     output:
-        records=f"{RUN}/native/collectives/{{op}}/{{buffer}}/{{layout}}/{{binding}}.jsonl",
-        osu=f"{RUN}/native/collectives/{{op}}/{{buffer}}/{{layout}}/{{binding}}.osu.txt",
+        records=f"{RUN}/native/collectives/{{point}}.jsonl",
+        osu=f"{RUN}/native/collectives/{{point}}.osu.txt",
     log:
-        f"{RUN}/logs/native/collectives/{{op}}_{{buffer}}_{{layout}}_{{binding}}.log",
-    params:
-        env=get_run_env,
-        launch=get_launch_options,
-        command=get_native_collectives_command,
+        f"{RUN}/logs/native/collectives/{{point}}.log",

@@ -8,7 +8,7 @@
 
 rule build_container:
     input:
-        definition=get_container_definition,
+        definition=lambda wildcards: str(CONTAINERS.image(wildcards.image).definition),
         wheelhouse=rules.build_wheel.output.wheelhouse,
     output:
         ref=f"{RUN}/build/images/{{image}}.json",
@@ -19,7 +19,7 @@ rule build_container:
     params:
         python=PYTHON,
         script=os.path.join(workflow.basedir, "scripts", "build_container.py"),
-        options=get_container_build_options,
+        options=lambda wildcards: CONTAINERS.build_options(wildcards.image, SOURCE_DIR),
     threads: 2
     shell:
         "{params.python:q} {params.script:q} {params.options:q}"
