@@ -5,7 +5,6 @@ No cluster: all of this happens before the preflight asks Slurm anything."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -19,6 +18,11 @@ REPO = Path(__file__).resolve().parents[1]
 HPCMEM = Path(sys.executable).parent / "hpcmem"
 #: the most memory the refusal may take (snakemake's import alone takes about 150 MB)
 MOST_KB = 400_000
+#: runs argv[1:] with its output passed through, prints the child's peak RSS (KB), exits
+#: with its status
+MEASURE = ("import resource, subprocess, sys; "
+           "status = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode; "
+           "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(status)")
 
 
 def tree(folder: Path) -> set[Path]:
@@ -37,19 +41,19 @@ def site(tmp_path: Path) -> Path:
 def preflight(site: Path, *extra: str) -> tuple[int, str, float, int]:
     """Exit status, stderr, seconds and peak memory (KB) of `hpcmem preflight` on ``site``."""
     err = site / "stderr"
+    command = [str(HPCMEM), "preflight", "--profile", str(site / "profile"),
+               "--snakefile", str(REPO / "workflow" / "Snakefile"),
+               "--directory", str(site / "work"), *extra]
     with err.open("w") as handle:
         began = time.monotonic()
-        process = subprocess.Popen(
-            [str(HPCMEM), "preflight", "--profile", str(site / "profile"),
-             "--snakefile", str(REPO / "workflow" / "Snakefile"),
-             "--directory", str(site / "work"), *extra],
-            stdout=subprocess.DEVNULL, stderr=handle, cwd=site / "work")  # fmt: skip
-        _, status, usage = os.wait4(process.pid, 0)
+        # a child forked from this (large) pytest process counts its RSS at the fork in its
+        # peak: the preflight is started from a small Python that reports its child's peak
+        done = subprocess.run([sys.executable, "-c", MEASURE, *command], stdout=subprocess.PIPE,
+                              stderr=handle, cwd=site / "work", text=True, check=False)
         took = time.monotonic() - began
-    process.returncode = os.waitstatus_to_exitcode(status)
     text = err.read_text()
     err.unlink()
-    return process.returncode, text, took, usage.ru_maxrss
+    return done.returncode, text, took, int(done.stdout.split()[-1])
 
 
 @pytest.mark.parametrize(("name", "content", "message"), [
@@ -95,9 +99,9 @@ def test_a_profile_that_is_not_there_is_named(site: Path) -> None:
 
 def test_snakemakes_own_refusal_keeps_its_reason(site: Path) -> None:
     # the schema's refusal comes after snakemake's noise; the line keeps what and where
-    (site / "profile" / "sweep.yaml").write_text("collectives:\n  ranks: [abc]\n")
+    (site / "profile" / "sweep.yaml").write_text("collectives:\n  tasks_per_node: [abc]\n")
     status, err, _, _ = preflight(site)
     assert status == 2
     assert err == ("hpcmem preflight: error: snakemake stopped before the preflight (exit 1): "
                    "Error validating config file. | ValidationError: 'abc' is not of type "
-                   "'integer' | On instance['collectives']['ranks'][0]: | 'abc'\n")
+                   "'integer' | On instance['collectives']['tasks_per_node'][0]: | 'abc'\n")

@@ -196,14 +196,16 @@ def test_killed_points_leave_nothing_and_are_redone(workdir: Path):
 
 def test_binding_the_node_cannot_provide_is_a_skipped_record(workdir: Path):
     # hbw bound memory without HBW nodes and no emulation asked for: the point still runs
-    # (`hpcmem bind --skip-unavailable`) and says why it measured nothing.
+    # (`hpcmem bind --skip-unavailable`) and says why it measured nothing; a sweep that
+    # judged nothing is not a pass: the run ends in error once summary and report are made.
     (workdir / "config" / "nohbw.yaml").write_text(
         "collectives:\n  ops: [reduce]\n  buffers: [numpy]\n  emulate_hbw: null\n"
         "train:\n  enabled: false\n"
     )
     configs = (workdir / "config" / "config.yaml", workdir / "config" / "nohbw.yaml")
     result = snakemake(workdir, "--configfile", *map(str, configs))
-    assert result.returncode == 0, result.stdout
+    assert result.returncode == 1, result.stdout
+    assert "hpcmem check judged no figure in run" in result.stdout
     run = workdir / RUN
     point = run / "collectives" / "reduce" / "numpy" / "ranks=2" / "binding=hbw.jsonl"
     records = read_records(point)

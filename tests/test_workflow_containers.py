@@ -177,9 +177,8 @@ def test_local_run_uses_the_cached_image_and_records_it(cpu_image: BuiltImage, l
     assert f"hpcmem: image hpcmem-cpu: {image.image} (cached, {image.digest})" in result.stdout
     assert (f"mpirun --oversubscribe --allow-run-as-root --bind-to none -n 2 {image.runtime} exec "
             f"--bind {work} --env HPCMEM_CONTAINER_IMAGE={image.image}") in result.stdout
-    assert f"{image.image} hpcmem bind --skip-unavailable -- hbw -- hpcmem collectives" in (
-        result.stdout
-    )
+    bind = "hpcmem bind --skip-unavailable --name hbw -- hbw -- hpcmem collectives"
+    assert f"{image.image} {bind}" in result.stdout
     inside = records(work, "collectives")
     assert len(inside) == 2 * len(SIZES)
     assert {json.dumps(r["container"], sort_keys=True) for r in inside} == {json.dumps({
