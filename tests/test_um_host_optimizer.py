@@ -15,10 +15,9 @@ from hpcmem.um import BudgetError  # noqa: E402
 from hpcmem.um.host_optimizer import HostOptimizer, lay_out  # noqa: E402
 from hpcmem.um.host_optimizer.buckets import ALIGN  # noqa: E402
 from hpcmem.um.offload import Offload, choose_strategy, host_optimizer_bytes  # noqa: E402
-from hpcmem.um.stream import BudgetTooSmall, CpuTransport  # noqa: E402
 from hpcmem.um.strategy import make_strategy, working_bytes  # noqa: E402
+from hpcmem.um.stream import BudgetTooSmall, CpuTransport  # noqa: E402
 
-MiB = 2**20
 BUDGET = 2**30
 VOCAB = 512
 

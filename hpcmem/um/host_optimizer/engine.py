@@ -14,8 +14,8 @@ chooses ``host_optimizer`` (:mod:`hpcmem.um.offload`):
   weights back once the compute stream is done with the old ones, while backward goes on;
   earlier micro-batches accumulate in ``param.grad`` on the device;
 * ``optimizer.step()``: sends what backward left (a step before the last micro-batch, a
-  parameter without a gradient), waits for the worker, and makes the compute stream wait
-  for the last weight copy, so the next forward reads updated weights.
+  parameter without a gradient), waits for the worker and for the last weight copy, so the
+  next forward reads updated weights.
 
 The first step is the probe: it recomputes the repeated blocks and measures the device
 bytes one step needs; a budget below them is refused (:class:`BudgetTooSmall`), and
@@ -81,9 +81,7 @@ class HostOptimizer:
         self.device_scope = device_scope
         transport.out_cap = out_cap(budget)
         transport.timing = True
-        if transport.device.type == "cuda":
-            torch.set_num_threads(host_threads(offload))
-        self.bandwidth = transport.bandwidth(BANDWIDTH_PROBE_BYTES)
+        self.bandwidth = transport.bandwidth(min(BANDWIDTH_PROBE_BYTES, budget // 32))
         if transport.device.type == "cuda":
             torch.cuda.empty_cache()  # the probe's buffers are not this job's to keep
         self._base_bytes = transport.live_bytes()
@@ -109,7 +107,9 @@ class HostOptimizer:
         optimizer.state.clear()  # the host holds it now
         self._where = {id(p): (b.index, i) for b in self.buckets for i, p in enumerate(b.params)}
         self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for p in trained]
-        self.worker = Worker(self.host, self.flats, transport)
+        on_gpu = transport.device.type == "cuda"  # on the CPU the model computes there too
+        self.worker = Worker(self.host, self.flats, transport,
+                             host_threads(offload) if on_gpu else offload.threads)
         self.ledger = Ledger(transport, self.bandwidth)
         self.recompute = Recompute(repeated_blocks(model), transport.live_bytes)
         if offload.recompute is not False:
@@ -129,8 +129,8 @@ class HostOptimizer:
         torch, device = self._torch, self.transport.device
         flats = []
         for bucket in self.buckets:
-            flat = torch.zeros(bucket.numel, dtype=self.working_dtype, device=device)
-            self.transport.upload(self.host.source(bucket.index), flat)
+            flat = torch.empty(bucket.numel, dtype=self.working_dtype, device=device)
+            self.transport.upload(self.host.source(bucket.index), flat, self.transport.mark())
             for position, param in enumerate(bucket.params):
                 param.grad = None
                 param.data = bucket.slot(flat, position)
@@ -229,8 +229,9 @@ class HostOptimizer:
                     self._ship(bucket.index, position, param)
             self._submit(bucket.index, missing)
         done = self.worker.drain()
-        if done:
-            self.transport.wait(done[-1].uploaded)  # one stream: the last copy is the latest
+        # The next forward reads the weights the last copy brings, and the gradients held
+        # for their copies are free again: the device is idle until then in any case.
+        self.transport.synchronize()
         self.ledger.stepped(done)
         self._begin_step()
 
@@ -251,7 +252,7 @@ class HostOptimizer:
             "working_bytes": sum(tensor_bytes(f) for f in self.flats),
             "working_dtype": str(self.working_dtype).removeprefix("torch."),
             "buckets": len(self.buckets),
-            "host_threads": self._torch.get_num_threads(),
+            "host_threads": self.worker.threads or self._torch.get_num_threads(),
             "recompute": self.recompute.enabled,
             "micro_batches": self.offload.micro_batches,
             "host_bytes": self.arena.reserved_bytes,

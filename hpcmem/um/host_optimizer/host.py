@@ -21,7 +21,7 @@ from typing import Any
 from hpcmem.um.errors import BudgetError
 from hpcmem.um.host_optimizer.buckets import Bucket
 from hpcmem.um.offload import ELEMENTWISE
-from hpcmem.um.stream.host import HostArena
+from hpcmem.um.stream.host import ALIGN, HostArena
 
 __all__ = ["IMPLEMENTATION_KEYS", "HostBuckets", "check_supported"]
 
@@ -60,7 +60,8 @@ class HostBuckets:
         self.landings: list[Any] = []
         self.optimizers: list[Any] = []
         fp32 = working_dtype == torch.float32
-        arena.reserve(sum(b.numel for b in buckets) * (8 if fp32 else working_dtype.itemsize))
+        per_element = 8 if fp32 else working_dtype.itemsize
+        arena.reserve(sum(b.numel * per_element + 2 * ALIGN for b in buckets))
         for bucket in buckets:
             if fp32:  # both cross PCIe: page-locked
                 master, grad = self._pinned(arena, bucket.numel, torch.float32, 2)

@@ -3,7 +3,9 @@
 One job per bucket: wait (on this thread) for its gradient to land in host memory, step it,
 and copy its updated weights to the device once the compute stream is done with the old
 ones. PyTorch's kernels release the GIL, so the step runs beside autograd's thread; the
-fused kernel spreads each bucket over the intra-op threads (``torch.set_num_threads``).
+fused kernel spreads each bucket over ``threads`` intra-op threads, set on the worker's own
+thread (OpenMP's thread count is a per-thread setting: one made on the main thread does
+not reach it).
 """
 
 from __future__ import annotations
@@ -21,21 +23,31 @@ __all__ = ["Stepped", "Worker"]
 
 @dataclass(frozen=True)
 class Stepped:
-    """One bucket's job, done: the token of its weights' copy and its CPU time."""
+    """One bucket's job, done: its CPU time."""
 
     index: int
-    uploaded: Any
     cpu_ms: float
 
 
 class Worker:
-    """Steps buckets of ``host`` and copies them into ``device_flats`` through ``transport``."""
+    """Steps buckets of ``host`` and copies them into ``device_flats`` through ``transport``,
+    on ``threads`` CPU threads (None: PyTorch's default)."""
 
-    def __init__(self, host: HostBuckets, device_flats: list[Any], transport: Transport) -> None:
+    def __init__(
+        self, host: HostBuckets, device_flats: list[Any], transport: Transport,
+        threads: int | None = None,
+    ) -> None:
+        import torch
+
         self.host = host
         self.device_flats = device_flats
         self.transport = transport
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hpcmem-host-step")
+        self.threads = threads
+        self._pool = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="hpcmem-host-step",
+            initializer=None if threads is None else torch.set_num_threads,
+            initargs=() if threads is None else (threads,),
+        )
         self._jobs: list[Future[Stepped]] = []
 
     def submit(self, index: int, landed: Any, released: Any, missing: list[int]) -> None:
@@ -52,8 +64,8 @@ class Worker:
         with torch.no_grad():
             source = self.host.step_bucket(index, missing)
         cpu_ms = (time.perf_counter() - start) * 1e3
-        uploaded = self.transport.upload(source, self.device_flats[index], after=released)
-        return Stepped(index, uploaded, cpu_ms)
+        self.transport.upload(source, self.device_flats[index], after=released)
+        return Stepped(index, cpu_ms)
 
     def drain(self) -> list[Stepped]:
         """Wait for every job submitted since the last drain; their results, in order (the
