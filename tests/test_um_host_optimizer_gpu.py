@@ -77,7 +77,7 @@ def _check_budget(stats, budget):
     assert offload["strategy"] == "host_optimizer"
     assert stats["escaped_bytes"] == 0
     assert 0 < stats["peak_gpu_resident_bytes"] <= budget, stats
-    assert offload["bytes_h2d"] >= offload["working_bytes"] * 0.99
+    assert offload["bytes_h2d"] >= offload["working_bytes"]
     assert offload["bytes_d2h"] > 0
     assert offload["cpu_optimizer_ms"] > 0 and offload["compute_ms"] > 0
     assert offload["h2d_busy_ms"] > 0 and offload["d2h_busy_ms"] > 0
@@ -104,8 +104,9 @@ def test_micro_batches_accumulate_on_the_gpu(torch):
     losses, stats = _train(torch, _transformer, budget=BUDGET, micro_batches=2,
                               offload="host_optimizer")
     assert losses == pytest.approx(reference, rel=1e-2)
-    # one gradient copy per optimizer step, not per micro-batch
-    assert stats["offload"]["bytes_d2h"] <= stats["offload"]["working_bytes"]
+    # one fp32 gradient copy per optimizer step (twice the bf16 working bytes at most), not
+    # one per micro-batch
+    assert stats["offload"]["bytes_d2h"] <= 2 * stats["offload"]["working_bytes"]
 
 
 def test_gpt2_from_transformers(torch):

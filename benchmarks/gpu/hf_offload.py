@@ -172,8 +172,10 @@ def run_hpcmem(args: argparse.Namespace, model: Any, budget: int) -> dict[str, A
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE,
                                   weight_decay=WEIGHT_DECAY)
     offload = Offload(working_dtype="bfloat16")
+    used = {}  # the device's used memory (cudaMemGetInfo): everything, the context included
     with UnifiedMemory("hpcmem", device=0, gpu_budget=budget) as um:
         um.attach(model, optimizer, offload=offload)
+        used["after_attach"] = _device_used()
 
         def step(ids):
             with um.activations():
@@ -186,8 +188,17 @@ def run_hpcmem(args: argparse.Namespace, model: Any, budget: int) -> dict[str, A
 
         times, losses = timed(args, step, model.config.vocab_size, stage=um.stage,
                               warmed=um.reset_stats)
+        used["after_steps"] = _device_used()
         stats = um.stats()
-    return {"times": times, "losses": losses, "offload": offload.to_record(), "memory": stats}
+    return {"times": times, "losses": losses, "offload": offload.to_record(), "memory": stats,
+            "device_used_bytes": used}
+
+
+def _device_used() -> int:
+    import torch
+
+    free, total = torch.cuda.mem_get_info(0)
+    return total - free
 
 
 def _budget(args: argparse.Namespace) -> int | None:

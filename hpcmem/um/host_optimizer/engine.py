@@ -7,12 +7,14 @@ chooses ``host_optimizer`` (:mod:`hpcmem.um.offload`):
   fp32 master weights, gradient and optimizer state move to host memory (:mod:`.host`) and
   its working weights (the autocast dtype) to one flat device buffer, of which every
   parameter's ``.data`` is a view; frozen parameters and buffers are copied to the device;
-* backward: on the last micro-batch of a step, each gradient is copied to its bucket's
-  page-locked buffer as soon as autograd has accumulated it (``post_accumulate_grad`` hook,
-  on the device-to-host stream) and freed once copied; a bucket whose gradients are all
-  out goes to the worker thread (:mod:`.worker`), which steps it on the CPU and copies its
-  weights back once the compute stream is done with the old ones, while backward goes on;
-  earlier micro-batches accumulate in ``param.grad`` on the device;
+* backward: on the last micro-batch of a step, each gradient is widened to fp32 on the
+  device and copied to its bucket's page-locked fp32 gradient as soon as autograd has
+  accumulated it (``post_accumulate_grad`` hook, on the device-to-host stream), and freed
+  once copied; a bucket whose gradients are all out goes to the worker thread
+  (:mod:`.worker`), which steps it on the CPU and copies its fp32 masters up once the
+  compute stream is done with the old weights, narrowing them into the working weights on
+  the device, while backward goes on; earlier micro-batches accumulate in ``param.grad`` on
+  the device;
 * ``optimizer.step()``: sends what backward left (a step before the last micro-batch, a
   parameter without a gradient), waits for the worker and for the last weight copy, so the
   next forward reads updated weights.
@@ -99,17 +101,18 @@ class HostOptimizer:
         self.buckets = lay_out(trained, [group_of[id(p)] for p in trained],
                                offload.bucket_bytes, self.working_dtype.itemsize)
         self.arena = HostArena(transport)
-        self.host = HostBuckets(self.buckets, optimizer, arena=self.arena,
-                                working_dtype=self.working_dtype)
+        self.host = HostBuckets(self.buckets, optimizer, arena=self.arena)
+        on_gpu = transport.device.type == "cuda"  # on the CPU the model computes there too
         with device_scope():
-            self.flats = self._to_device(model, unique, trained)
+            self.flats, through = self._to_device(model, unique, trained)
+        self.worker = Worker(self.host, self.flats, transport, through,
+                             host_threads(offload) if on_gpu else offload.threads)
+        for bucket in self.buckets:
+            self.worker.upload(bucket.index, transport.mark())
         transport.synchronize()
         optimizer.state.clear()  # the host holds it now
         self._where = {id(p): (b.index, i) for b in self.buckets for i, p in enumerate(b.params)}
         self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for p in trained]
-        on_gpu = transport.device.type == "cuda"  # on the CPU the model computes there too
-        self.worker = Worker(self.host, self.flats, transport,
-                             host_threads(offload) if on_gpu else offload.threads)
         self.ledger = Ledger(transport, self.bandwidth)
         self.recompute = Recompute(repeated_blocks(model), transport.live_bytes)
         if offload.recompute is not False:
@@ -123,14 +126,16 @@ class HostOptimizer:
         transport.reset_peak()
 
     # -- set-up -------------------------------------------------------------------------
-    def _to_device(self, model: Any, unique: list[Any], trained: list[Any]) -> list[Any]:
-        """Working weights of each bucket in one flat device buffer, the parameters views of
-        it; the other parameters and the buffers copied to the device."""
+    def _to_device(self, model: Any, unique: list[Any], trained: list[Any]
+                   ) -> tuple[list[Any], Any]:
+        """Working weights of each bucket in one flat device buffer (filled by the worker's
+        uploads), the parameters views of it, and the fp32 buffer uploads narrow through
+        (None for fp32 working weights); the other parameters and the buffers copied to the
+        device."""
         torch, device = self._torch, self.transport.device
         flats = []
         for bucket in self.buckets:
             flat = torch.empty(bucket.numel, dtype=self.working_dtype, device=device)
-            self.transport.upload(self.host.source(bucket.index), flat, self.transport.mark())
             for position, param in enumerate(bucket.params):
                 param.grad = None
                 param.data = bucket.slot(flat, position)
@@ -145,7 +150,10 @@ class HostOptimizer:
             for name, buffer in module._buffers.items():
                 if buffer is not None:
                     module._buffers[name] = self._device_copy(buffer, buffer.dtype)
-        return flats
+        if self.working_dtype == torch.float32:
+            return flats, None
+        largest = max(b.numel for b in self.buckets)
+        return flats, torch.empty(largest, dtype=torch.float32, device=device)
 
     def _device_copy(self, tensor: Any, dtype: Any) -> Any:
         out = self._torch.empty(tensor.shape, dtype=dtype, device=self.transport.device)
@@ -197,9 +205,9 @@ class HostOptimizer:
 
     def _ship(self, index: int, position: int, param: Any) -> None:
         bucket = self.buckets[index]
-        grad = param.grad
+        grad = param.grad.float()  # the CPU only steps: the widening runs here
         self._landed[index] = self.transport.offload(
-            grad, bucket.slot(self.host.landings[index], position)
+            grad, bucket.slot(self.host.grads[index], position)
         )
         self.ledger.d2h += tensor_bytes(grad)
         param.grad = None
@@ -208,7 +216,7 @@ class HostOptimizer:
     def _submit(self, index: int, missing: list[int]) -> None:
         self._submitted[index] = True
         self.worker.submit(index, self._landed[index], self.transport.mark(), missing)
-        self.ledger.h2d += tensor_bytes(self.flats[index])
+        self.ledger.h2d += tensor_bytes(self.host.masters[index])
 
     # -- the optimizer step ---------------------------------------------------------------
     def step(self, closure: Any = None) -> None:

@@ -7,11 +7,12 @@ the hyperparameters of the bucket's param group, copied from the job's optimizer
 every step (a learning-rate schedule applies). Elementwise optimizers only (``ELEMENTWISE``):
 stepping a flat bucket is then stepping each parameter in it.
 
-Gradients land, and updated weights leave, through one page-locked buffer per bucket in the
-working dtype: the gradient is copied into it from the device, widened into the fp32
-gradient, the master stepped, and the master narrowed into the same buffer, which is then
-copied to the device. With fp32 working weights, the gradient lands in the fp32 gradient
-itself and the master is copied up as it is (both page-locked), with no conversion.
+Gradients land in the fp32 gradient and updated weights leave from the fp32 master, both
+page-locked, so the CPU does the optimizer's arithmetic and nothing else: the casts from and
+to the working dtype run on the GPU (:mod:`.engine`). On an H200 the CPU was the bound
+(casting bf16 gradients up and weights down on the host took the bucket steps of GPT-2-large
+from the optimizer's 28 bytes of memory traffic per parameter to 40), while PCIe had room
+for fp32 both ways (``docs/budget-streaming.md``).
 """
 
 from __future__ import annotations
@@ -44,12 +45,10 @@ def check_supported(optimizer: Any) -> None:
 
 
 class HostBuckets:
-    """Masters, gradients, landing buffers and optimizers of ``buckets`` (see the module
-    docstring); ``optimizer`` is the job's, whose state (if any) is taken over."""
+    """Masters, gradients and optimizers of ``buckets`` (see the module docstring);
+    ``optimizer`` is the job's, whose state (if any) is taken over."""
 
-    def __init__(
-        self, buckets: list[Bucket], optimizer: Any, *, arena: HostArena, working_dtype: Any
-    ) -> None:
+    def __init__(self, buckets: list[Bucket], optimizer: Any, *, arena: HostArena) -> None:
         import torch
 
         check_supported(optimizer)
@@ -57,19 +56,11 @@ class HostBuckets:
         self.buckets = buckets
         self.masters: list[Any] = []
         self.grads: list[Any] = []
-        self.landings: list[Any] = []
         self.optimizers: list[Any] = []
-        fp32 = working_dtype == torch.float32
-        per_element = 8 if fp32 else working_dtype.itemsize
-        arena.reserve(sum(b.numel * per_element + 2 * ALIGN for b in buckets))
+        arena.reserve(sum(b.numel * 8 + 2 * ALIGN for b in buckets))
         for bucket in buckets:
-            if fp32:  # both cross PCIe: page-locked
-                master, grad = self._pinned(arena, bucket.numel, torch.float32, 2)
-                landing = grad
-            else:
-                master = torch.zeros(bucket.numel, dtype=torch.float32)
-                grad = torch.zeros(bucket.numel, dtype=torch.float32)
-                (landing,) = self._pinned(arena, bucket.numel, working_dtype, 1)
+            like = torch.empty(bucket.numel, dtype=torch.float32, device="meta")
+            master, grad = (arena.take(like).zero_() for _ in range(2))
             for position, param in enumerate(bucket.params):
                 bucket.slot(master, position).copy_(param.detach())
             master.grad = grad
@@ -77,17 +68,9 @@ class HostBuckets:
                                    fused=True)
             self.masters.append(master)
             self.grads.append(grad)
-            self.landings.append(landing)
             self.optimizers.append(step)
         self.sync(optimizer.param_groups)
         self._take_state(optimizer)
-
-    @staticmethod
-    def _pinned(arena: HostArena, numel: int, dtype: Any, count: int) -> list[Any]:
-        import torch
-
-        like = torch.empty(numel, dtype=dtype, device="meta")
-        return [arena.take(like).zero_() for _ in range(count)]
 
     def sync(self, param_groups: list[dict[str, Any]]) -> None:
         """Take the hyperparameters of the job's param groups (a schedule may change them)."""
@@ -121,28 +104,13 @@ class HostBuckets:
                     first = next(s for s in states if s and key in s)
                     value.copy_(first[key])
 
-    def step_bucket(self, index: int, missing: list[int]) -> Any:
-        """Step bucket ``index`` from the gradient in its landing buffer (the positions in
-        ``missing`` had none: stepped with a zero gradient); the host tensor to copy up."""
-        bucket, landing = self.buckets[index], self.landings[index]
+    def step_bucket(self, index: int, missing: list[int]) -> None:
+        """Step bucket ``index`` from the gradient landed in it (the positions in ``missing``
+        had none: stepped with a zero gradient)."""
+        bucket = self.buckets[index]
         for position in missing:
-            bucket.slot(landing, position).zero_()
-        grad, master = self.grads[index], self.masters[index]
-        if landing is not grad:
-            grad.copy_(landing)
+            bucket.slot(self.grads[index], position).zero_()
         self.optimizers[index].step()
-        if landing is grad:
-            return master
-        landing.copy_(master)
-        return landing
-
-    def source(self, index: int) -> Any:
-        """The host tensor holding bucket ``index``'s weights in the working dtype."""
-        landing = self.landings[index]
-        if landing is self.grads[index]:
-            return self.masters[index]
-        landing.copy_(self.masters[index])
-        return landing
 
     def give_back(self, optimizer: Any) -> None:
         """Put masters and state into the job's parameters and optimizer (fp32, host)."""

@@ -1,7 +1,8 @@
 """Where a host-optimizer step's time goes: bytes and busy time each way, compute, the CPU.
 
-Per step: the bytes copied to the device (updated working weights) and back (gradients);
-the milliseconds each copy stream was busy (CUDA events around each copy); the compute
+Per step: the bytes copied to the device (updated weights) and back (gradients); the
+milliseconds each copy stream was busy (CUDA events around each copy, and around the
+narrowing of uploaded weights, which runs on the host-to-device stream); the compute
 stream's time from the start of forward to the end of backward; the CPU time of the host
 optimizer's bucket steps; and the bound those allow, ``max(compute, H2D bytes / H2D rate,
 D2H bytes / D2H rate, CPU optimizer time)``, with the rates measured in the same job.
@@ -41,7 +42,7 @@ class Ledger:
         self.h2d = self.d2h = 0
         self.steps = 0
         self.compute_ms = self.cpu_ms = 0.0
-        self.busy_ms = {"h2d": 0.0, "d2h": 0.0}
+        self.busy_ms = {"h2d": 0.0, "d2h": 0.0, "cast": 0.0}
         self.transport.busy_ms()
 
     def computed(self, start: Any, end: Any) -> None:
@@ -72,7 +73,7 @@ class Ledger:
             "pcie_transfer_ms": pcie_transfer_ms(h2d, d2h, self.bandwidth),
             "compute_ms": compute,
             "cpu_optimizer_ms": cpu,
-            "h2d_busy_ms": self.busy_ms["h2d"] / steps,
+            "h2d_busy_ms": (self.busy_ms["h2d"] + self.busy_ms["cast"]) / steps,
             "d2h_busy_ms": self.busy_ms["d2h"] / steps,
             "step_bound_ms": step_bound_ms(compute, h2d, d2h, cpu, self.bandwidth),
         }

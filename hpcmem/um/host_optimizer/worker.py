@@ -1,11 +1,12 @@
 """The thread that steps buckets on the CPU while backward goes on, in the order they land.
 
 One job per bucket: wait (on this thread) for its gradient to land in host memory, step it,
-and copy its updated weights to the device once the compute stream is done with the old
-ones. PyTorch's kernels release the GIL, so the step runs beside autograd's thread; the
-fused kernel spreads each bucket over ``threads`` intra-op threads, set on the worker's own
-thread (OpenMP's thread count is a per-thread setting: one made on the main thread does
-not reach it).
+and copy its updated master weights to the device once the compute stream is done with the
+old working weights, narrowed there into them (``through``: a device buffer of the master's
+dtype; None when the working weights are fp32 themselves). PyTorch's kernels release the
+GIL, so the step runs beside autograd's thread; the fused kernel spreads each bucket over
+``threads`` intra-op threads, set on the worker's own thread (OpenMP's thread count is a
+per-thread setting: one made on the main thread does not reach it).
 """
 
 from __future__ import annotations
@@ -30,18 +31,19 @@ class Stepped:
 
 
 class Worker:
-    """Steps buckets of ``host`` and copies them into ``device_flats`` through ``transport``,
-    on ``threads`` CPU threads (None: PyTorch's default)."""
+    """Steps buckets of ``host`` and copies them into ``device_flats`` through ``transport``
+    (and ``through``), on ``threads`` CPU threads (None: PyTorch's default)."""
 
     def __init__(
         self, host: HostBuckets, device_flats: list[Any], transport: Transport,
-        threads: int | None = None,
+        through: Any = None, threads: int | None = None,
     ) -> None:
         import torch
 
         self.host = host
         self.device_flats = device_flats
         self.transport = transport
+        self.through = through
         self.threads = threads
         self._pool = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="hpcmem-host-step",
@@ -62,10 +64,16 @@ class Worker:
             self.transport.settle(landed)
         start = time.perf_counter()
         with torch.no_grad():
-            source = self.host.step_bucket(index, missing)
+            self.host.step_bucket(index, missing)
         cpu_ms = (time.perf_counter() - start) * 1e3
-        self.transport.upload(source, self.device_flats[index], after=released)
+        self.upload(index, released)
         return Stepped(index, cpu_ms)
+
+    def upload(self, index: int, after: Any = None) -> None:
+        """Copy bucket ``index``'s master weights into its working weights on the device."""
+        flat = self.device_flats[index]
+        through = None if self.through is None else self.through[: flat.numel()]
+        self.transport.upload(self.host.masters[index], flat, after=after, through=through)
 
     def drain(self) -> list[Stepped]:
         """Wait for every job submitted since the last drain; their results, in order (the

@@ -30,7 +30,7 @@ class CpuTransport(Transport):
         self.device = torch.device("cpu")
         self._live = 0
         self._peak = 0
-        self._busy = {"h2d": 0.0, "d2h": 0.0}
+        self._busy = {"h2d": 0.0, "d2h": 0.0, "cast": 0.0}
 
     def _timed(self, way: str, dst: Any, src: Any) -> None:
         start = time.perf_counter()
@@ -55,8 +55,13 @@ class CpuTransport(Transport):
         self._timed("d2h", host, device_tensor)
         return None
 
-    def upload(self, host: Any, device_tensor: Any, after: Any = None) -> Any:
-        self._timed("h2d", device_tensor, host)
+    def upload(self, host: Any, device_tensor: Any, after: Any = None, through: Any = None
+               ) -> Any:
+        if through is None:
+            self._timed("h2d", device_tensor, host)
+        else:
+            self._timed("h2d", through, host)
+            self._timed("cast", device_tensor, through)
         return None
 
     def wait(self, token: Any) -> None:
@@ -72,7 +77,7 @@ class CpuTransport(Transport):
         return (end - start) * 1e3
 
     def busy_ms(self) -> dict[str, float]:
-        busy, self._busy = self._busy, {"h2d": 0.0, "d2h": 0.0}
+        busy, self._busy = self._busy, {"h2d": 0.0, "d2h": 0.0, "cast": 0.0}
         return busy
 
     def synchronize(self) -> None:

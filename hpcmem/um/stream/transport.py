@@ -92,9 +92,12 @@ class Transport(ABC):
         """Copy ``device_tensor`` into ``host``; the token of that write."""
 
     @abstractmethod
-    def upload(self, host: Any, device_tensor: Any, after: Any = None) -> Any:
+    def upload(self, host: Any, device_tensor: Any, after: Any = None, through: Any = None
+               ) -> Any:
         """Copy ``host`` into the existing ``device_tensor`` once ``after`` (a token of
-        :meth:`mark`) is done; the token of that write. Callable from any thread."""
+        :meth:`mark`) is done, by way of ``through`` (a device tensor of ``host``'s dtype,
+        then cast into ``device_tensor`` on the device) if given; the token of that write.
+        Callable from any thread."""
 
     @abstractmethod
     def wait(self, token: Any) -> None:
@@ -114,8 +117,9 @@ class Transport(ABC):
 
     @abstractmethod
     def busy_ms(self) -> dict[str, float]:
-        """Milliseconds spent copying each way (``h2d``, ``d2h``) since the last call, for
-        the copies made while ``timing`` was on."""
+        """Milliseconds spent copying each way (``h2d``, ``d2h``; ``cast``: narrowing an
+        upload on the device) since the last call, for the copies made while ``timing`` was
+        on."""
 
     @abstractmethod
     def synchronize(self) -> None:
@@ -176,7 +180,7 @@ class CudaTransport(Transport):
         self._native = native
         self._leftover_gpu = leftover_gpu
         self._copying = InFlight(DEFAULT_OUT_CAP)
-        self._timed: dict[str, list[tuple[Any, Any]]] = {"h2d": [], "d2h": []}
+        self._timed: dict[str, list[tuple[Any, Any]]] = {"h2d": [], "d2h": [], "cast": []}
 
     @property
     def out_cap(self) -> int:  # type: ignore[override]
@@ -212,10 +216,14 @@ class CudaTransport(Transport):
             self._h2d.wait_event(after)
         return out, self._copy("h2d", self._h2d, out, host)
 
-    def upload(self, host: Any, device_tensor: Any, after: Any = None) -> Any:
+    def upload(self, host: Any, device_tensor: Any, after: Any = None, through: Any = None
+               ) -> Any:
         if after is not None:
             self._h2d.wait_event(after)
-        return self._copy("h2d", self._h2d, device_tensor, host)
+        if through is None:
+            return self._copy("h2d", self._h2d, device_tensor, host)
+        self._copy("h2d", self._h2d, through, host)
+        return self._copy("cast", self._h2d, device_tensor, through)
 
     def offload(self, device_tensor: Any, host: Any) -> Any:
         nbytes = tensor_bytes(device_tensor)
