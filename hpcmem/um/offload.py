@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from hpcmem.um.errors import BudgetError
-from hpcmem.um.stream.plan import out_cap
 
 __all__ = [
     "DEFAULT_BUCKET_BYTES",
@@ -85,6 +84,9 @@ class Offload:
 def host_optimizer_bytes(working_bytes: int, micro_batches: int, budget: int) -> int:
     """Device bytes the host-optimizer mode holds besides activations: the working weights,
     their gradients when several micro-batches accumulate, and the copies out in flight."""
+    # imported here: importing hpcmem.um (which exports Offload) must not import torch
+    from hpcmem.um.stream.plan import out_cap
+
     accumulated = working_bytes if micro_batches > 1 else 0
     return working_bytes + accumulated + out_cap(budget)
 

@@ -255,6 +255,7 @@ class HostOptimizer:
         return {
             "strategy": "host_optimizer",
             **self.ledger.per_step(),
+            "probe_bytes": self.probe_bytes,
             "peak_allocated_bytes": max(0, self.transport.peak_bytes() - self._base_bytes),
             "peak_gpu_resident_bytes": self.transport.resident_peak_bytes(),
             "working_bytes": sum(tensor_bytes(f) for f in self.flats),
