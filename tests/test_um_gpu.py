@@ -49,7 +49,8 @@ def _model(torch, width=256, hidden=1024, layers=3):
     return torch.nn.Sequential(*blocks, torch.nn.LayerNorm(width))
 
 
-def _train(torch, policy, steps, *, seed=0, bf16=False, budget=None, batch=64, **model_kw):
+def _train(torch, policy, steps, *, seed=0, bf16=False, budget=None, batch=64, offload=None,
+           **model_kw):
     """A tiny training run; returns (um, model, optimizer, losses). Caller closes ``um``."""
     from hpcmem.um import UnifiedMemory
 
@@ -59,7 +60,7 @@ def _train(torch, policy, steps, *, seed=0, bf16=False, budget=None, batch=64, *
     with um.params():
         model = _model(torch, **model_kw).cuda()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    um.attach(model, optimizer)
+    um.attach(model, optimizer, offload=offload)
     width = model[0].in_features
     generator = torch.Generator().manual_seed(seed)
     losses = []
@@ -204,8 +205,11 @@ def test_before_use_hooks_prefetch_params_and_keep_losses(torch, um_native, tmp_
 
 def test_budget_streams_the_model_from_host_memory(torch, um_native):
     # params+grads+AdamW of this model: 4 x 6 x 4 MiB; segments of 4 MiB tensors are 20 MiB
+    from hpcmem.um.offload import Offload
+
     budget = 64 * MiB
-    um, model, optimizer, losses = _train(torch, "hpcmem", 4, budget=budget, hidden=4096)
+    um, model, optimizer, losses = _train(torch, "hpcmem", 4, budget=budget, hidden=4096,
+                                          offload=Offload("stream"))
     torch.cuda.synchronize()
     stats = um.stats()
     assert stats["params"]["gpu_bytes"] == 0  # the params pool is host memory under a budget

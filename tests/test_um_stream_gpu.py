@@ -50,6 +50,7 @@ def deterministic(torch):
 def _train(torch, build, batch, loss_of, budget):
     """``STEPS`` AdamW steps; the losses and ``um.stats()`` of the steps after the second."""
     from hpcmem.um import UnifiedMemory
+    from hpcmem.um.offload import Offload
 
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(1)
@@ -58,7 +59,7 @@ def _train(torch, build, batch, loss_of, budget):
         with um.params():
             model = build().cuda()
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        um.attach(model, optimizer)
+        um.attach(model, optimizer, offload=Offload("stream") if budget else None)
         for step in range(STEPS):
             inputs = [um.stage(t) for t in batch(generator)]
             with um.activations():

@@ -14,7 +14,12 @@
 #   cnn         ResNet-50 without a budget (fp32, batch 256, CPU-written batches): cuda, um, hpcmem
 #   pinned      ResNet-50 bf16, batch 128, pinned batches (as DataLoader(pin_memory=True)):
 #               cuda, hpcmem, then the jobs hpcmem, um, hpcmem, cuda, hpcmem in one process
-# HPCMEM_TEST_SECONDS (300) caps the tests; HPCMEM_BENCH_SECONDS (480) the benchmark part; HPCMEM_BENCH_REPEATS (2) the repeats;
+#   hf-offload  (asked for by name) a Hugging Face model (HPCMEM_HF_MODEL, gpt2-large; random weights, 8 x 1024 tokens,
+#               bf16, AdamW), one process per variant, interleaved (HPCMEM_HF_REPEATS, 1): cuda,
+#               DeepSpeed ZeRO-2 + offload_optimizer cpu + HF checkpointing, hpcmem at the budget
+#               ZeRO-Offload reserved (hf.jsonl, hf.md). DeepSpeed is installed for it from the
+#               source distribution HPCMEM_DEEPSPEED_SDIST (its pure-Python needs in .whl/)
+# HPCMEM_GPU_TESTS (tests/test_*.py) picks the test files, HPCMEM_TEST_SECONDS (300) caps them; HPCMEM_BENCH_SECONDS (480) the benchmark part; HPCMEM_BENCH_REPEATS (2) the repeats;
 # HPCMEM_BUDGETS the budget fractions of the 0.35B group; HPCMEM_FSDP and HPCMEM_FSDP_1_3B the
 # FSDP2 variants of the budget groups (plain, activations; empty: none).
 # Output goes to $OUT (default benchmarks/results/gpu-<UTC date>): env.txt, pytest.log,
@@ -72,7 +77,7 @@ echo "built in $((SECONDS - start)) s" | tee -a "$OUT/bench.log"
 status=0
 if [[ $MODE != bench ]]; then
   echo "== pytest -m gpu"
-  mapfile -t gpu_tests < <(grep -l "pytest.mark.gpu" tests/test_*.py)
+  mapfile -t gpu_tests < <(grep -l "pytest.mark.gpu" ${HPCMEM_GPU_TESTS:-tests/test_*.py})
   timeout "${HPCMEM_TEST_SECONDS:-300}" "$PY" -m pytest -q -m gpu -p no:cacheprovider -W ignore::UserWarning \
     "${gpu_tests[@]}" 2>&1 | relative >"$OUT/pytest.log" || status=1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | tail -15
@@ -112,6 +117,24 @@ fi
 want 0.35B && bench 80 "${TRANSFORMER[@]}" --params 350000000 --batch 16 --repeats 3
 want 1.3B && bench 90 "${TRANSFORMER[@]}" --params 1300000000 --batch 8 --repeats 3
 want cnn && bench 80 --model cnn --batch 256 --dtype fp32 --steps 8 --warmup 2 --repeats 3
+if want hf-offload; then
+  if [[ -n ${HPCMEM_DEEPSPEED_SDIST:-} ]]; then  # benchmark only: never a dependency of hpcmem
+    DS_BUILD_OPS=0 "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile \
+      --target "$TMP_DIR/deepspeed-site" "$HPCMEM_DEEPSPEED_SDIST" >>"$OUT/bench.log" 2>&1 &&
+      export PYTHONPATH=$PYTHONPATH:$TMP_DIR/deepspeed-site || echo "DeepSpeed did not install (bench.log)"
+  fi
+  for repeat in $(seq 1 "${HPCMEM_HF_REPEATS:-1}"); do
+    for variant in ${HPCMEM_HF_VARIANTS:-cuda deepspeed hpcmem}; do
+      cap=$(( DEADLINE - SECONDS - 10 )); (( cap > 240 )) && cap=240
+      (( cap > 20 )) || { echo "skipped (out of time): hf $variant" | tee -a "$OUT/bench.log"; status=1; continue; }
+      extra=(); [[ $variant == hpcmem ]] && extra=(--budget-from deepspeed --budget-gib 9.6)
+      timeout "$cap" "$PY" benchmarks/gpu/hf_offload.py --variant "$variant" --repeat "$repeat" \
+        --model "${HPCMEM_HF_MODEL:-gpt2-large}" --out "$OUT/hf.jsonl" "${extra[@]}" 2>&1 |
+        relative | tee -a "$OUT/bench.log" | grep -v -E "^\s|Warning|warn" | tail -3
+    done
+  done
+  [[ -s $OUT/hf.jsonl ]] && "$PY" benchmarks/gpu/hf_table.py "$OUT/hf.jsonl" | tee "$OUT/hf.md"
+fi
 if [[ -s $OUT/train.jsonl ]]; then
   echo "== summary"
   "$PY" benchmarks/gpu/summarize.py "$OUT/train.jsonl" --plot "$OUT/budget_curve.png" | tee "$OUT/summary.md"

@@ -176,13 +176,15 @@ def train_point(
     binding: dict[str, Any],
     unconstrained_ms: float | None = None,
     pinned_inputs: bool = False,
+    offload: str | None = None,
 ) -> dict[str, Any]:
     """Train ``point`` (model ``shape``, batches from ``data``) under ``memory``, a
     ``hpcmem.um.UnifiedMemory``, and return its record; ``memory`` is closed afterwards.
     Running out of memory (the guard's refusal included), or a budget below what the probe
     step measured, gives a ``failed`` record;
     ``unconstrained_ms`` (the step time without a budget) goes into a budgeted record's
-    PCIe bound; ``pinned_inputs`` stages pinned batches (see ``hpcmem.train.loop.train``)."""
+    PCIe bound; ``pinned_inputs`` stages pinned batches and ``offload`` names the budget
+    strategy (see ``hpcmem.train.loop.train``)."""
     import torch
 
     from hpcmem.train.loop import train
@@ -193,7 +195,7 @@ def train_point(
     try:
         result = train(shape, data, memory, device=device, dtype=point.dtype,
                        steps=point.steps, warmup=point.warmup, seed=point.seed,
-                       pinned_inputs=pinned_inputs)
+                       pinned_inputs=pinned_inputs, offload=offload)
     except torch.OutOfMemoryError as error:
         first_line = str(error).strip().splitlines()[0]
         return unfinished_record(point, "failed", f"out of memory: {first_line}",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from hpcmem.train.models import CNNShape, TransformerShape
@@ -61,6 +61,8 @@ class TrainResult:
     items_per_step: int
     memory: dict[str, Any]  # ``um.stats()`` after the last step
     peak_reserved_bytes: int | None  # PyTorch's peak reserved device memory (None on the CPU)
+    nvml_peak_bytes: int | None = None  # NVML: the most this process held (None: unknown)
+    nvml_device_peak_bytes: int | None = None  # NVML: the device's used memory at most
 
     @property
     def first_step_ms(self) -> float:
@@ -174,15 +176,46 @@ def train(
     warmup: int,
     seed: int,
     pinned_inputs: bool = False,
+    offload: str | None = None,
 ) -> TrainResult:
     """Train ``shape`` on ``data`` for ``warmup + steps`` steps under ``memory`` (UnifiedMemory).
 
     ``pinned_inputs``: batches come in pinned host memory and are staged with
     ``memory.stage`` under every policy (as from ``DataLoader(pin_memory=True)``).
+    ``offload``: the budget strategy (``host_optimizer``, ``stream``; None: planned), its
+    working weights in the autocast dtype. NVML samples the process's device memory.
     """
+    from contextlib import nullcontext
+
+    from hpcmem.um.nvml import NvmlPeak
+
+    sampler = NvmlPeak(device.index or 0) if device.type == "cuda" else nullcontext()
+    with sampler:
+        result = _train(shape, data, memory, device=device, dtype=dtype, steps=steps,
+                        warmup=warmup, seed=seed, pinned_inputs=pinned_inputs, offload=offload)
+    if isinstance(sampler, NvmlPeak):
+        result = replace(result, nvml_peak_bytes=sampler.process_bytes,
+                         nvml_device_peak_bytes=sampler.device_bytes)
+    return result
+
+
+def _train(
+    shape: TransformerShape | CNNShape,
+    data: SyntheticTokens | SyntheticImages,
+    memory: Any,
+    *,
+    device: torch.device,
+    dtype: str,
+    steps: int,
+    warmup: int,
+    seed: int,
+    pinned_inputs: bool,
+    offload: str | None,
+) -> TrainResult:
     import torch
 
     from hpcmem.train.networks import build
+    from hpcmem.um.offload import Offload
 
     total = warmup + steps
     if device.type == "cuda":  # streams, events and autocast then default to this device
@@ -197,7 +230,9 @@ def train(
             parameter.grad = torch.zeros_like(parameter)
         materialize_optimizer_state(optimizer)
         losses = torch.zeros(total, device=device)
-    memory.attach(model, optimizer)
+    budgeted = getattr(memory, "gpu_budget", None) is not None
+    memory.attach(model, optimizer, offload=Offload(
+        offload, working_dtype="bfloat16" if dtype == "bf16" else None) if budgeted else None)
     if device.type == "cuda":  # the context exists now (the model is on the device)
         torch.cuda.reset_peak_memory_stats(device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16")

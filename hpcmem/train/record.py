@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 
 __all__ = ["THROUGHPUT_UNITS", "ok_record", "stream_fields", "unfinished_record"]
 
+#: What a budget strategy's statistics say of its steps, copied into the record.
+ACCOUNTING = ("strategy", "compute_ms", "cpu_optimizer_ms", "h2d_busy_ms", "d2h_busy_ms",
+              "step_bound_ms")
 #: Throughput unit per model.
 THROUGHPUT_UNITS = {"transformer": "tokens/s", "cnn": "images/s"}
 
@@ -53,12 +56,16 @@ def stream_fields(memory: dict[str, Any], unconstrained_ms: float | None) -> dic
     ``peak_gpu_resident_bytes``: the most bytes placed on the GPU at once;
     ``pcie_transfer_ms``: those bytes at the pinned-copy bandwidth measured in the same run;
     ``pcie_bound_ms``: the larger of that and the unconstrained step time, when known.
+    The host-optimizer strategy adds where its time goes (``ACCOUNTING``), per step.
     """
-    stream = memory.get("stream")
+    stream = memory.get("offload") or memory.get("stream")
     if not stream:
         return {}
     transfer = stream["pcie_transfer_ms"]
+    accounting = {f"offload_{k}" if k == "strategy" else k: stream[k]
+                  for k in ACCOUNTING if k in stream}
     return {
+        **accounting,
         "bytes_h2d": stream["bytes_h2d"],
         "bytes_d2h": stream["bytes_d2h"],
         "peak_gpu_resident_bytes": memory["peak_gpu_resident_bytes"],
@@ -109,6 +116,8 @@ def ok_record(
         },
         "escaped_bytes": memory["escaped_bytes"],
         "peak_reserved_bytes": result.peak_reserved_bytes,
+        "nvml_peak_bytes": result.nvml_peak_bytes,
+        "nvml_device_peak_bytes": result.nvml_device_peak_bytes,
         "memory": memory,
         "footprint_estimate": footprint.to_record(),
         "oversubscription": managed / device_memory if device_memory else 0.0,

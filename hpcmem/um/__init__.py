@@ -17,6 +17,7 @@ from hpcmem.um.guard import (
     oversubscription_allowed,
 )
 from hpcmem.um.memory import UnifiedMemory
+from hpcmem.um.offload import Offload
 from hpcmem.um.policy import (
     PRESETS,
     TYPES,
@@ -33,6 +34,7 @@ __all__ = [
     "PRESETS",
     "TYPES",
     "BudgetError",
+    "Offload",
     "OversubscriptionError",
     "Policy",
     "PolicyError",

@@ -6,10 +6,11 @@ front end stays and every new segment gets the type's advice. Allocations are ro
 ``torch._C._cuda_beginAllocateToPool``, which covers every thread and stream (autograd's
 backward threads too); one route is active at a time and phases switch it.
 
-With a GPU budget the job streams (:mod:`hpcmem.um.stream`): parameters, gradients and
-optimizer state live in pinned host memory and visit the GPU around their use, activations
-saved for backward are offloaded or recomputed, and everything on the GPU sits in the
-activations pool, placed there and counted against the budget.
+With a GPU budget a strategy takes the model and optimizer over (:mod:`hpcmem.um.strategy`):
+the host-optimizer mode (working weights on the GPU, the optimizer on the CPU) or the
+streaming mode (everything in pinned host memory, visiting the GPU around its use); what
+either keeps on the GPU sits in the activations pool, placed there and counted against the
+budget.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.um import guard
-from hpcmem.um.errors import UnifiedMemoryError
+from hpcmem.um.errors import BudgetError, UnifiedMemoryError
 from hpcmem.um.memory import UnifiedMemory
 from hpcmem.um.native import Abi, load_native, require_cuda
 from hpcmem.um.policy import TYPES, Policy
@@ -50,7 +51,7 @@ class ManagedMemory(UnifiedMemory, managed=True):
         self._hooks: list[Any] = []
         self._params: list[Any] = []
         self._prefetch: PrefetchHooks | None = None
-        self._streamer: Any = None
+        self._strategy: Any = None
         free, total = torch.cuda.mem_get_info(self.device)
         self.device_total_bytes = total
         headroom = (
@@ -161,13 +162,13 @@ class ManagedMemory(UnifiedMemory, managed=True):
     def activations(self) -> Iterator[None]:
         """Forward and backward in the activations pool; parameters of an attached model get
         their gradients in the params pool first, or, under a budget, are streamed."""
-        if self._params and self._streamer is None:
+        if self._params and self._strategy is None:
             self._ensure_grads()
         with self._route("activations"):
-            if self._streamer is None:
+            if self._strategy is None:
                 yield
             else:
-                with self._streamer.scope():
+                with self._strategy.scope():
                     yield
 
     def inputs(self):
@@ -181,23 +182,29 @@ class ManagedMemory(UnifiedMemory, managed=True):
                     param.grad = self._torch.zeros_like(param)
 
     # -- model and optimizer ----------------------------------------------------------
-    def attach(self, model: Any, optimizer: Any | None = None) -> None:
+    def attach(self, model: Any, optimizer: Any | None = None, offload: Any = None) -> None:
         """Hook a model and its optimizer into the pools.
 
         Without a budget, gradients are allocated persistently in the params pool,
         ``optimizer.step`` runs in the params phase (optimizer state made lazily lands there)
         and a ``before_use`` params policy prefetches the next layers on a side stream. With a
-        budget, :class:`hpcmem.um.stream.Streamer` takes the model and optimizer over.
+        budget, the strategy ``offload`` (a :class:`hpcmem.um.offload.Offload`; None: planned)
+        names takes the model and optimizer over (:mod:`hpcmem.um.strategy`).
         """
         if self.gpu_budget is not None:
-            from hpcmem.um.stream import CudaTransport, Streamer
+            from hpcmem.um.offload import Offload
+            from hpcmem.um.strategy import make_strategy
+            from hpcmem.um.stream import CudaTransport
 
             transport = CudaTransport(self.device, self._native, self._leftover_gpu)
-            self._streamer = Streamer(
-                model, optimizer, transport=transport, budget=self.gpu_budget,
-                priority=self.policy.priority, device_scope=lambda: self._route("activations"),
+            self._strategy = make_strategy(
+                model, optimizer, offload=offload or Offload(), transport=transport,
+                budget=self.gpu_budget, priority=self.policy.priority,
+                device_scope=lambda: self._route("activations"),
             )
             return
+        if offload is not None:
+            raise BudgetError("attach: offload needs a gpu_budget")
         self._params = [p for p in model.parameters() if p.requires_grad]
         self._ensure_grads()
         if optimizer is not None:
@@ -218,11 +225,11 @@ class ManagedMemory(UnifiedMemory, managed=True):
         """Re-plan the budget streaming from the last step's measurements; returns the plan:
         the bytes of the prefetch windows, the parameter state kept on the GPU and the
         activations kept there."""
-        if self._streamer is None:
+        if self._strategy is None:
             raise UnifiedMemoryError(
                 "rebalance: needs a gpu_budget and an attached model (attach() first)"
             )
-        return self._streamer.replan()
+        return self._strategy.replan()
 
     # -- inputs -----------------------------------------------------------------------
     def stage(self, batch: Any) -> Any:
@@ -303,16 +310,18 @@ class ManagedMemory(UnifiedMemory, managed=True):
             "gpu_resident_bytes": sum(c["gpu_bytes"] for c in types.values()),
             "peak_gpu_resident_bytes": (
                 max(0, self._native.gpu_peak_bytes() - self._leftover_gpu)
-                if self._streamer is None
-                else self._streamer.stats()["peak_gpu_resident_bytes"]
+                if self._strategy is None
+                else self._strategy.stats()["peak_gpu_resident_bytes"]
             ),
             "gpu_budget_bytes": self.gpu_budget,
             "limit_bytes": self._limit,
             "device_total_bytes": self.device_total_bytes,
             "escaped_bytes": max(0, reserved - managed - self._reserved_baseline),
         }
-        if self._streamer is not None:
-            stats["stream"] = self._streamer.stats()
+        if self._strategy is not None:
+            stats["offload"] = self._strategy.stats()
+            if stats["offload"]["strategy"] == "stream":  # where its records read it
+                stats["stream"] = stats["offload"]
         return stats
 
     def _counters(self, type_name: str) -> dict[str, int]:
@@ -328,8 +337,8 @@ class ManagedMemory(UnifiedMemory, managed=True):
         self._reserved_baseline = (
             self._torch.cuda.memory_reserved(self.device) - self._native.managed_bytes()
         )
-        if self._streamer is not None:
-            self._streamer.reset_stats()
+        if self._strategy is not None:
+            self._strategy.reset_stats()
 
     # -- lifetime -----------------------------------------------------------------------
     def _release(self) -> None:
@@ -340,8 +349,8 @@ class ManagedMemory(UnifiedMemory, managed=True):
         self._hooks.clear()
         if self._prefetch is not None:
             self._prefetch.remove()
-        if self._streamer is not None:
-            self._streamer.close()
+        if self._strategy is not None:
+            self._strategy.close()
         self._params = []
 
 

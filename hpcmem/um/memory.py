@@ -12,7 +12,7 @@ neither. A loop written once runs under either::
         with um.params():
             model = build().to("cuda")
             optimizer = torch.optim.AdamW(model.parameters(), fused=True)
-        um.attach(model, optimizer)          # grads, optimizer state, budget streaming
+        um.attach(model, optimizer)          # grads, optimizer state, budget strategy
         for batch in batches:
             x = um.stage(batch)               # the batch on the device
             with um.activations():            # forward + backward, all threads
@@ -104,8 +104,9 @@ class UnifiedMemory(ABC):
 
     # -- model, optimizer, inputs ---------------------------------------------------------
     @abstractmethod
-    def attach(self, model: Any, optimizer: Any | None = None) -> None:
-        """Hook a model and its optimizer into the pools (and, with a budget, the streaming)."""
+    def attach(self, model: Any, optimizer: Any | None = None, offload: Any = None) -> None:
+        """Hook a model and its optimizer into the pools; with a budget, hand them to the
+        strategy ``offload`` names (a :class:`hpcmem.um.offload.Offload`; None: planned)."""
 
     @abstractmethod
     def stage(self, batch: Any) -> Any:

@@ -6,7 +6,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from hpcmem.um.errors import UnifiedMemoryError
+from hpcmem.um.errors import BudgetError, UnifiedMemoryError
 from hpcmem.um.memory import UnifiedMemory
 from hpcmem.um.policy import TYPES, Policy
 
@@ -40,8 +40,10 @@ class PassThroughMemory(UnifiedMemory, managed=False):
     def inputs(self) -> AbstractContextManager[None]:
         return self._scope()
 
-    def attach(self, model: Any, optimizer: Any | None = None) -> None:
+    def attach(self, model: Any, optimizer: Any | None = None, offload: Any = None) -> None:
         """Nothing to hook: PyTorch's allocator serves every tensor."""
+        if offload is not None:
+            raise BudgetError("attach: offload needs a gpu_budget, which the cuda policy has not")
 
     def stage(self, batch: Any) -> Any:
         """Copied host to device (asynchronously when the batch is pinned)."""

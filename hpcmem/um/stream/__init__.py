@@ -6,6 +6,7 @@ use, saved activations out after their forward and back before their backward (o
 recomputed), gradients home as soon as they are complete, the optimizer step chunk by chunk.
 """
 
+from hpcmem.um.stream.cpu_transport import CpuTransport
 from hpcmem.um.stream.engine import Streamer
 from hpcmem.um.stream.plan import (
     BudgetTooSmall,
@@ -14,7 +15,7 @@ from hpcmem.um.stream.plan import (
     pcie_transfer_ms,
     plan_stream,
 )
-from hpcmem.um.stream.transport import CpuTransport, CudaTransport, InFlight, Transport
+from hpcmem.um.stream.transport import CudaTransport, InFlight, Transport
 
 __all__ = [
     "BudgetTooSmall",

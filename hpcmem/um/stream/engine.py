@@ -308,6 +308,7 @@ class Streamer:
         steps = max(1, self.counters.steps)
         h2d, d2h = self.counters.h2d / steps, self.counters.d2h / steps
         return {
+            "strategy": "stream",
             "steps": self.counters.steps,
             "bytes_h2d": int(h2d),
             "bytes_d2h": int(d2h),

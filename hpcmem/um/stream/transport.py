@@ -2,8 +2,8 @@
 
 :class:`CudaTransport` copies between pinned host memory and the GPU on two copy streams (one
 each way, so both directions overlap each other and compute), with events for ordering;
-:class:`CpuTransport` does the same copies synchronously on the CPU, so the streaming logic
-runs, and is tested, on a machine without a GPU.
+:class:`~hpcmem.um.stream.cpu_transport.CpuTransport` does the same copies synchronously on
+the CPU, so the streaming logic runs, and is tested, on a machine without a GPU.
 
 Ordering rules (CUDA): a device tensor made for a fetch is allocated on the compute stream
 and written on the host-to-device stream after that stream waited for the compute work
@@ -26,7 +26,7 @@ from typing import Any
 
 from hpcmem.um.tensors import host_view, tensor_bytes
 
-__all__ = ["DEFAULT_OUT_CAP", "CpuTransport", "CudaTransport", "InFlight", "Transport"]
+__all__ = ["BANDWIDTH_PROBE_BYTES", "DEFAULT_OUT_CAP", "CudaTransport", "InFlight", "Transport"]
 
 #: Bytes copied each way when the pinned-copy bandwidth is measured.
 BANDWIDTH_PROBE_BYTES = 256 * 2**20
@@ -79,6 +79,8 @@ class Transport(ABC):
     device: Any
     #: Device bytes being copied out at most (see :class:`InFlight`).
     out_cap: int = DEFAULT_OUT_CAP
+    #: Whether copies are timed (:meth:`busy_ms`).
+    timing: bool = False
 
     @abstractmethod
     def fetch(self, host: Any, after: Any = None) -> tuple[Any, Any]:
@@ -90,8 +92,34 @@ class Transport(ABC):
         """Copy ``device_tensor`` into ``host``; the token of that write."""
 
     @abstractmethod
+    def upload(self, host: Any, device_tensor: Any, after: Any = None, through: Any = None
+               ) -> Any:
+        """Copy ``host`` into the existing ``device_tensor`` once ``after`` (a token of
+        :meth:`mark`) is done, by way of ``through`` (a device tensor of ``host``'s dtype,
+        then cast into ``device_tensor`` on the device) if given; the token of that write.
+        Callable from any thread."""
+
+    @abstractmethod
     def wait(self, token: Any) -> None:
         """Make the compute stream wait for ``token``."""
+
+    @abstractmethod
+    def mark(self) -> Any:
+        """A token for the compute work queued so far (timed: see :meth:`elapsed_ms`)."""
+
+    @abstractmethod
+    def settle(self, token: Any) -> None:
+        """Block the calling thread until ``token`` is done."""
+
+    @abstractmethod
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        """Milliseconds between two tokens of :meth:`mark` (both done)."""
+
+    @abstractmethod
+    def busy_ms(self) -> dict[str, float]:
+        """Milliseconds spent copying each way (``h2d``, ``d2h``; ``cast``: narrowing an
+        upload on the device) since the last call, for the copies made while ``timing`` was
+        on."""
 
     @abstractmethod
     def synchronize(self) -> None:
@@ -152,6 +180,7 @@ class CudaTransport(Transport):
         self._native = native
         self._leftover_gpu = leftover_gpu
         self._copying = InFlight(DEFAULT_OUT_CAP)
+        self._timed: dict[str, list[tuple[Any, Any]]] = {"h2d": [], "d2h": [], "cast": []}
 
     @property
     def out_cap(self) -> int:  # type: ignore[override]
@@ -164,6 +193,20 @@ class CudaTransport(Transport):
     def _compute(self) -> Any:
         return self._torch.cuda.current_stream(self.device)
 
+    def _copy(self, way: str, stream: Any, dst: Any, src: Any) -> Any:
+        """``dst.copy_(src)`` on ``stream`` (after what it waits for); the event after it."""
+        torch = self._torch
+        start = torch.cuda.Event(enable_timing=True) if self.timing else None
+        with torch.cuda.device(self.device), torch.cuda.stream(stream):
+            if start is not None:
+                start.record(stream)
+            dst.copy_(src, non_blocking=True)
+            done = torch.cuda.Event(enable_timing=self.timing)
+            done.record(stream)
+        if start is not None:
+            self._timed[way].append((start, done))
+        return done
+
     def fetch(self, host: Any, after: Any = None) -> tuple[Any, Any]:
         torch = self._torch
         self._copying.collect()
@@ -171,28 +214,47 @@ class CudaTransport(Transport):
         self._h2d.wait_stream(self._compute())
         if after is not None:
             self._h2d.wait_event(after)
-        with torch.cuda.stream(self._h2d):
-            out.copy_(host, non_blocking=True)
-            done = torch.cuda.Event()
-            done.record(self._h2d)
-        return out, done
+        return out, self._copy("h2d", self._h2d, out, host)
+
+    def upload(self, host: Any, device_tensor: Any, after: Any = None, through: Any = None
+               ) -> Any:
+        if after is not None:
+            self._h2d.wait_event(after)
+        if through is None:
+            return self._copy("h2d", self._h2d, device_tensor, host)
+        self._copy("h2d", self._h2d, through, host)
+        return self._copy("cast", self._h2d, device_tensor, through)
 
     def offload(self, device_tensor: Any, host: Any) -> Any:
-        torch = self._torch
         nbytes = tensor_bytes(device_tensor)
         if device_tensor.is_cuda:
             self._copying.make_room(nbytes)
         self._d2h.wait_stream(self._compute())
-        with torch.cuda.stream(self._d2h):
-            host.copy_(device_tensor, non_blocking=True)
-            done = torch.cuda.Event()
-            done.record(self._d2h)
+        done = self._copy("d2h", self._d2h, host, device_tensor)
         if device_tensor.is_cuda:
             self._copying.add(done, device_tensor, nbytes)
         return done
 
     def wait(self, token: Any) -> None:
         self._compute().wait_event(token)
+
+    def mark(self) -> Any:
+        event = self._torch.cuda.Event(enable_timing=True)
+        event.record(self._compute())
+        return event
+
+    def settle(self, token: Any) -> None:
+        token.synchronize()
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        return start.elapsed_time(end)
+
+    def busy_ms(self) -> dict[str, float]:
+        busy = {}
+        for way, pairs in self._timed.items():
+            busy[way] = sum(start.elapsed_time(done) for start, done in pairs if done.query())
+            self._timed[way] = [(s, d) for s, d in pairs if not d.query()]
+        return busy
 
     def synchronize(self) -> None:
         self._h2d.synchronize()
@@ -266,76 +328,3 @@ class CudaTransport(Transport):
         }
         del host_in, host_out, device, device_in
         return result
-
-
-class CpuTransport(Transport):
-    """Host and "device" are both the CPU: every copy is a synchronous CPU copy.
-
-    Runs the streaming bookkeeping without a GPU; device bytes are those of the copies this
-    transport made that are still alive.
-    """
-
-    def __init__(self) -> None:
-        import torch
-
-        self._torch = torch
-        self.device = torch.device("cpu")
-        self._live = 0
-        self._peak = 0
-
-    def _track(self, tensor: Any) -> Any:
-        import weakref
-
-        nbytes = tensor_bytes(tensor)
-        self._live += nbytes
-        self._peak = max(self._peak, self._live)
-        weakref.finalize(tensor, self._untrack, nbytes)
-        return tensor
-
-    def _untrack(self, nbytes: int) -> None:
-        self._live -= nbytes
-
-    def fetch(self, host: Any, after: Any = None) -> tuple[Any, Any]:
-        return self._track(host.clone()), None
-
-    def offload(self, device_tensor: Any, host: Any) -> Any:
-        host.copy_(device_tensor)
-        return None
-
-    def wait(self, token: Any) -> None:
-        """Copies are synchronous."""
-
-    def synchronize(self) -> None:
-        """Copies are synchronous."""
-
-    def host_empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
-        return self._torch.empty(shape, dtype=dtype)
-
-    def pin(self, host: Any) -> None:
-        """CPU memory needs no pinning here."""
-
-    def unpin(self, host: Any) -> None:
-        """Nothing was pinned."""
-
-    def to_host(self, tensor: Any, host: Any) -> None:
-        host.copy_(tensor)
-
-    def reset_peak(self) -> None:
-        self._peak = self._live
-
-    def live_bytes(self) -> int:
-        return self._live
-
-    def peak_bytes(self) -> int:
-        return self._peak
-
-    def resident_peak_bytes(self) -> int:
-        return self._peak
-
-    def bandwidth(self, probe_bytes: int) -> dict[str, float]:
-        nbytes = max(2**20, min(probe_bytes, BANDWIDTH_PROBE_BYTES))
-        source = self._torch.empty(nbytes, dtype=self._torch.uint8)
-        start = time.perf_counter()
-        source.clone()
-        rate = nbytes / max(time.perf_counter() - start, 1e-9)
-        return {"h2d": rate, "d2h": rate, "both": rate}

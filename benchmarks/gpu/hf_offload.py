@@ -1,0 +1,276 @@
+"""Hugging Face causal LMs beyond the GPU: hpcmem's budget against DeepSpeed ZeRO-Offload.
+
+One variant per process (``--variant``), so nothing one leaves (allocator caches, the CUDA
+context, DeepSpeed's process group) reaches the next; ``run.sh``'s ``hf-offload`` group
+interleaves them. The model is built from a ``transformers`` config with random weights
+(nothing is downloaded); every variant trains it on the same random tokens with AdamW
+(lr 1e-4, weight decay 0.01) for ``--warmup`` + ``--steps`` steps, each step timed to a
+device synchronisation:
+
+* ``cuda``: the model on the GPU, fused AdamW, bf16 autocast: the unconstrained step;
+* ``deepspeed``: ZeRO stage 2 with ``offload_optimizer: cpu`` (DeepSpeedCPUAdam), bf16,
+  with Hugging Face gradient checkpointing (``--checkpointing``, on by default);
+* ``hpcmem``: the model built on the host, ``UnifiedMemory("hpcmem", gpu_budget=B)`` and
+  ``attach(model, optimizer, offload=Offload(working_dtype="bfloat16"))``, bf16 autocast.
+  ``--budget-from deepspeed`` takes B from the last DeepSpeed record in ``--out``: what
+  ZeRO-Offload reserved.
+
+Each process appends one record to ``--out`` (JSON lines): the median step, PyTorch's peak
+allocated and reserved bytes, NVML's per-process peak, the losses, and for hpcmem the
+strategy's per-step accounting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+LEARNING_RATE = 1e-4
+WEIGHT_DECAY = 0.01
+MODELS = {
+    "gpt2-large": ("GPT2Config", {"n_embd": 1280, "n_layer": 36, "n_head": 20,
+                                  "vocab_size": 50257, "n_positions": 1024}),
+    "llama-0.9b": ("LlamaConfig", {"hidden_size": 2048, "intermediate_size": 5632,
+                                   "num_hidden_layers": 18, "num_attention_heads": 32,
+                                   "num_key_value_heads": 4, "vocab_size": 32000,
+                                   "max_position_embeddings": 1024}),
+}
+
+
+def _args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variant", choices=("cuda", "deepspeed", "hpcmem"), required=True)
+    parser.add_argument("--model", choices=sorted(MODELS), default="gpt2-large")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq-len", type=int, default=1024)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--checkpointing", action=argparse.BooleanOptionalAction, default=None,
+                        help="Hugging Face gradient checkpointing (default: on for deepspeed)")
+    parser.add_argument("--budget-gib", type=float, default=None)
+    parser.add_argument("--budget-from", default=None,
+                        help="take the budget from the last ok record of this variant in --out")
+    parser.add_argument("--repeat", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True)
+    return parser.parse_args()
+
+
+def build(name: str) -> Any:
+    """The model of ``MODELS[name]``, random weights, fp32, on the host."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    kind, fields = MODELS[name]
+    config = getattr(transformers, kind)(**fields, use_cache=False)
+    return transformers.AutoModelForCausalLM.from_config(config)
+
+
+def batches(args: argparse.Namespace, vocab: int):
+    """Pinned random token batches, the same in every variant."""
+    import torch
+
+    generator = torch.Generator().manual_seed(1)
+    buffer = torch.empty(args.batch, args.seq_len, dtype=torch.long, pin_memory=True)
+    while True:
+        buffer.copy_(torch.randint(vocab, buffer.shape, generator=generator))
+        yield buffer
+
+
+def _to_gpu(batch: Any) -> Any:
+    return batch.to("cuda", non_blocking=True)
+
+
+def timed(args: argparse.Namespace, step, vocab: int, stage=_to_gpu, warmed=None
+          ) -> tuple[list[float], list[float]]:
+    """``warmup + steps`` calls of ``step(stage(batch))``: their wall-clock ms and losses;
+    ``warmed()`` runs after the warm-up steps."""
+    import torch
+
+    times, losses = [], []
+    source = batches(args, vocab)
+    for index in range(args.warmup + args.steps):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        loss = step(stage(next(source)))
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+        losses.append(float(loss))
+        if index + 1 == args.warmup and warmed is not None:
+            warmed()
+    return times, losses
+
+
+def run_cuda(args: argparse.Namespace, model: Any) -> dict[str, Any]:
+    import torch
+
+    model = model.cuda()
+    if args.checkpointing:
+        model.gradient_checkpointing_enable({"use_reentrant": False})
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE,
+                                  weight_decay=WEIGHT_DECAY, fused=True)
+
+    def step(ids):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss.detach()
+
+    times, losses = timed(args, step, model.config.vocab_size)
+    return {"times": times, "losses": losses}
+
+
+def run_deepspeed(args: argparse.Namespace, model: Any) -> dict[str, Any]:
+    for key, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"),
+                       ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29517")):
+        os.environ.setdefault(key, value)
+    import deepspeed
+
+    if args.checkpointing:
+        model.gradient_checkpointing_enable({"use_reentrant": False})
+    config = {
+        "train_micro_batch_size_per_gpu": args.batch,
+        "gradient_accumulation_steps": 1,
+        "bf16": {"enabled": True},
+        "optimizer": {"type": "AdamW",
+                      "params": {"lr": LEARNING_RATE, "weight_decay": WEIGHT_DECAY}},
+        "zero_optimization": {"stage": 2, "overlap_comm": True, "contiguous_gradients": True,
+                              "offload_optimizer": {"device": "cpu", "pin_memory": True}},
+        "steps_per_print": 10**9,
+    }
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                      config=config)
+
+    def step(ids):
+        loss = engine(input_ids=ids, labels=ids).loss
+        engine.backward(loss)
+        engine.step()
+        return loss.detach()
+
+    times, losses = timed(args, step, model.config.vocab_size)
+    return {"times": times, "losses": losses, "deepspeed": deepspeed.__version__,
+            "zero": config["zero_optimization"]}
+
+
+def run_hpcmem(args: argparse.Namespace, model: Any, budget: int) -> dict[str, Any]:
+    import torch
+
+    from hpcmem.um import UnifiedMemory
+    from hpcmem.um.offload import Offload
+
+    if args.checkpointing:
+        model.gradient_checkpointing_enable({"use_reentrant": False})
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE,
+                                  weight_decay=WEIGHT_DECAY)
+    offload = Offload(working_dtype="bfloat16")
+    used = {}  # the device's used memory (cudaMemGetInfo): everything, the context included
+    with UnifiedMemory("hpcmem", device=0, gpu_budget=budget) as um:
+        um.attach(model, optimizer, offload=offload)
+        used["after_attach"] = _device_used()
+
+        def step(ids):
+            with um.activations():
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(input_ids=ids, labels=ids).loss
+                loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            return loss.detach()
+
+        times, losses = timed(args, step, model.config.vocab_size, stage=um.stage,
+                              warmed=um.reset_stats)
+        used["after_steps"] = _device_used()
+        stats = um.stats()
+    return {"times": times, "losses": losses, "offload": offload.to_record(), "memory": stats,
+            "device_used_bytes": used}
+
+
+def _device_used() -> int:
+    import torch
+
+    free, total = torch.cuda.mem_get_info(0)
+    return total - free
+
+
+def _budget(args: argparse.Namespace) -> int | None:
+    if args.budget_from and args.out.exists():
+        records = [json.loads(line) for line in args.out.read_text().splitlines() if line]
+        held = [r["peak_reserved_bytes"] for r in records
+                if r.get("variant") == args.budget_from and r.get("status") == "ok"
+                and r.get("model") == args.model]
+        if held:
+            return held[-1]
+    return int(args.budget_gib * 2**30) if args.budget_gib else None
+
+
+def main() -> int:
+    args = _args()
+    if args.checkpointing is None:
+        args.checkpointing = args.variant == "deepspeed"
+    import torch
+    import transformers
+
+    from hpcmem.um.nvml import NvmlPeak
+
+    budget = _budget(args) if args.variant == "hpcmem" else None
+    record: dict[str, Any] = {
+        "variant": args.variant, "model": args.model, "batch": args.batch,
+        "seq_len": args.seq_len, "checkpointing": args.checkpointing, "gpu_budget": budget,
+        "repeat": args.repeat, "git": os.environ.get("HPCMEM_GIT_SHA"),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": " ".join(["benchmarks/gpu/hf_offload.py", *sys.argv[1:]]),
+        "torch": torch.__version__, "transformers": transformers.__version__,
+    }
+    started = time.perf_counter()
+    with NvmlPeak(0) as nvml:
+        try:
+            torch.cuda.init()
+            record["gpu"] = torch.cuda.get_device_name(0)
+            model = build(args.model)
+            record["params"] = sum(p.numel() for p in model.parameters())
+            if args.variant == "hpcmem" and budget is None:
+                raise SystemExit("hf_offload: hpcmem needs --budget-gib or --budget-from")
+            result = (run_cuda(args, model) if args.variant == "cuda"
+                      else run_deepspeed(args, model) if args.variant == "deepspeed"
+                      else run_hpcmem(args, model, budget))
+            record["status"] = "ok"
+        except Exception as error:  # the record says why; the driver goes on
+            traceback.print_exc()
+            record.update(status="failed", reason=f"{type(error).__name__}: {error}"[:2000],
+                          budget_minimum_bytes=getattr(error, "minimum", None))
+            result = {}
+    times = result.pop("times", [])
+    timed_steps = times[args.warmup:]
+    record.update(result)
+    if timed_steps:
+        record["step_ms"] = {"median": statistics.median(timed_steps),
+                             "min": min(timed_steps), "max": max(timed_steps)}
+    record.update(
+        step_ms_all=times, seconds=time.perf_counter() - started,
+        peak_allocated_bytes=torch.cuda.max_memory_allocated(0),
+        peak_reserved_bytes=torch.cuda.max_memory_reserved(0),
+        nvml_peak_bytes=nvml.process_bytes, nvml_device_peak_bytes=nvml.device_bytes,
+    )
+    with args.out.open("a") as handle:
+        handle.write(json.dumps(record) + "\n")
+    gib = 2**30
+    print(f"{args.model} {args.variant:9} rep {args.repeat} {record['status']}: median "
+          f"{record.get('step_ms', {}).get('median', float('nan')):.1f} ms, allocated "
+          f"{record['peak_allocated_bytes'] / gib:.2f} GiB, reserved "
+          f"{record['peak_reserved_bytes'] / gib:.2f} GiB, NVML "
+          f"{(record['nvml_peak_bytes'] or 0) / gib:.2f} GiB, budget "
+          f"{(budget or 0) / gib:.2f} GiB", flush=True)
+    return 0 if record["status"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

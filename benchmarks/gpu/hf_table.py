@@ -1,0 +1,93 @@
+"""The table of ``hf_offload.py``'s records: per model and variant, the median over repeats.
+
+    python benchmarks/gpu/hf_table.py hf.jsonl > hf.md
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+GIB = 2**30
+ORDER = ("cuda", "deepspeed", "hpcmem")
+LABELS = {"cuda": "cuda, no limit", "deepspeed": "DeepSpeed ZeRO-2 + offload_optimizer cpu",
+          "hpcmem": "hpcmem, gpu_budget"}
+
+
+def _median(records: list[dict[str, Any]], read) -> float | None:
+    values = [v for v in (read(r) for r in records) if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _gib(value: float | None) -> str:
+    return "—" if value is None else f"{value / GIB:.2f}"
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f}"
+
+
+def accounting(ours: list[dict[str, Any]]) -> str:
+    """hpcmem's per-step accounting, medians over its runs."""
+    def field(key: str) -> float | None:
+        return _median(ours, lambda r: r["memory"]["offload"].get(key))
+
+    first = ours[0]["memory"]
+    resident = _median(ours, lambda r: r["memory"]["peak_gpu_resident_bytes"])
+    return (f"hpcmem per step: strategy {first['offload']['strategy']}, "
+            f"H2D {(field('bytes_h2d') or 0) / 1e9:.2f} GB ({_ms(field('h2d_busy_ms'))} ms busy), "
+            f"D2H {(field('bytes_d2h') or 0) / 1e9:.2f} GB ({_ms(field('d2h_busy_ms'))} ms busy), "
+            f"compute {_ms(field('compute_ms'))} ms, CPU optimizer "
+            f"{_ms(field('cpu_optimizer_ms'))} ms ({first['offload'].get('host_threads')} "
+            f"threads), bound {_ms(field('step_bound_ms'))} ms; GPU-resident peak "
+            f"{_gib(resident)} GiB; escaped {first['escaped_bytes']} bytes")
+
+
+def table(records: list[dict[str, Any]]) -> str:
+    """Markdown: one table per model, then the hpcmem accounting."""
+    lines = []
+    by_model: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for record in records:
+        by_model[record["model"]][record["variant"]].append(record)
+    for model, variants in by_model.items():
+        ok = {v: [r for r in rs if r["status"] == "ok"] for v, rs in variants.items()}
+        step = {v: _median(rs, lambda r: r["step_ms"]["median"]) for v, rs in ok.items()}
+        lines += [f"## {model}", "",
+                  "| variant | checkpointing | budget GiB | step ms (repeats) | GiB allocated / "
+                  "reserved | NVML GiB | vs ZeRO-Offload | vs cuda |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for variant in ORDER:
+            runs = ok.get(variant, [])
+            if not runs:
+                failed = variants.get(variant, [])
+                if failed:
+                    lines.append(f"| {LABELS[variant]} | | | {failed[-1].get('reason', '')[:120]}"
+                                 " | | | | |")
+                continue
+            each = ", ".join(_ms(r["step_ms"]["median"]) for r in runs)
+            ratio = {base: (f"{step[variant] / step[base]:.2f}x" if step.get(base) else "—")
+                     for base in ("deepspeed", "cuda")}
+            lines.append(
+                f"| {LABELS[variant]} | {runs[0]['checkpointing']} | "
+                f"{_gib(runs[0].get('gpu_budget'))} | **{_ms(step[variant])}** ({each}) | "
+                f"{_gib(_median(runs, lambda r: r['peak_allocated_bytes']))} / "
+                f"{_gib(_median(runs, lambda r: r['peak_reserved_bytes']))} | "
+                f"{_gib(_median(runs, lambda r: r.get('nvml_peak_bytes')))} | "
+                f"{ratio['deepspeed']} | {ratio['cuda']} |")
+        if ok.get("hpcmem"):
+            lines += ["", accounting(ok["hpcmem"]), ""]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    records = [json.loads(line) for line in Path(argv[0]).read_text().splitlines() if line]
+    sys.stdout.write(table(records))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,10 @@
+"""The host-optimizer budget mode (ZeRO-Offload class): working weights on the GPU, fp32
+master weights and optimizer state in host memory, the optimizer stepped on the CPU bucket
+by bucket while backward goes on (:class:`HostOptimizer`; chosen by :mod:`hpcmem.um.offload`).
+"""
+
+from hpcmem.um.host_optimizer.buckets import Bucket, lay_out
+from hpcmem.um.host_optimizer.engine import HostOptimizer, host_threads
+from hpcmem.um.host_optimizer.ledger import step_bound_ms
+
+__all__ = ["Bucket", "HostOptimizer", "host_threads", "lay_out", "step_bound_ms"]

@@ -1,0 +1,296 @@
+"""The host-optimizer mode: working weights on the GPU, the optimizer on the CPU.
+
+:class:`HostOptimizer` takes over a model and its optimizer when the job's ``Offload``
+chooses ``host_optimizer`` (:mod:`hpcmem.um.offload`):
+
+* set-up: the trained parameters are laid out in buckets (:mod:`.buckets`); each bucket's
+  fp32 master weights, gradient and optimizer state move to host memory (:mod:`.host`) and
+  its working weights (the autocast dtype) to one flat device buffer, of which every
+  parameter's ``.data`` is a view; frozen parameters and buffers are copied to the device;
+* backward: on the last micro-batch of a step, each gradient is widened to fp32 on the
+  device and copied to its bucket's page-locked fp32 gradient as soon as autograd has
+  accumulated it (``post_accumulate_grad`` hook, on the device-to-host stream), and freed
+  once copied; a bucket whose gradients are all out goes to the worker thread
+  (:mod:`.worker`), which steps it on the CPU and copies its fp32 masters up once the
+  compute stream is done with the old weights, narrowing them into the working weights on
+  the device, while backward goes on; earlier micro-batches accumulate in ``param.grad`` on
+  the device;
+* ``optimizer.step()``: sends what backward left (a step before the last micro-batch, a
+  parameter without a gradient), waits for the worker and for the last weight copy, so the
+  next forward reads updated weights.
+
+The first step is the probe: it recomputes the repeated blocks and measures the device
+bytes one step needs; a budget below them is refused (:class:`BudgetTooSmall`), and
+recomputation is switched off when everything fits without it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+from hpcmem.um.errors import BudgetError
+from hpcmem.um.host_optimizer.buckets import lay_out
+from hpcmem.um.host_optimizer.host import HostBuckets, check_supported
+from hpcmem.um.host_optimizer.ledger import Ledger
+from hpcmem.um.host_optimizer.worker import Worker
+from hpcmem.um.offload import Offload
+from hpcmem.um.stream.host import HostArena
+from hpcmem.um.stream.plan import TARGET_FRACTION, check_minimum, out_cap
+from hpcmem.um.stream.recompute import Recompute, repeated_blocks
+from hpcmem.um.stream.transport import BANDWIDTH_PROBE_BYTES, Transport
+from hpcmem.um.tensors import tensor_bytes
+
+__all__ = ["HostOptimizer", "host_threads"]
+
+#: CPU threads left to the threads that launch GPU work (the loop's and autograd's).
+LAUNCH_THREADS = 2
+
+
+def host_threads(offload: Offload) -> int:
+    """The host optimizer's CPU threads: the job's cores less ``LAUNCH_THREADS``."""
+    if offload.threads is not None:
+        return offload.threads
+    return max(1, len(os.sched_getaffinity(0)) - LAUNCH_THREADS)
+
+
+class HostOptimizer:
+    """``model`` and ``optimizer`` trained within ``budget`` device bytes (module docstring).
+
+    ``device_scope()`` routes device allocations to where the budget counts them.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        optimizer: Any,
+        *,
+        transport: Transport,
+        budget: int,
+        offload: Offload,
+        device_scope: Callable[[], AbstractContextManager[None]],
+    ) -> None:
+        import torch
+
+        check_supported(optimizer)
+        self._torch = torch
+        self.transport = transport
+        self.budget = budget
+        self.offload = offload
+        self.optimizer = optimizer
+        self.device_scope = device_scope
+        transport.out_cap = out_cap(budget)
+        transport.timing = True
+        self.bandwidth = transport.bandwidth(min(BANDWIDTH_PROBE_BYTES, budget // 32))
+        if transport.device.type == "cuda":
+            torch.cuda.empty_cache()  # the probe's buffers are not this job's to keep
+        self._base_bytes = transport.live_bytes()
+        unique = list({id(p): p for p in model.parameters()}.values())
+        group_of = {id(p): g for g, group in enumerate(optimizer.param_groups)
+                    for p in group["params"]}
+        trained = [p for p in reversed(unique) if p.requires_grad and id(p) in group_of]
+        self.working_dtype = (
+            getattr(torch, offload.working_dtype) if offload.working_dtype
+            else (trained[0].dtype if trained else torch.float32)
+        )
+        if not trained:
+            raise BudgetError("offload host_optimizer: the optimizer trains no parameter "
+                              "of the model")
+        self.buckets = lay_out(trained, [group_of[id(p)] for p in trained],
+                               offload.bucket_bytes, self.working_dtype.itemsize)
+        self.arena = HostArena(transport)
+        self.host = HostBuckets(self.buckets, optimizer, arena=self.arena)
+        on_gpu = transport.device.type == "cuda"  # on the CPU the model computes there too
+        with device_scope():
+            self.flats, through = self._to_device(model, unique, trained)
+        self.worker = Worker(self.host, self.flats, transport, through,
+                             host_threads(offload) if on_gpu else offload.threads)
+        for bucket in self.buckets:
+            self.worker.upload(bucket.index, transport.mark())
+        transport.synchronize()
+        optimizer.state.clear()  # the host holds it now
+        self._where = {id(p): (b.index, i) for b in self.buckets for i, p in enumerate(b.params)}
+        self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for p in trained]
+        self.ledger = Ledger(transport, self.bandwidth)
+        self.recompute = Recompute(repeated_blocks(model), transport.live_bytes)
+        if offload.recompute is not False:
+            self.recompute.enable()
+        self._original_step = optimizer.__dict__.get("step")
+        optimizer.step = self.step
+        self._scopes = 0  # forward + backward passes since attach
+        self.probe_bytes: int | None = None  # what the first step held on the device
+        self._micro = 0  # since the last optimizer step
+        self._begin_step()
+        transport.reset_peak()
+
+    # -- set-up -------------------------------------------------------------------------
+    def _to_device(self, model: Any, unique: list[Any], trained: list[Any]
+                   ) -> tuple[list[Any], Any]:
+        """Working weights of each bucket in one flat device buffer (filled by the worker's
+        uploads), the parameters views of it, and the fp32 buffer uploads narrow through
+        (None for fp32 working weights); the other parameters and the buffers copied to the
+        device."""
+        torch, device = self._torch, self.transport.device
+        flats = []
+        for bucket in self.buckets:
+            flat = torch.empty(bucket.numel, dtype=self.working_dtype, device=device)
+            for position, param in enumerate(bucket.params):
+                param.grad = None
+                param.data = bucket.slot(flat, position)
+            flats.append(flat)
+        bucketed = {id(p) for p in trained}
+        for param in unique:
+            if id(param) not in bucketed:
+                dtype = self.working_dtype if param.is_floating_point() else param.dtype
+                param.grad = None
+                param.data = self._device_copy(param.data, dtype)
+        for module in model.modules():
+            for name, buffer in module._buffers.items():
+                if buffer is not None:
+                    module._buffers[name] = self._device_copy(buffer, buffer.dtype)
+        if self.working_dtype == torch.float32:
+            return flats, None
+        largest = max(b.numel for b in self.buckets)
+        return flats, torch.empty(largest, dtype=torch.float32, device=device)
+
+    def _device_copy(self, tensor: Any, dtype: Any) -> Any:
+        out = self._torch.empty(tensor.shape, dtype=dtype, device=self.transport.device)
+        out.copy_(tensor)
+        return out
+
+    # -- forward and backward ---------------------------------------------------------------
+    @contextmanager
+    def scope(self) -> Iterator[None]:
+        """One forward and backward (a micro-batch); the probe's budget check after the first."""
+        self._micro += 1
+        self._scopes += 1
+        if self._micro == 1:
+            self.host.sync(self.optimizer.param_groups)
+        start = self.transport.mark()
+        try:
+            yield
+        finally:
+            self.ledger.computed(start, self.transport.mark())
+        if self._scopes == 1:
+            self._probe()
+
+    def _probe(self) -> None:
+        """Refuse a budget below what the first step held (the working weights at least);
+        recompute only if needed."""
+        allocated = max(0, self.transport.peak_bytes() - self._base_bytes)
+        working = sum(tensor_bytes(f) for f in self.flats)
+        minimum = max(allocated, self.transport.resident_peak_bytes(), working)
+        self.probe_bytes = minimum
+        check_minimum(self.budget, minimum)
+        if self.offload.recompute is None and self.recompute.enabled:
+            without = minimum + sum(self.recompute.saved_bytes)
+            if without <= TARGET_FRACTION * self.budget:
+                self.recompute.disable()
+
+    def _on_grad(self, param: Any) -> None:
+        """A gradient is complete: on the step's last micro-batch, send it to the host."""
+        if self._micro < self.offload.micro_batches:
+            return  # accumulates on the device
+        index, position = self._where[id(param)]
+        if self._submitted[index]:
+            raise BudgetError(
+                f"offload host_optimizer: more backward passes before optimizer.step() than "
+                f"micro_batches={self.offload.micro_batches}"
+            )
+        self._ship(index, position, param)
+        if not self._left[index]:
+            self._submit(index, [])
+
+    def _ship(self, index: int, position: int, param: Any) -> None:
+        bucket = self.buckets[index]
+        grad = param.grad.float()  # the CPU only steps: the widening runs here
+        self._landed[index] = self.transport.offload(
+            grad, bucket.slot(self.host.grads[index], position)
+        )
+        self.ledger.d2h += tensor_bytes(grad)
+        param.grad = None
+        self._left[index].discard(position)
+
+    def _submit(self, index: int, missing: list[int]) -> None:
+        self._submitted[index] = True
+        self.worker.submit(index, self._landed[index], self.transport.mark(), missing)
+        self.ledger.h2d += tensor_bytes(self.host.masters[index])
+
+    # -- the optimizer step ---------------------------------------------------------------
+    def step(self, closure: Any = None) -> None:
+        """Finish the step: what backward left, the worker, the weights' last copy."""
+        if closure is not None:
+            raise BudgetError("offload host_optimizer: optimizer.step(closure) is not supported")
+        if self._micro == 0:
+            self.host.sync(self.optimizer.param_groups)
+        for bucket in self.buckets:
+            if self._submitted[bucket.index]:
+                continue
+            missing = []
+            for position in sorted(self._left[bucket.index]):
+                param = bucket.params[position]
+                if param.grad is None:
+                    missing.append(position)
+                else:
+                    self._ship(bucket.index, position, param)
+            self._submit(bucket.index, missing)
+        done = self.worker.drain()
+        # The next forward reads the weights the last copy brings, and the gradients held
+        # for their copies are free again: the device is idle until then in any case.
+        self.transport.synchronize()
+        self.ledger.stepped(done)
+        self._begin_step()
+
+    def _begin_step(self) -> None:
+        self._micro = 0
+        self._left = [set(range(len(b.params))) for b in self.buckets]
+        self._submitted = [False] * len(self.buckets)
+        self._landed: list[Any] = [None] * len(self.buckets)
+
+    # -- statistics and lifetime ------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """Per step: bytes each way and busy time, compute and CPU optimizer time, the bound."""
+        return {
+            "strategy": "host_optimizer",
+            **self.ledger.per_step(),
+            "probe_bytes": self.probe_bytes,
+            "peak_allocated_bytes": max(0, self.transport.peak_bytes() - self._base_bytes),
+            "peak_gpu_resident_bytes": self.transport.resident_peak_bytes(),
+            "working_bytes": sum(tensor_bytes(f) for f in self.flats),
+            "working_dtype": str(self.working_dtype).removeprefix("torch."),
+            "buckets": len(self.buckets),
+            "host_threads": self.worker.threads or self._torch.get_num_threads(),
+            "recompute": self.recompute.enabled,
+            "micro_batches": self.offload.micro_batches,
+            "host_bytes": self.arena.reserved_bytes,
+        }
+
+    def replan(self) -> dict[str, int]:
+        """The device bytes the mode keeps: working weights and copies out in flight (fixed
+        at set-up; nothing to plan again)."""
+        return {"working": sum(tensor_bytes(f) for f in self.flats),
+                "in_flight": self.transport.out_cap}
+
+    def reset_stats(self) -> None:
+        """Counts and peaks from now on (e.g. after warm-up)."""
+        self.ledger.reset()
+        self.transport.reset_peak()
+
+    def close(self) -> None:
+        """Remove hooks; masters and state go back to the parameters and the optimizer
+        (fp32, in host memory)."""
+        self.worker.close()
+        self.transport.synchronize()
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks.clear()
+        self.recompute.disable()
+        if self.optimizer.__dict__.get("step") == self.step:
+            if self._original_step is None:
+                del self.optimizer.step
+            else:
+                self.optimizer.step = self._original_step
+        self.host.give_back(self.optimizer)
+        self.arena.close()

@@ -1,0 +1,86 @@
+"""The thread that steps buckets on the CPU while backward goes on, in the order they land.
+
+One job per bucket: wait (on this thread) for its gradient to land in host memory, step it,
+and copy its updated master weights to the device once the compute stream is done with the
+old working weights, narrowed there into them (``through``: a device buffer of the master's
+dtype; None when the working weights are fp32 themselves). PyTorch's kernels release the
+GIL, so the step runs beside autograd's thread; the fused kernel spreads each bucket over
+``threads`` intra-op threads, set on the worker's own thread (OpenMP's thread count is a
+per-thread setting: one made on the main thread does not reach it).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from hpcmem.um.host_optimizer.host import HostBuckets
+from hpcmem.um.stream.transport import Transport
+
+__all__ = ["Stepped", "Worker"]
+
+
+@dataclass(frozen=True)
+class Stepped:
+    """One bucket's job, done: its CPU time."""
+
+    index: int
+    cpu_ms: float
+
+
+class Worker:
+    """Steps buckets of ``host`` and copies them into ``device_flats`` through ``transport``
+    (and ``through``), on ``threads`` CPU threads (None: PyTorch's default)."""
+
+    def __init__(
+        self, host: HostBuckets, device_flats: list[Any], transport: Transport,
+        through: Any = None, threads: int | None = None,
+    ) -> None:
+        import torch
+
+        self.host = host
+        self.device_flats = device_flats
+        self.transport = transport
+        self.through = through
+        self.threads = threads
+        self._pool = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="hpcmem-host-step",
+            initializer=None if threads is None else torch.set_num_threads,
+            initargs=() if threads is None else (threads,),
+        )
+        self._jobs: list[Future[Stepped]] = []
+
+    def submit(self, index: int, landed: Any, released: Any, missing: list[int]) -> None:
+        """Step bucket ``index`` once ``landed`` (its last gradient copy) is done, and copy
+        it up once ``released`` (the compute work that read the old weights) is."""
+        self._jobs.append(self._pool.submit(self._run, index, landed, released, missing))
+
+    def _run(self, index: int, landed: Any, released: Any, missing: list[int]) -> Stepped:
+        import torch
+
+        if landed is not None:
+            self.transport.settle(landed)
+        start = time.perf_counter()
+        with torch.no_grad():
+            self.host.step_bucket(index, missing)
+        cpu_ms = (time.perf_counter() - start) * 1e3
+        self.upload(index, released)
+        return Stepped(index, cpu_ms)
+
+    def upload(self, index: int, after: Any = None) -> None:
+        """Copy bucket ``index``'s master weights into its working weights on the device."""
+        flat = self.device_flats[index]
+        through = None if self.through is None else self.through[: flat.numel()]
+        self.transport.upload(self.host.masters[index], flat, after=after, through=through)
+
+    def drain(self) -> list[Stepped]:
+        """Wait for every job submitted since the last drain; their results, in order (the
+        first job's error, if one failed)."""
+        jobs, self._jobs = self._jobs, []
+        return [job.result() for job in jobs]
+
+    def close(self) -> None:
+        """Finish what was submitted and stop the thread."""
+        self._pool.shutdown(wait=True)

@@ -1,0 +1,67 @@
+"""The most GPU memory NVML saw this process hold: the budget as the driver counts it.
+
+PyTorch's counters see only its allocator; NVML's per-process figure also holds the CUDA
+context, library workspaces and anything allocated around PyTorch. :class:`NvmlPeak`
+samples it on a thread (``pynvml``, from the ``nvidia-ml-py`` package; without it, or
+without a device, every figure is None), with the device's used memory beside it, for
+where the driver reports no per-process figure.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+__all__ = ["NvmlPeak"]
+
+#: Seconds between samples.
+INTERVAL_S = 0.005
+
+
+class NvmlPeak:
+    """``with NvmlPeak(index) as peak: ...``; then ``peak.process_bytes`` and
+    ``peak.device_bytes`` (None when NVML could not be read)."""
+
+    def __init__(self, index: int = 0, interval_s: float = INTERVAL_S) -> None:
+        self.index = index
+        self.interval_s = interval_s
+        self.process_bytes: int | None = None
+        self.device_bytes: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._nvml: Any = None
+
+    def __enter__(self) -> NvmlPeak:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)
+        except Exception:  # no library, no driver, no device: nothing to sample
+            return self
+        self._nvml = pynvml
+        self._sample()
+        self._thread = threading.Thread(target=self._run, name="hpcmem-nvml", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def _sample(self) -> None:
+        nvml, pid = self._nvml, os.getpid()
+        used = nvml.nvmlDeviceGetMemoryInfo(self._handle).used
+        self.device_bytes = max(self.device_bytes or 0, used)
+        for process in nvml.nvmlDeviceGetComputeRunningProcesses(self._handle):
+            mine = process.pid == pid and isinstance(process.usedGpuMemory, int)
+            if mine:
+                self.process_bytes = max(self.process_bytes or 0, process.usedGpuMemory)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._sample()
+            self._nvml.nvmlShutdown()

@@ -1,0 +1,101 @@
+"""How a job under a GPU budget offloads: the value passed to ``attach``, and the choice.
+
+Two strategies sit behind ``UnifiedMemory.attach(model, optimizer, offload=Offload(...))``:
+
+* ``host_optimizer`` (:mod:`hpcmem.um.host_optimizer`, the ZeRO-Offload class): working
+  weights in the autocast dtype stay on the GPU; fp32 master weights and optimizer state
+  live in host memory; gradients leave in buckets as autograd finishes them and the CPU
+  steps each bucket as it lands, overlapped with the rest of backward;
+* ``stream`` (:mod:`hpcmem.um.stream`): everything lives in pinned host memory and visits
+  the GPU around its use, the optimizer stepping chunk by chunk on the GPU.
+
+``strategy=None`` lets :func:`choose_strategy` pick: ``host_optimizer`` when the optimizer
+is elementwise and its fixed device bytes (working weights, gradients accumulated over
+micro-batches, copies in flight) take at most ``HOST_OPTIMIZER_SHARE`` of the budget,
+leaving the rest to activations; ``stream`` otherwise. Pure arithmetic, no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from hpcmem.um.errors import BudgetError
+
+__all__ = [
+    "DEFAULT_BUCKET_BYTES",
+    "ELEMENTWISE",
+    "HOST_OPTIMIZER_SHARE",
+    "STRATEGIES",
+    "Offload",
+    "choose_strategy",
+    "host_optimizer_bytes",
+]
+
+STRATEGIES = ("host_optimizer", "stream")
+#: Working-weight bytes per bucket: one host step and one copy each way.
+DEFAULT_BUCKET_BYTES = 64 * 2**20
+#: Most of the budget the host-optimizer mode's fixed device bytes may take.
+HOST_OPTIMIZER_SHARE = 0.5
+#: Optimizers (``torch.optim`` class names) the host-optimizer mode can step.
+ELEMENTWISE = ("SGD", "Adam", "AdamW")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class Offload:
+    """What a budgeted job offloads, and how.
+
+    strategy : ``host_optimizer``, ``stream``, or None (planned from the budget).
+    working_dtype : dtype of the weights on the GPU (the autocast dtype, e.g. ``bfloat16``);
+        None: the parameters' own.
+    micro_batches : backward passes per optimizer step; gradients accumulate on the GPU
+        until the last one, which sends them to the host as they finish.
+    bucket_bytes : working-weight bytes per bucket.
+    threads : CPU threads of the host optimizer (None: the job's cores less two, left to
+        the threads that launch GPU work).
+    recompute : recompute repeated blocks in backward (None: unless everything fits).
+    """
+
+    strategy: str | None = None
+    working_dtype: str | None = None
+    micro_batches: int = 1
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES
+    threads: int | None = None
+    recompute: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.strategy is not None and self.strategy not in STRATEGIES:
+            raise BudgetError(f"offload strategy: {self.strategy!r} is not one of "
+                              f"{', '.join(STRATEGIES)}")
+        if self.working_dtype is not None and self.working_dtype not in DTYPES:
+            raise BudgetError(f"offload working_dtype: {self.working_dtype!r} is not one of "
+                              f"{', '.join(DTYPES)}")
+        for name in ("micro_batches", "bucket_bytes"):
+            if getattr(self, name) < 1:
+                raise BudgetError(f"offload {name}: {getattr(self, name)} must be >= 1")
+        if self.threads is not None and self.threads < 1:
+            raise BudgetError(f"offload threads: {self.threads} must be >= 1")
+
+    def to_record(self) -> dict[str, object]:
+        """The value as a record field."""
+        return asdict(self)
+
+
+def host_optimizer_bytes(working_bytes: int, micro_batches: int, budget: int) -> int:
+    """Device bytes the host-optimizer mode holds besides activations: the working weights,
+    their gradients when several micro-batches accumulate, and the copies out in flight."""
+    # imported here: importing hpcmem.um (which exports Offload) must not import torch
+    from hpcmem.um.stream.plan import out_cap
+
+    accumulated = working_bytes if micro_batches > 1 else 0
+    return working_bytes + accumulated + out_cap(budget)
+
+
+def choose_strategy(
+    budget: int, working_bytes: int, micro_batches: int, optimizer_name: str | None
+) -> str:
+    """The strategy for ``budget`` (see the module docstring)."""
+    if optimizer_name not in ELEMENTWISE:
+        return "stream"
+    fixed = host_optimizer_bytes(working_bytes, micro_batches, budget)
+    return "host_optimizer" if fixed <= HOST_OPTIMIZER_SHARE * budget else "stream"

@@ -1,0 +1,252 @@
+"""The host-optimizer budget mode on the CPU (hpcmem.um.host_optimizer with the CPU
+transport): buckets, the host step, the plan's choice, and training that agrees with a plain
+optimizer within floating-point tolerance."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+from hpcmem.um import BudgetError  # noqa: E402
+from hpcmem.um.host_optimizer import HostOptimizer, lay_out  # noqa: E402
+from hpcmem.um.host_optimizer.buckets import ALIGN  # noqa: E402
+from hpcmem.um.offload import Offload, choose_strategy, host_optimizer_bytes  # noqa: E402
+from hpcmem.um.strategy import make_strategy, working_bytes  # noqa: E402
+from hpcmem.um.stream import BudgetTooSmall, CpuTransport  # noqa: E402
+
+BUDGET = 2**30
+VOCAB = 512
+
+
+class Block(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.up = nn.Linear(width, 2 * width)
+        self.down = nn.Linear(2 * width, width)
+
+    def forward(self, x):
+        return x + self.down(torch.relu(self.up(self.norm(x))))
+
+
+class Net(nn.Module):
+    """Repeated blocks, a tied embedding, a frozen parameter and a buffer."""
+
+    def __init__(self, width: int = 128) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, width)
+        self.blocks = nn.ModuleList(Block(width) for _ in range(3))
+        self.frozen = nn.Parameter(torch.ones(width), requires_grad=False)
+        self.register_buffer("scale", torch.full((width,), 0.5))
+
+    def forward(self, tokens):
+        x = self.embed(tokens) * self.frozen
+        for block in self.blocks:
+            x = block(x)
+        logits = (x * self.scale * 2) @ self.embed.weight.t()
+        return nn.functional.cross_entropy(logits.float(), tokens)
+
+
+def _optimizer(model, kind="AdamW", groups=False):
+    if groups:  # HF's layout: weight decay on matrices, none on biases and norms
+        decay = [p for p in model.parameters() if p.requires_grad and p.dim() > 1]
+        rest = [p for p in model.parameters() if p.requires_grad and p.dim() <= 1]
+        params = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
+    else:
+        params = [p for p in model.parameters() if p.requires_grad]
+    if kind == "SGD":
+        return torch.optim.SGD(params, lr=1e-2, momentum=0.9)
+    return getattr(torch.optim, kind)(params, lr=1e-3, fused=True)
+
+
+def _train(offload=None, steps=5, micro_batches=1, kind="AdamW", groups=False, bf16=False,
+           bucket_bytes=64 * 1024, lr_at=None, state_first=False):
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = _optimizer(model, kind, groups)
+    if state_first:  # state made before attach, as hpcmem train's loop makes it
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p) if p.requires_grad else None
+        rates = [g["lr"] for g in optimizer.param_groups]
+        for g in optimizer.param_groups:
+            g["lr"] = 0.0
+        optimizer.step()
+        for g, rate in zip(optimizer.param_groups, rates, strict=True):
+            g["lr"] = rate
+        optimizer.zero_grad(set_to_none=True)
+    engine = None
+    if offload is not None:
+        engine = HostOptimizer(
+            model, optimizer, transport=CpuTransport(), budget=BUDGET,
+            offload=Offload(**{"strategy": "host_optimizer", "bucket_bytes": bucket_bytes,
+                               "micro_batches": micro_batches, **offload}),
+            device_scope=contextlib.nullcontext,
+        )
+    generator = torch.Generator().manual_seed(1)
+    losses = []
+    for step in range(steps):
+        if lr_at is not None and step == lr_at:
+            for group in optimizer.param_groups:
+                group["lr"] *= 0.1
+        for _ in range(micro_batches):
+            tokens = torch.randint(VOCAB, (256,), generator=generator)
+            with engine.scope() if engine else contextlib.nullcontext():
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                    loss = model(tokens) / micro_batches
+                loss.backward()
+            losses.append(loss.item())
+        optimizer.step()
+        optimizer.zero_grad()
+    return losses, model, optimizer, engine
+
+
+def _close(engine, model):
+    engine.close()
+    return [p.detach().float().clone() for p in model.parameters()]
+
+
+def _agree(ours, reference, relative):
+    assert len(ours) == len(reference)
+    for a, b in zip(ours, reference, strict=True):
+        assert abs(a - b) <= relative * abs(b), (a, b)
+
+
+# -- buckets -------------------------------------------------------------------------------
+def test_buckets_keep_groups_apart_fill_to_the_limit_and_align_every_slot():
+    params = [torch.empty(n) for n in (100, 10, 300, 10, 5000, 10)]
+    groups = [0, 1, 0, 1, 0, 1]
+    buckets = lay_out(params, groups, bucket_bytes=2048 * 4, itemsize=4)
+    assert [[p.numel() for p in b.params] for b in buckets] == [[100, 300], [5000], [10, 10, 10]]
+    assert [b.group for b in buckets] == [0, 0, 1]
+    assert [b.index for b in buckets] == [0, 1, 2]
+    assert all(o % ALIGN == 0 for b in buckets for o in b.offsets)
+    flat = torch.arange(buckets[0].numel, dtype=torch.float32)
+    assert buckets[0].slot(flat, 1).shape == (300,)
+    assert buckets[0].slot(flat, 1)[0] == buckets[0].offsets[1]
+
+
+def test_a_parameter_larger_than_a_bucket_gets_its_own():
+    buckets = lay_out([torch.empty(10), torch.empty(10_000), torch.empty(10)], [0, 0, 0],
+                      bucket_bytes=400, itemsize=4)
+    assert [[p.numel() for p in b.params] for b in buckets] == [[10], [10_000], [10]]
+
+
+# -- the plan's choice ---------------------------------------------------------------------
+def test_the_plan_keeps_working_weights_on_the_gpu_when_half_the_budget_holds_them():
+    budget = 16 * 2**30
+    assert choose_strategy(budget, 2 * 2**30, 1, "AdamW") == "host_optimizer"
+    assert choose_strategy(budget, 15 * 2**29, 1, "AdamW") == "stream"
+    # accumulating micro-batches keeps the gradients on the device too
+    assert choose_strategy(budget, 4 * 2**30, 2, "AdamW") == "stream"
+    assert choose_strategy(budget, 2 * 2**30, 1, "Adagrad") == "stream"
+    assert host_optimizer_bytes(2**30, 1, budget) == 2**30 + budget // 16
+
+
+def test_make_strategy_follows_the_plan_or_the_value():
+    model = Net()
+    optimizer = _optimizer(model)
+    size = working_bytes(model, "bfloat16")
+    assert size == sum(p.numel() * 2 for p in model.parameters()) + 128 * 4
+    engine = make_strategy(model, optimizer, offload=Offload(), transport=CpuTransport(),
+                           budget=BUDGET, priority=("params", "activations", "inputs"),
+                           device_scope=contextlib.nullcontext)
+    assert isinstance(engine, HostOptimizer)
+    engine.close()
+
+
+def test_an_offload_value_is_checked():
+    with pytest.raises(BudgetError, match="strategy"):
+        Offload("zero")
+    with pytest.raises(BudgetError, match="micro_batches"):
+        Offload(micro_batches=0)
+    with pytest.raises(BudgetError, match="working_dtype"):
+        Offload(working_dtype="int8")
+
+
+def test_an_optimizer_the_host_cannot_step_is_refused():
+    model = Net()
+    with pytest.raises(BudgetError, match="Adagrad"):
+        HostOptimizer(model, torch.optim.Adagrad(model.parameters()), transport=CpuTransport(),
+                      budget=BUDGET, offload=Offload("host_optimizer"),
+                      device_scope=contextlib.nullcontext)
+
+
+# -- training ------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["AdamW", "Adam", "SGD"])
+def test_fp32_training_agrees_with_the_plain_optimizer(kind):
+    reference, ref_model, *_ = _train(kind=kind, groups=True)
+    ours, model, _, engine = _train({}, kind=kind, groups=True)
+    _agree(ours, reference, 1e-4)
+    weights = _close(engine, model)
+    for a, b in zip(weights, ref_model.parameters(), strict=True):
+        torch.testing.assert_close(a, b.detach(), rtol=1e-4, atol=1e-6)
+
+
+def test_bf16_working_weights_agree_within_one_percent():
+    reference, *_ = _train(bf16=True, steps=8)
+    ours, model, _, engine = _train({"working_dtype": "bfloat16"}, bf16=True, steps=8)
+    _agree(ours, reference, 1e-2)
+    assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+    stats = engine.stats()
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    # fp32 both ways, once per step (the casts run on the device; the CPU only steps)
+    assert stats["bytes_d2h"] == 4 * trained
+    assert stats["bytes_h2d"] >= 4 * trained  # with the buckets' alignment padding
+    assert stats["working_dtype"] == "bfloat16"
+    assert stats["cpu_optimizer_ms"] > 0
+    assert stats["step_bound_ms"] >= stats["cpu_optimizer_ms"]
+    weights = _close(engine, model)
+    assert all(w.dtype == torch.float32 for w in weights)
+
+
+def test_micro_batches_accumulate_and_step_once():
+    reference, *_ = _train(micro_batches=3, steps=3)
+    ours, _, _, engine = _train({}, micro_batches=3, steps=3)
+    _agree(ours, reference, 1e-4)
+    assert engine.stats()["steps"] == 3
+    engine.close()
+
+
+def test_a_step_before_the_last_micro_batch_sends_what_accumulated():
+    # 2 micro-batches declared, 1 run: optimizer.step() sends the gradients
+    reference, *_ = _train(steps=3)
+    ours, _, _, engine = _train({"micro_batches": 2}, steps=3)
+    _agree(ours, reference, 1e-4)
+    engine.close()
+
+
+def test_more_backward_passes_than_declared_are_refused():
+    model = Net()
+    optimizer = _optimizer(model)
+    engine = HostOptimizer(model, optimizer, transport=CpuTransport(), budget=BUDGET,
+                           offload=Offload("host_optimizer"), device_scope=contextlib.nullcontext)
+    tokens = torch.randint(VOCAB, (64,))
+    with engine.scope():
+        model(tokens).backward()
+    with pytest.raises(BudgetError, match="micro_batches"), engine.scope():
+        model(tokens).backward()
+    engine.close()
+
+
+def test_learning_rate_changes_and_state_made_before_attach_carry_over():
+    reference, _, plain, _ = _train(lr_at=2, state_first=True, groups=True)
+    ours, _, optimizer, engine = _train({}, lr_at=2, state_first=True, groups=True)
+    _agree(ours, reference, 1e-4)
+    engine.close()  # the state is the optimizer's again, with its step count
+    steps = [float(s["step"]) for s in optimizer.state.values()]
+    assert steps == [float(s["step"]) for s in plain.state.values()] == [6.0] * len(steps)
+
+
+def test_a_budget_below_the_first_step_is_refused_with_its_minimum():
+    model = Net()
+    optimizer = _optimizer(model)
+    engine = HostOptimizer(model, optimizer, transport=CpuTransport(), budget=1024,
+                           offload=Offload("host_optimizer"), device_scope=contextlib.nullcontext)
+    with pytest.raises(BudgetTooSmall) as refused, engine.scope():
+        model(torch.randint(VOCAB, (64,))).backward()
+    assert refused.value.minimum > 1024
+    engine.close()

@@ -1,0 +1,137 @@
+"""The host-optimizer budget mode on a real GPU, through the public ``UnifiedMemory`` API.
+
+A small transformer (and GPT-2 from ``transformers``, random weights) trains a few steps
+without a budget and with one the plan meets with ``host_optimizer``: losses agree within
+floating-point tolerance (bf16 working weights within 1%, fp32 within 1e-4 relative), the
+device memory placed on the GPU stays within the budget, nothing escapes the pools, and
+bytes move both ways once per step; a budget below the first step is refused with the
+measured minimum. Marked ``gpu``.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+STEPS = 6
+BUDGET = 2**30
+
+
+@pytest.fixture(scope="module")
+def torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    pytest.importorskip("hpcmem._um")
+    return torch
+
+
+def _transformer():
+    from hpcmem.train.models import TransformerShape
+    from hpcmem.train.networks import build
+
+    return build(TransformerShape(n_layers=4, d_model=512, n_heads=8, seq_len=256, vocab=8192))
+
+
+def _train(torch, build, *, budget=None, bf16=True, offload=None, micro_batches=1):
+    """``STEPS`` AdamW steps from a model built on the host; the losses and ``um.stats()``."""
+    from hpcmem.um import UnifiedMemory
+    from hpcmem.um.offload import Offload
+
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(1)
+    losses = []
+    model = build()
+    if budget is None:
+        model = model.cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    with UnifiedMemory("hpcmem", device=0, gpu_budget=budget) as um:
+        um.attach(model, optimizer, offload=Offload(
+            offload, working_dtype="bfloat16" if bf16 else None, micro_batches=micro_batches,
+        ) if budget else None)
+        for step in range(STEPS):
+            for _ in range(micro_batches):
+                tokens = um.stage(torch.randint(8192, (8, 257), generator=generator))
+                with um.activations():
+                    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+                        loss = model({"tokens": tokens}) / micro_batches
+                    loss.backward()
+                losses.append(loss.item())
+            optimizer.step()
+            optimizer.zero_grad()
+            if step == 1:
+                um.reset_stats()
+        torch.cuda.synchronize()
+        stats = um.stats()
+    del model, optimizer
+    gc.collect()
+    torch.cuda.empty_cache()
+    return losses, stats
+
+
+def _check_budget(stats, budget):
+    offload = stats["offload"]
+    assert offload["strategy"] == "host_optimizer"
+    assert stats["escaped_bytes"] == 0
+    assert 0 < stats["peak_gpu_resident_bytes"] <= budget, stats
+    assert offload["bytes_h2d"] >= offload["working_bytes"]
+    assert offload["bytes_d2h"] > 0
+    assert offload["cpu_optimizer_ms"] > 0 and offload["compute_ms"] > 0
+    assert offload["h2d_busy_ms"] > 0 and offload["d2h_busy_ms"] > 0
+
+
+def test_bf16_working_weights_agree_within_one_percent_inside_the_budget(torch):
+    reference, _ = _train(torch, _transformer)
+    losses, stats = _train(torch, _transformer, budget=BUDGET)
+    assert losses == pytest.approx(reference, rel=1e-2)
+    _check_budget(stats, BUDGET)
+    assert stats["offload"]["working_dtype"] == "bfloat16"
+
+
+def test_fp32_agrees_within_1e_4(torch):
+    reference, _ = _train(torch, _transformer, bf16=False)
+    losses, stats = _train(torch, _transformer, budget=BUDGET, bf16=False,
+                              offload="host_optimizer")
+    assert losses == pytest.approx(reference, rel=1e-4)
+    _check_budget(stats, BUDGET)
+
+
+def test_micro_batches_accumulate_on_the_gpu(torch):
+    reference, _ = _train(torch, _transformer, micro_batches=2)
+    losses, stats = _train(torch, _transformer, budget=BUDGET, micro_batches=2,
+                              offload="host_optimizer")
+    assert losses == pytest.approx(reference, rel=1e-2)
+    # one fp32 gradient copy per optimizer step (twice the bf16 working bytes at most), not
+    # one per micro-batch
+    assert stats["offload"]["bytes_d2h"] <= 2 * stats["offload"]["working_bytes"]
+
+
+def test_gpt2_from_transformers(torch):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=4, n_embd=512, n_head=8, vocab_size=8192,
+                                     n_positions=256, use_cache=False)
+
+    def build():
+        model = transformers.GPT2LMHeadModel(config)
+        forward = model.forward
+        model.forward = lambda batch: forward(input_ids=batch["tokens"][:, :256],
+                                              labels=batch["tokens"][:, :256]).loss
+        return model
+
+    reference, _ = _train(torch, build)
+    losses, stats = _train(torch, build, budget=BUDGET)
+    assert losses == pytest.approx(reference, rel=1e-2)
+    _check_budget(stats, BUDGET)
+
+
+def test_a_budget_below_the_first_step_is_refused_with_its_minimum(torch):
+    from hpcmem.um.stream import BudgetTooSmall
+
+    with pytest.raises(BudgetTooSmall) as refused:
+        _train(torch, _transformer, budget=8 * 2**20, offload="host_optimizer")
+    assert refused.value.minimum > 8 * 2**20
+    gc.collect()
+    torch.cuda.empty_cache()
