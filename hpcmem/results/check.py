@@ -30,6 +30,7 @@ from hpcmem.results.judge import Measured, judge
 from hpcmem.results.references import Reference, References
 from hpcmem.results.registry import BENCHMARKS
 from hpcmem.results.summary import Summary
+from hpcmem.results.summary import run_id as summary_run_id
 from hpcmem.results.systems import default_system, point_systems
 from hpcmem.results.verdict import CheckError, CheckResult, Row
 from hpcmem.results.verdict_file import write_document, write_table
@@ -172,7 +173,7 @@ def check(summary: Summary, references: References, system: str | None = None, *
     """
     if last is not None and not 1 <= last <= MAX_LAST:
         raise CheckError(f"{last} is not a whole number from 1 to {MAX_LAST}")
-    run_id = "+".join(sorted(summary.metadata.get("run_ids") or [])) or "unknown"
+    run_id = summary_run_id(summary)
     last = last or references.history_last
     systems = point_systems(summary, system)
     used = sorted(set(systems.values())) or [system or default_system()]
