@@ -220,7 +220,8 @@ def conclude(result: CheckResult, summary: Summary, *, append: bool,
 
         runs = []
         for name in sorted({r.system for r in result.rows if r.value is not None}):
-            values = {r.figure: Figure(r.value, r.unit, tuple(r.samples), r.shared_cores)
+            values = {r.figure: Figure(r.value, r.unit, tuple(r.samples), r.shared_cores,
+                                       r.verdict)
                       for r in result.rows if r.value is not None and r.system == name}
             runs.append((_run_info(summary, name, result.run_id, result.verdict), values))
         if result.history_folder is not None and append and runs:

@@ -50,6 +50,10 @@ class Row:
     p_value: float | None = None
     #: whether the point shared cores with other work (None: not measured)
     shared_cores: bool | None = None
+    #: the band around the history's median it was judged against (None: not judged
+    #: against the history, or that side open)
+    history_lower_bound: float | None = None
+    history_upper_bound: float | None = None
 
 
 @dataclass
