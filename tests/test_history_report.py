@@ -97,3 +97,10 @@ def test_a_damaged_history_store_is_named(nights: Path, tmp_path: Path,
     assert err.startswith(f"hpcmem report: error: --verdict: {store / 'history.sqlite'}: run "
                           "'night3' on ") and "verdict: 'GREAT' is not one of" in err
     assert not out.exists()
+    verdict["history"] = "somewhere"
+    (tmp_path / "verdict.json").write_text(json.dumps(verdict))
+    assert main(["report", str(nights / "summary"), "--verdict", str(tmp_path / "verdict.json"),
+                 "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith(
+        "hpcmem report: error: --verdict: history: 'somewhere' is not a folder and a number")
+    assert not out.exists()

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     with bad_input(VerdictError, where="--verdict"):
         verdict = read_verdict(args.verdict) if args.verdict else None
     with bad_input(VerdictError, HistoryError, sqlite3.Error, OSError, where="--verdict"):
-        timelines = verdict_timelines(verdict) if verdict else {}
+        timelines = verdict_timelines(verdict) if verdict else None
     with bad_input(FileNotFoundError, ValueError, where="SUMMARY"):
         summary = read_summary(args.summary)
     with bad_input(FileNotFoundError, ValueError, where="--native"):
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     with bad_input(FileNotFoundError, ValueError, where="--osu"):
         osu = read_comparison(args.osu) if args.osu else None
     extra = [section("History", history_section(verdict, timelines), anchor="history")
-             ] if verdict and (verdict.get("history") or {}).get("folder") else []
+             ] if verdict and timelines is not None else []
     extra += [section("Against OSU C", html_section(osu), anchor="osu")] if osu else []
     with bad_input(OutputPathError, where="--out"):
         write_report(args.out, summary, verdict, native, extra)

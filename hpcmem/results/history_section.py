@@ -36,13 +36,14 @@ def judged_rows(verdict: Mapping[str, Any]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: TIMELINE_VERDICTS.index(r["verdict"]))
 
 
-def verdict_timelines(verdict: Mapping[str, Any]) -> dict[str, list[PastFigure]]:
-    """The timelines of the verdict's judged figures, from the history store its check used
-    (empty without one); VerdictError when its ``history`` fields are not a check's."""
-    history = verdict.get("history") or {}
-    folder, last = history.get("folder"), history.get("last")
-    if folder is None:
-        return {}
+def verdict_timelines(verdict: Mapping[str, Any]) -> dict[str, list[PastFigure]] | None:
+    """The timelines of the verdict's judged figures, from the history store its check used;
+    None when it used none. VerdictError when its ``history`` is not what a check writes."""
+    history = verdict.get("history")
+    if history is None or (isinstance(history, dict) and history.get("folder") is None):
+        return None
+    folder, last = (history.get("folder"), history.get("last")) \
+        if isinstance(history, dict) else (None, None)
     if not isinstance(folder, str) or isinstance(last, bool) or not isinstance(last, int) \
             or not 1 <= last <= MAX_LAST:
         raise VerdictError(f"history: {history!r} is not a folder and a number of runs from "
