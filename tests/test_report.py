@@ -125,6 +125,9 @@ def test_the_headline_counts_are_the_verdict_files(report: Path) -> None:
     named = {name.upper(): int(n) for n, name in re.findall(r", (\d+) (\w+)", rest)}
     assert named == {name: counts[name] for name in ("NEW", "NOISY", "MISSING", "UNJUDGED")
                      if counts[name]}
+    # the page's header, next to its badge, says it too
+    header = re.search(r"<header>.*?</header>", report.read_text(), re.S).group(0)
+    assert f" points · {judged} of {total} judged" in header
 
 
 def test_a_benchmark_points_to_its_skipped_points_only_when_there_are_any(

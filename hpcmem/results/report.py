@@ -145,11 +145,13 @@ def render_report(summary: Summary, verdict: dict[str, Any] | None = None,
     parts.append(_problems_section(summary))
     parts.append(_metadata_section(summary))
     runs = ", ".join(summary.metadata.get("run_ids") or []) or "no valid records"
+    judged = f" · {headline(verdict.get('counts', {}))}" if verdict else ""
     return PAGE.substitute(
         version=html.escape(__version__),
         title="hpcmem report",
         badge=badge(verdict.get("verdict")) if verdict else "",
-        subtitle=html.escape(f"run {runs} · {len(points)} points · generated {utc_now()}"),
+        subtitle=html.escape(f"run {runs} · {len(points)} points{judged} · generated "
+                             f"{utc_now()}"),
         body="\n".join(parts),
     )
 
