@@ -58,3 +58,20 @@ def test_times_read_as_sacctmgr_prints_them() -> None:
         == [10, 3065, 10, None]
     with pytest.raises(BadInputError, match="MaxWall: '1h' is not a time limit"):
         minutes("1h", "MaxWall")
+
+
+def test_memory_nodes_and_gpus_per_job_and_per_node() -> None:
+    qos = Limits("QOS 'gpu'", tres={"MaxTRESPerNode": {"cpu": 2, "mem": 2000, "gres/gpu": 1},
+                                    "MaxTRESPerJob": {"node": 1, "mem": 6000}})
+    request = JobRequest("train", tasks=4, nodes=2, cpus_per_task=2, mem_mb=4000, gpus=4)
+    assert sorted(job_findings(request, [(qos,)])) == [
+        ("gpu: 4", "asks for 2 GPUs per node, more than QOS 'gpu' allows "
+                   "(MaxTRESPerNode=gres/gpu=1)"),
+        ("mem_mb: 4000", "asks for 4000 MB of memory per node, more than QOS 'gpu' allows "
+                         "(MaxTRESPerNode=mem=2000M)"),
+        ("mem_mb: 4000 x nodes: 2", "asks for 8000 MB of memory per job, more than QOS 'gpu' "
+                                    "allows (MaxTRESPerJob=mem=6000M)"),
+        ("nodes: 2", "asks for 2 nodes per job, more than QOS 'gpu' allows "
+                     "(MaxTRESPerJob=node=1)"),
+        ("tasks: 2 x cpus_per_task: 2", "asks for 4 CPUs per node, more than QOS 'gpu' allows "
+                                        "(MaxTRESPerNode=cpu=2)")]
