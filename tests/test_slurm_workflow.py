@@ -299,7 +299,7 @@ def test_a_failing_job_names_its_slurm_log_and_nothing_is_aggregated(flow: Workf
     assert logs, result.stdout
     rule_log, slurm_log = flow.workdir / logs[1], Path(logs[2])
     assert "Error in rule run_collectives" in slurm_log.read_text()
-    assert "binding --membind=7: node 7 does not exist (nodes here: 0)" in rule_log.read_text()
+    assert "binding --membind='7': node 7 does not exist (nodes here: 0)" in rule_log.read_text()
     point = flow.point("numpy", "nowhere")
     assert not point.with_suffix(".jsonl").exists()
     assert not point.with_suffix(".osu.txt").exists()
