@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "aggregate": "aggregate",
     "report": "report",
     "check": "check",
+    "export": "export",
     "preflight": "preflight",
 }
 

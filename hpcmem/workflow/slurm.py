@@ -34,7 +34,14 @@ from typing import Any
 
 from hpcmem.record.jsonl import atomic_open
 from hpcmem.slurm.facts import SlurmCommandError, cluster_facts, gpu_count
-from hpcmem.slurm.preflight import GroupRequest, JobRequest, RunSettings, check, summary_line
+from hpcmem.slurm.preflight import (
+    GroupRequest,
+    JobRequest,
+    RunSettings,
+    SweepRequest,
+    check,
+    summary_line,
+)
 from hpcmem.slurm.watchdog import StuckJob, Watchdog
 
 __all__ = ["PREFLIGHT_REPORT", "job_request", "on_error", "on_start"]
@@ -134,6 +141,21 @@ def _group_requests(workflow: Any) -> list[GroupRequest]:
     return groups
 
 
+def _sweep(workflow: Any) -> SweepRequest:
+    """Every Slurm job this run submits (a group is one), what each waits for, and
+    ``jobs:``, the most Snakemake keeps queued at once."""
+    submitted = _submitted(workflow)
+    unit = {job: workflow.dag.get_job_group(job) or job for job in submitted}
+    index = {job: i for i, job in enumerate(dict.fromkeys(unit.values()))}
+    first = {index[unit[job]]: job for job in reversed(submitted)}
+    needs: list[set[int]] = [set() for _ in index]
+    for job in submitted:
+        needs[index[unit[job]]].update(index[unit[dep]] for dep in workflow.dag.dependencies[job]
+                                       if dep in unit and unit[dep] is not unit[job])
+    return SweepRequest(tuple(job_request(first[i]) for i in range(len(index))),
+                        tuple(map(frozenset, needs)), workflow.resource_settings.nodes)
+
+
 def _settings(workflow: Any) -> RunSettings:
     executor = workflow.executor_settings
     return RunSettings(qos=_text(getattr(executor, "qos", None)),
@@ -161,7 +183,8 @@ def _preflight(workflow: Any, logger: Any, executor: str) -> None:
     requests, settings = _requests(workflow), _settings(workflow)
     try:
         facts = cluster_facts(getpass.getuser())
-        problems = check(requests, settings, facts, _group_requests(workflow))
+        problems = check(requests, settings, facts, _group_requests(workflow),
+                         _sweep(workflow))
     except SlurmCommandError as error:
         facts, problems = None, [f"slurm: the cluster did not answer: {error}"]
     summary = summary_line(requests, settings, facts) if facts and not problems else None
