@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
+from typing import Any
 
 from hpcmem.errors import BadInputError, HpcmemError
 from hpcmem.node import topology
@@ -55,14 +56,17 @@ class BackendChoiceError(BadInputError, ValueError):
 
 @dataclass(frozen=True)
 class Backend:
-    """The placement library serving the kinds in this process."""
+    """The placement library serving the kinds in this process, and the nodes it ranks
+    highest in bandwidth by itself (UMF's HIGHEST_BANDWIDTH memspace; None: no view)."""
 
     name: str
     version: str
+    highest_bandwidth: tuple[int, ...] | None = None
 
-    def to_record(self) -> dict[str, str]:
+    def to_record(self) -> dict[str, Any]:
         """The ``hbw_backend`` object of a record."""
-        return {"name": self.name, "version": self.version}
+        nodes = None if self.highest_bandwidth is None else list(self.highest_bandwidth)
+        return {"name": self.name, "version": self.version, "highest_bandwidth": nodes}
 
 
 def _load() -> ModuleType:
@@ -110,5 +114,7 @@ def native() -> ModuleType:
 
 
 def backend() -> Backend:
-    """The backend serving the kinds here, e.g. ``Backend('umf', '1.2.0')``."""
-    return Backend(*native().backend())
+    """The backend serving the kinds here, e.g. ``Backend('umf', '1.2.0', (2, 3))``."""
+    module = native()
+    nodes = module.highest_bandwidth_nodes()
+    return Backend(*module.backend(), None if nodes is None else tuple(nodes))

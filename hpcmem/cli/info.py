@@ -37,6 +37,15 @@ def _hbw_line(hbw: dict[str, Any]) -> str:
     return f"{nodes} ({how})"
 
 
+def _backend_line(backend: dict[str, Any]) -> str:
+    if not backend["name"]:
+        return f"not available: {backend['error']}"
+    line = f"{backend['name']} {backend['version']}"
+    if backend.get("highest_bandwidth") is not None:  # UMF's own view of the platform
+        line += f" (its HIGHEST_BANDWIDTH memspace: {format_id_list(backend['highest_bandwidth'])})"
+    return line
+
+
 def render(info: dict[str, Any]) -> str:
     """The human-readable report."""
     lines = [f"hpcmem {info['hpcmem']} on {info['host']}", "NUMA nodes:"]
@@ -48,9 +57,7 @@ def render(info: dict[str, Any]) -> str:
             f"{total:.1f} GiB ({free:.1f} GiB free)"
         )
     lines.append(f"HBW nodes: {_hbw_line(info['hbw'])}")
-    backend = info["hbw_backend"]
-    lines.append("HBW backend: " + (f"{backend['name']} {backend['version']}" if backend["name"]
-                                    else f"not available: {backend['error']}"))
+    lines.append(f"HBW backend: {_backend_line(info['hbw_backend'])}")
     gpus = info["gpus"]
     lines.append("GPUs: " + ("none" if not gpus else f"{len(gpus)}"))
     for gpu in gpus:

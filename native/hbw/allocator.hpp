@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,9 @@ class Backend {
   /// 0 when every page of the range is on a node the backend serves `hbw` from, -1 when
   /// some page is not, an errno value when it cannot tell.
   virtual int verify_hbw(void* address, std::size_t bytes) noexcept = 0;
+  /// The nodes the library itself ranks highest in bandwidth from each CPU node (UMF's
+  /// HIGHEST_BANDWIDTH memspace, from hwloc's HMAT attributes); nullopt when it has no view.
+  virtual std::optional<std::vector<unsigned>> highest_bandwidth_nodes() const = 0;
 };
 
 /// The kind names, in the order of hpcmem.hbw.KINDS.

@@ -81,6 +81,10 @@ class MemkindBackend final : public Backend {
     return hbw_verify_memory_region(address, bytes, 0);
   }
 
+  std::optional<std::vector<unsigned>> highest_bandwidth_nodes() const override {
+    return std::nullopt;  // memkind ranks no nodes for its callers
+  }
+
  private:
   std::string name_ = "memkind";
   std::array<MemkindAllocator, 5> kinds_{

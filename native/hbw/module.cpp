@@ -46,6 +46,10 @@ PYBIND11_MODULE(_hbw, m) {
       "backend", [] { return py::make_tuple(backend().name(), backend().version()); },
       "The configured backend's name and version, e.g. ('umf', '1.2.0').");
   m.def(
+      "highest_bandwidth_nodes", [] { return backend().highest_bandwidth_nodes(); },
+      "The nodes the backend ranks highest in bandwidth (UMF's HIGHEST_BANDWIDTH memspace), "
+      "or None when it has no view.");
+  m.def(
       "check_available", [](const std::string& kind) { return allocator(kind).check_available(); },
       py::arg("kind"), "0 when `kind` can allocate on this machine, else the backend's error code.");
 

@@ -1,6 +1,7 @@
 // The UMF backend: each kind is a disjoint pool over UMF's OS-memory provider, whose NUMA
 // mode and node list give the kind its policy (mbind(2) on every mapping it makes).
 #include <umf.h>
+#include <umf/experimental/memspace.h>
 #include <umf/pools/pool_disjoint.h>
 #include <umf/providers/provider_os_memory.h>
 
@@ -156,6 +157,20 @@ class UmfBackend final : public Backend {
     } catch (const std::system_error& error) {
       return error.code().value();
     }
+  }
+
+  std::optional<std::vector<unsigned>> highest_bandwidth_nodes() const override {
+    umf_const_memspace_handle_t memspace = umfMemspaceHighestBandwidthGet();
+    if (memspace == nullptr) return std::nullopt;  // no bandwidth attributes (no HMAT)
+    std::vector<unsigned> nodes;
+    for (unsigned i = 0; i < umfMemspaceMemtargetNum(memspace); ++i) {
+      unsigned id = 0;
+      if (umfMemtargetGetId(umfMemspaceMemtargetGet(memspace, i), &id) == UMF_RESULT_SUCCESS) {
+        nodes.push_back(id);
+      }
+    }
+    std::sort(nodes.begin(), nodes.end());
+    return nodes;
   }
 
  private:
