@@ -78,6 +78,7 @@ def test_info_names_the_hbm_nodes_without_any_override(guest) -> None:
     info = checks["info"]
     assert info["hbw"] == {"nodes": EXPECTED[name]["hbw"], "source": "hmat", "emulated": False}
     assert info["hbw_backend"]["name"] == "umf"
+    assert info["hbw_backend"]["highest_bandwidth"] == EXPECTED[name]["hbw"]  # UMF agrees
     memory_only = [n["id"] for n in info["numa_nodes"] if not n["cpus"]]
     assert memory_only == EXPECTED[name]["hbw"]
 
@@ -142,7 +143,7 @@ def test_the_location_matrix_runs_and_validates(guest) -> None:
         assert cell["rank_nodes"] == [[node] for node in cpu_nodes], (key, cell)
         assert cell["rank_mempolicies"] == [json.dumps({"mode": "bind", "nodes": [memory]})]
         assert cell["emulated"] == [False] and cell["vm_topology"] == [name]
-        assert cell["hbw_backend"] == ["umf"]
+        assert cell["hbw_sources"] == ["hmat"] and cell["hbw_backend"] == ["umf"]
     record = checks["record"]
     assert validate_record(record) == []
     assert record["vm_topology"]["name"] == name

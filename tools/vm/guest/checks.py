@@ -141,6 +141,7 @@ def _matrix(info: dict[str, Any], folder: Path) -> tuple[dict[str, Any], dict[st
             "rank_nodes": sorted({tuple(_node_of(info, rank["cpus"])) for rank in ranks}),
             "rank_mempolicies": sorted({json.dumps(rank["mempolicy"]) for rank in ranks}),
             "emulated": sorted({r["placement"]["emulated"] for r in records}),
+            "hbw_sources": sorted({s for r in records for s in r["placement"]["hbw_sources"]}),
             "vm_topology": sorted({r.get("vm_topology", {}).get("name", "") for r in records}),
             "hbw_backend": sorted({r["hbw_backend"]["name"] for r in records}),
         }
