@@ -121,8 +121,7 @@ std::vector<unsigned> first_of(const std::vector<unsigned>& nodes) {
 class UmfBackend final : public Backend {
  public:
   explicit UmfBackend(const Nodes& nodes)
-      : initialised_(umfInit()),
-        hbw_(nodes.hbw),
+      : hbw_(nodes.hbw),
         kinds_{
             std::make_unique<UmfAllocator>("dram", UMF_NUMA_MODE_DEFAULT,
                                            std::vector<unsigned>{}, false),
@@ -175,7 +174,6 @@ class UmfBackend final : public Backend {
 
  private:
   std::string name_ = "umf";
-  umf_result_t initialised_;  // umfInit() is reference-counted; never torn down
   std::vector<unsigned> hbw_;
   std::array<std::unique_ptr<UmfAllocator>, 5> kinds_;
 };
@@ -183,6 +181,7 @@ class UmfBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_umf_backend(const Nodes& nodes) {
+  check(umfInit(), "umfInit");  // never torn down: the pools live as long as the process
   return std::make_unique<UmfBackend>(nodes);
 }
 
