@@ -64,10 +64,11 @@ osu:
 	else echo "hpcmem: no OSU tarball (HPCMEM_OSU_TARBALL: $(or $(HPCMEM_OSU_TARBALL),unset);" \
 	  "set it to an OSU 7.x source tarball): OSU_DIR=$(OSU_DIR) used as it is"; fi
 
-# the HBM test VMs' boot image, built once into ~/.cache/hpcmem/vm (HPCMEM_VM_CACHE); the VM
-# tests (tests/test_vm_topologies.py) build it themselves when it is missing
+# the HBM test VMs' boot image, built once into VM_CACHE; the VM tests
+# (tests/test_vm_topologies.py) build it themselves when it is missing
+VM_CACHE ?= $(or $(HPCMEM_VM_CACHE),$(HOME)/.cache/hpcmem/vm)
 vm-image: $(STAMPS)/system
-	tools/vm/build-image.sh
+	mkdir -p "$(VM_CACHE)" && flock "$(VM_CACHE)/build.lock" tools/vm/build-image.sh "$(VM_CACHE)"
 
 test: setup lint container-runtime osu
 	HPCMEM_OSU_DIR="$(abspath $(OSU_DIR))" PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q tests

@@ -30,6 +30,9 @@ EXPECTED = {
     "knl-flat": {"hbw": [1], "local": {0: 1}},
     "xeon-max-snc2": {"hbw": [2, 3], "local": {0: 2, 1: 3}},
 }
+#: what boots the VMs and builds their image (Debian qemu-system-x86, debootstrap,
+#: busybox-static, cpio, kmod)
+TOOLS = ("qemu-system-x86_64", "debootstrap", "busybox", "cpio", "depmod")
 GUEST_SECONDS = 400  # one topology's boot and checks, with room for a loaded host
 
 pytestmark = pytest.mark.vm
@@ -41,8 +44,10 @@ def _unsupported() -> str | None:
         return "HPCMEM_VM_TESTS=0"
     if platform.system() != "Linux" or platform.machine() != "x86_64":
         return f"the VM tests need an x86_64 Linux host, not {platform.machine()}"
-    if shutil.which("qemu-system-x86_64") is None:
-        return "qemu-system-x86_64 not installed (Debian qemu-system-x86: run `make setup`)"
+    path = f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin"  # debootstrap and depmod live there
+    for tool in TOOLS:
+        if shutil.which(tool, path=path) is None:
+            return f"{tool} not installed (tools/system-packages.txt: run `make setup`)"
     if os.geteuid() != 0:
         return "building the VM image (debootstrap) needs root"
     return None

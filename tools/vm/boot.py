@@ -15,6 +15,7 @@ QEMU emulates the CPUs (TCG) unless HPCMEM_VM_ACCEL=kvm names a host with real V
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import shlex
 import subprocess
@@ -96,9 +97,12 @@ TOPOLOGIES = {
 
 
 def image() -> Path:
-    """The cached boot image (built now when missing)."""
-    done = subprocess.run([str(HERE / "build-image.sh"), str(CACHE)], capture_output=True,
-                          text=True, check=False)
+    """The cached boot image (built now when missing; one build at a time per cache)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with (CACHE / "build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = subprocess.run([str(HERE / "build-image.sh"), str(CACHE)], capture_output=True,
+                              text=True, check=False)
     if done.returncode != 0:
         sys.exit(f"boot.py: the VM image could not be built: {done.stderr.strip()}")
     return Path(done.stdout.strip().splitlines()[-1])

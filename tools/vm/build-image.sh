@@ -11,6 +11,7 @@
 # init) rebuilds it. About 3 minutes and 700 MB the first time. Needs root (debootstrap),
 # the Debian packages qemu-system-x86 busybox-static debootstrap cpio kmod, and Debian's mirror.
 set -euo pipefail
+export PATH="$PATH:/usr/sbin:/sbin"  # debootstrap, depmod and chroot live there
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${1:-${HPCMEM_VM_CACHE:-$HOME/.cache/hpcmem/vm}}
 recipe=$(cat "$0" "$here/guest/initramfs-init.sh" "$here/extract_vmlinux.py" | sha256sum | cut -c1-16)
