@@ -113,8 +113,10 @@ def native() -> ModuleType:
     return module
 
 
+@cache
 def backend() -> Backend:
-    """The backend serving the kinds here, e.g. ``Backend('umf', '1.2.0', (2, 3))``."""
+    """The backend serving the kinds here, fixed for the process:
+    ``Backend('umf', '1.2.0', (2, 3))`` on a Xeon Max in flat SNC-2 mode."""
     module = native()
     nodes = module.highest_bandwidth_nodes()
     return Backend(*module.backend(), None if nodes is None else tuple(nodes))
