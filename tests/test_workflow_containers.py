@@ -141,7 +141,7 @@ def test_the_cpu_image_is_built_once_and_runs_the_hosts_stack(
     info = json.loads(inside.stdout)
     assert info["mpi"]["library"].startswith(f"Open MPI v{host_open_mpi()},")
     assert info["mpi"]["mpi4py"] == importlib.metadata.version("mpi4py")
-    assert info["memkind"]["version"] and info["container"]["inside"] == str(image)
+    assert info["hbw_backend"]["version"] and info["container"]["inside"] == str(image)
     numpy = subprocess.run([apptainer, "exec", str(image), "python", "-c",
                             "import numpy; print(numpy.__version__)"], capture_output=True,
                            text=True, check=True)  # fmt: skip

@@ -34,7 +34,7 @@ from hpcmem.workflow.container_images import (
 from hpcmem.workflow.containers import runtime_version
 
 #: what `hpcmem bind` and `hpcmem collectives` import in the CPU image, besides hpcmem
-IMAGE_PACKAGES = ("numpy", "mpi4py")
+IMAGE_PACKAGES = ("numpy", "mpi4py", "umf")  # umf: libumf.so, which hpcmem._hbw links
 
 
 def image_wheelhouse(wheelhouse: Path, into: Path, log: TextIO) -> None:
