@@ -13,9 +13,10 @@ A ``Strategy``, not a ``Callback``: the strategy is what moves the model to the 
 restored: the model and the one optimizer are attached there), runs each
 micro-batch's ``training_step`` and ``backward`` (between which ``um.activations()`` is
 open) and tears down (the memory closes first, giving a budget's fp32 weights back to the
-module). A callback's hooks come after the move and around whole batches, optimizer step
-included. Lightning's automatic optimization passes the forward and backward to
-``optimizer.step(closure)``; the budget strategies run the closure first, as torch.optim does.
+module). A callback's ``setup`` comes before the move, its ``on_fit_start`` after it, and its
+batch hooks enclose the optimizer step too. Lightning's automatic optimization passes the
+forward and backward to ``optimizer.step(closure)``; the budget strategies run the closure
+first, as torch.optim does.
 
 Subclasses ``lightning.pytorch``'s ``SingleDeviceStrategy`` (``pytorch_lightning``'s when
 only that is installed): use the ``Trainer`` of the same package.
