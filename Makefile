@@ -48,7 +48,7 @@ run: setup
 	tools/run-workflow.sh
 
 lint: setup
-	$(BIN)/ruff check hpcmem tests benchmarks workflow/scripts
+	$(BIN)/ruff check hpcmem tests benchmarks workflow/scripts examples
 	$(BIN)/snakemake --lint --snakefile workflow/Snakefile --directory . --quiet
 
 container-runtime:
