@@ -203,7 +203,9 @@ def test_binding_the_node_cannot_provide_is_a_skipped_record(workdir: Path):
     )
     configs = (workdir / "config" / "config.yaml", workdir / "config" / "nohbw.yaml")
     result = snakemake(workdir, "--configfile", *map(str, configs))
-    assert result.returncode == 0, result.stdout
+    # a sweep that measured nothing judges no figure: it fails, after its report and verdict
+    assert result.returncode == 1, result.stdout
+    assert "hpcmem check judged no figure in run e2e" in result.stdout
     run = workdir / RUN
     point = run / "collectives" / "reduce" / "numpy" / "ranks=2" / "binding=hbw.jsonl"
     records = read_records(point)
