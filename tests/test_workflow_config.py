@@ -231,6 +231,24 @@ def test_injection_through_snakemake_stops_before_anything_runs(workdir, path, p
     assert not (workdir / "results").exists()
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (("--config", "foo=1"), "config foo: unknown key (accepted here: run_id, output_dir, "
+                            "container, collectives, train, check; every key is described in "
+                            "docs/configuration.md)"),
+    (("--config", "collectives={ops: [bcast], repeat: 3}"),
+     "config collectives.repeat: unknown key (nearest: repeats; every key is described in "
+     "docs/configuration.md)"),
+    (("--config", b"run_id=caf\xe9"), "config run_id: 'caf\\udce9' does not match the key's "
+                                       "pattern (accepted: Names this run"),
+], ids=["top", "nested", "not-utf8"])  # fmt: skip
+def test_a_config_refusal_is_one_line_and_exit_2(workdir, args, message):
+    result = snakemake(workdir, "--cores", "1", *args)  # a real run, not a dry run
+    assert result.returncode == 2, result.stdout
+    assert result.stdout.splitlines()[-1].startswith(f"hpcmem: error: {message}")
+    assert len(result.stdout) < 1000 and "Traceback" not in result.stdout
+    assert not (workdir / "results").exists()
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

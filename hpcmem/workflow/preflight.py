@@ -29,6 +29,7 @@ from typing import Any
 from hpcmem.errors import HpcmemError
 from hpcmem.inputs import InputError, refused, yaml_mapping
 from hpcmem.textfiles import TextFileError
+from hpcmem.workflow.refusal import REFUSED
 from hpcmem.workflow.slurm import PREFLIGHT_REPORT
 
 __all__ = ["PreflightResult", "WorkflowStopped", "check_profile", "run_preflight"]
@@ -121,8 +122,12 @@ def _why_stopped(output: str) -> str:
     of the error from its first error line on (without traceback frames or a Snakefile's
     ``... in file X, line N:``), the first and last paragraphs when there are more (what
     failed, and where: jsonschema puts the schema's own text between); else its last lines.
+    A refusal of the workflow itself (:mod:`hpcmem.workflow.refusal`) is its one line.
     """
     lines = output.splitlines()
+    refusal = [line for line in lines if line.startswith(REFUSED)]
+    if refusal:  # the workflow's own one line
+        return refusal[-1].removeprefix(REFUSED)
     start = next((i for i, line in enumerate(lines) if _ERROR_LINE.match(line)), None)
     if start is None:
         return " | ".join([line.strip() for line in lines if line.strip()][-6:])

@@ -10,7 +10,6 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
-from snakemake.utils import validate
 
 from hpcmem.collectives.spec import COLLECTIVES
 from hpcmem.errors import HpcmemError
@@ -18,8 +17,10 @@ from hpcmem.record.provenance import git_sha
 from hpcmem.train.spec import TRAIN
 from hpcmem.workflow import commands
 from hpcmem.workflow.config_checks import check_config
+from hpcmem.workflow.config_schema import validate_config
 from hpcmem.workflow.containers import container_binds, resolve_container
 from hpcmem.workflow.points import collectives_points, point_layout, train_points
+from hpcmem.workflow.refusal import refuse_bad_input
 
 
 @contextlib.contextmanager
@@ -31,8 +32,8 @@ def stop_on_error(prefix=""):
         raise WorkflowError(f"{prefix}{error}") from None
 
 
-validate(config, schema="../schemas/config.schema.yaml")
-with stop_on_error():
+with refuse_bad_input():
+    validate_config(config, os.path.join(workflow.basedir, "schemas", "config.schema.yaml"))
     check_config(config)
 if config["run_id"] is None:
     config["run_id"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d")
@@ -56,7 +57,7 @@ if not GIT_SHA:
 #: where the benchmark jobs run: in images (run_collectives and run_train call `apptainer
 #: exec` themselves, one container per rank) or natively; resolved before any job is
 #: submitted. Do not add `--sdm apptainer`: it would wrap the jobs' own `apptainer exec`.
-with stop_on_error("config "):
+with refuse_bad_input("config "):
     CONTAINERS = resolve_container(config, source_dir=SOURCE_DIR,
                                    binds=container_binds(os.getcwd(), config["output_dir"]))
 logger.info(f"hpcmem: {CONTAINERS.reason}")
