@@ -114,6 +114,41 @@ def test_end_to_end_on_the_local_profile(workdir: Path):
     assert f"hpcmem: verdict {workdir / RUN / 'check' / 'verdict.txt'}" in result.stdout
 
 
+#: run argv[2:] once the file argv[1] exists: processes started so leave at one instant
+AT_THE_BARRIER = ("import os, sys, time\nwhile not os.path.exists(sys.argv[1]):\n"
+                  "    time.sleep(0.001)\nos.execv(sys.argv[2], sys.argv[2:])\n")
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_two_identical_runs_started_at_once_run_one(workdir: Path, tmp_path: Path, attempt):
+    # the same command twice in one folder, leaving a barrier together: one run redoes
+    # the point, the other is refused before it builds or installs anything
+    target = RUN / "collectives" / "bcast" / "numpy" / "ranks=2" / "binding=hbw.jsonl"
+    go = tmp_path / "go"
+    same = command(workdir, "--forcerun", "run_collectives", "--", str(target))
+    runs = [subprocess.Popen([sys.executable, "-c", AT_THE_BARRIER, str(go), *same],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=environment(), cwd=REPO) for _ in range(2)]
+    time.sleep(0.5)
+    before = sorted(p for p in workdir.rglob("*") if p.is_file() and "e2e" not in p.parts)
+    go.touch()
+    outputs = [run.communicate(timeout=300)[0] for run in runs]
+    statuses = sorted(run.returncode for run in runs)
+    assert statuses == [0, 2], outputs
+    done, refused = (outputs[i] for i in sorted(range(2), key=lambda i: runs[i].returncode))
+    assert done.count("rule run_collectives:") == 1 and "rule build_wheel" not in done
+    first = runs[outputs.index(done)].pid  # the barrier's process became snakemake
+    assert refused.splitlines()[-1].startswith(
+        f"hpcmem: error: run folder {RUN}: in use by another run of the workflow (snakemake "
+        f"process {first} on "), refused
+    assert "Building DAG" not in refused and "rule " not in refused
+    assert {r["status"] for r in read_records(workdir / target)} == {"ok"}
+    assert not (workdir / RUN / "run.lock").exists()
+    after = sorted(p for p in workdir.rglob("*") if p.is_file() and "e2e" not in p.parts)
+    assert [p for p in after if ".snakemake" not in p.parts] == [
+        p for p in before if ".snakemake" not in p.parts]  # nothing made outside the run
+
+
 def test_regression_fails_the_run_after_writing_report_and_verdict(workdir: Path):
     (workdir / "config" / "strict.yaml").write_text(
         'references:\n  "*:*":\n    "collectives/*/latency_us.avg": [0.001, null, 0.0, us]\n'

@@ -21,6 +21,7 @@ from hpcmem.workflow.config_schema import validate_config
 from hpcmem.workflow.containers import container_binds, resolve_container
 from hpcmem.workflow.points import collectives_points, point_layout, train_points
 from hpcmem.workflow.refusal import refuse_bad_input
+from hpcmem.workflow.run_lock import hold_run_folder
 
 
 @contextlib.contextmanager
@@ -42,6 +43,8 @@ FOLDERS = {spec.name: [spec.folder(point) for point in points(config)]
            for spec, points in ((COLLECTIVES, collectives_points), (TRAIN, train_points))}
 #: every output of this run lives under RUN
 RUN = os.path.join(config["output_dir"], config["run_id"])
+with refuse_bad_input():  # one run per run folder at a time, before anything is built
+    RUN_LOCK = hold_run_folder(workflow, RUN)
 #: the repository holding pyproject.toml and native/ (what build_wheel builds)
 SOURCE_DIR = os.path.dirname(workflow.basedir)
 #: the interpreter running snakemake; the per-run environment is layered over it
