@@ -7,6 +7,7 @@ collectives, aggregate, check and report; then a regression and killed jobs.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -15,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from html import escape
 from pathlib import Path
 
@@ -324,3 +326,57 @@ def _orphans(group: int) -> list[psutil.Process]:
         except (ProcessLookupError, psutil.Error):
             continue
     return found
+
+
+@contextlib.contextmanager
+def on_a_full_disk(folder: Path) -> Iterator[Path]:
+    """``folder``'s files on a small file system of their own (a tmpfs mounted over it, as
+    root), filled to the last byte by the file it yields; skips where mounting is not
+    allowed. The files made there go with the file system."""
+    stage = folder.with_name(f"{folder.name}.before-full-disk")
+    shutil.copytree(folder, stage, symlinks=True)  # modification times kept
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        shutil.rmtree(stage)
+        pytest.skip(f"no small file system to fill here: {mounted.stderr.strip()}")
+    try:
+        shutil.copytree(stage, folder, symlinks=True, dirs_exist_ok=True)
+        filler = folder / "filler"
+        with filler.open("wb", buffering=0) as out:
+            for chunk in (1 << 20, 4096, 1):
+                with contextlib.suppress(OSError):  # ENOSPC: the next, smaller chunk
+                    while True:
+                        out.write(b"\0" * chunk)
+        yield filler
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+        shutil.rmtree(stage)
+
+
+def test_a_full_disk_during_aggregation_is_explained_on_the_terminal(workdir: Path):
+    # the run folder fills before the summary is made: the step's own log stays empty,
+    # so its error must reach the terminal; once there is room, only the summary is redone
+    run = workdir / RUN
+    history = {p: p.read_bytes() for p in (workdir / "results" / "history").rglob("*")
+               if p.is_file()}
+    steps = ("aggregate_results", "check_regressions", "render_report")
+    for folder in ("summary", "check", "report"):  # to be made on the full disk
+        shutil.rmtree(run / folder)
+    for step in steps:
+        (run / "logs" / f"{step}.log").unlink()
+    with on_a_full_disk(run) as filler:
+        full = snakemake(workdir)
+        assert full.returncode == 1, full.stdout
+        assert (f"hpcmem aggregate: error: --out: {RUN}/summary: cannot write in {RUN} (No "
+                "space left on device)") in full.stdout  # amid Snakemake's own lines
+        assert (run / "logs" / "aggregate_results.log").read_bytes() == b""
+        assert "rule run_collectives" not in full.stdout and not (run / "summary").exists()
+        filler.unlink()
+        again = snakemake(workdir)
+        assert again.returncode == 0, again.stdout
+        assert "rule run_collectives" not in again.stdout  # finished points are never redone
+        assert all(f"rule {step}:" in again.stdout for step in steps)
+        assert (run / "check" / "verdict.json").is_file()
+    assert {p: p.read_bytes() for p in (workdir / "results" / "history").rglob("*")
+            if p.is_file()} == history  # the run was checked before: nothing appended

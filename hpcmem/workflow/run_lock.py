@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.errors import BadInputError, clip
+from hpcmem.outputs import write_errors
 
 __all__ = ["LOCK_NAME", "RunInUse", "RunLock", "hold_run_folder", "runs_jobs", "take_run_lock"]
 
@@ -106,7 +107,7 @@ def _describe_holder(fd: int) -> str:
             return (f"snakemake process {holder.get('pid')} on {holder.get('host')}, since "
                     f"{holder.get('since')}")
         if time.monotonic() > deadline:
-            return "a process that is starting"
+            return f"a process that has not written who it is in {LOCK_NAME}"
         time.sleep(0.05)
 
 
@@ -121,16 +122,18 @@ def _missing_folders(folder: Path) -> list[Path]:
 
 def take_run_lock(folder: str | os.PathLike[str]) -> RunLock:
     """The lock on the run folder ``folder`` (made if missing), or RunInUse naming the
-    folder and its holder when another process holds it."""
+    folder and its holder when another process holds it (OutputPathError: the folder
+    cannot be made or written in)."""
     run = Path(folder)
     path = run.absolute() / LOCK_NAME  # snakemake leaves its working directory at exit
     made = _missing_folders(run.absolute())
     while True:
-        run.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except FileNotFoundError:  # a releasing holder removed the folder it had made
-            continue
+        with write_errors(f"run folder {run}"):
+            run.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except FileNotFoundError:  # a releasing holder removed the folder it had made
+                continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -148,8 +151,9 @@ def take_run_lock(folder: str | os.PathLike[str]) -> RunLock:
                                                                         opened.st_ino):
             break
         os.close(fd)  # a releasing holder removed this file after it was opened: again
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, (json.dumps(_holder()) + "\n").encode(), 0)
+    with contextlib.suppress(OSError):  # a full disk: the lock holds all the same
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(_holder()) + "\n").encode(), 0)
     return RunLock(path=path, fd=fd, made=made)
 
 
