@@ -53,12 +53,14 @@ for variable in $(compgen -e | grep -E '^(SLURM|SBATCH|SRUN)_' | grep -v '^SLURM
 done
 export PATH="$REPO/.venv/bin:$PATH"
 
+# How to redo what did not finish; the workflow says it too when it ends the run itself.
+export HPCMEM_RERUN_HINT="rerun the nightly with HPCMEM_RUN_ID=$RUN_ID (same profile and arguments)"
+
 # The verdict of a night that produced none: `could not run` and why (JSON and text), and
 # how to redo it; the verdict is named only when it was written.
 could_not_run() {
   echo "nightly: COULD NOT RUN run $RUN_ID: $1" >&2
-  echo "nightly: to redo what did not finish, rerun the nightly with HPCMEM_RUN_ID=$RUN_ID" \
-    "(same profile and arguments)" >&2
+  echo "nightly: to redo what did not finish, $HPCMEM_RERUN_HINT" >&2
   if "$PYTHON" -m hpcmem.nightly could-not-run "$RUN/check" "$RUN_ID" "$1"; then
     echo "nightly: verdict $RUN/check/verdict.txt"
   fi
