@@ -1,6 +1,7 @@
 # Config loading and validation, wildcard constraints, and the small get_ helpers. What they
-# compute lives in hpcmem/workflow/: config_checks, points (one job per point; a point's
-# folder, options and key come from its benchmark's spec), commands, containers, outcome.
+# compute lives in hpcmem/workflow/: config_schema, config_checks, run_lock, points (one job
+# per point; a point's folder, options and key come from its benchmark's spec), commands,
+# containers, outcome. A refusal before any job is one line and exit 2 (refusal.py).
 
 import contextlib
 import datetime
@@ -43,6 +44,7 @@ FOLDERS = {spec.name: [spec.folder(point) for point in points(config)]
            for spec, points in ((COLLECTIVES, collectives_points), (TRAIN, train_points))}
 #: every output of this run lives under RUN
 RUN = os.path.join(config["output_dir"], config["run_id"])
+#: this run's lock on RUN, held until snakemake exits (None: this invocation runs no job)
 with refuse_bad_input():  # one run per run folder at a time, before anything is built
     RUN_LOCK = hold_run_folder(workflow, RUN)
 #: the repository holding pyproject.toml and native/ (what build_wheel builds)
