@@ -32,6 +32,7 @@ from hpcmem.workflow.container_images import (
     image_arch,
     obtain_image,
     parse_definition,
+    sif_problem,
 )
 from hpcmem.workflow.containers import (
     DEFAULT_GPU_BASE,
@@ -157,6 +158,34 @@ def test_bad_definition_or_prebuilt_image_stops_at_resolution(apptainer: str, tm
     missing = tmp_path / "missing.sif"
     with pytest.raises(ContainerError, match=rf"^container.gpu_image: {missing}: no such image"):
         resolve_container({"container": {"gpu_image": str(missing)}}, source_dir=REPO)
+
+
+@pytest.mark.parametrize(("content", "found"), [
+    (b"not an image\n", "b''"),
+    (b"#!/usr/bin/env run-singularity\n\0" + b"NOT_MAGIC\0" + b"\0" * 100, "b'NOT_MAGIC\\x00'"),
+], ids=["text", "other-header"])  # fmt: skip
+@pytest.mark.parametrize("enabled", ["auto", True])
+def test_a_prebuilt_image_that_is_not_a_sif_is_refused_without_a_runtime(
+    tmp_path: Path, content: bytes, found: str, enabled: object
+) -> None:
+    image = tmp_path / "hpcmem.sif"
+    image.write_bytes(content)
+    with pytest.raises(ContainerError) as error:
+        resolve_container({"container": {"enabled": enabled, "gpu_image": str(image)}},
+                          source_dir=REPO, path=str(tmp_path))  # no runtime on this PATH
+    assert str(error.value) == (
+        f"container.gpu_image: {image} is not a SIF image (its bytes 32 to 41 are {found}, "
+        "where every SIF file holds b'SIF_MAGIC\\x00'): give one made by `apptainer build` "
+        "or `singularity build`, or null to build one from container.gpu_definition")
+
+
+def test_a_sif_header_is_enough_without_a_runtime(tmp_path: Path) -> None:
+    image = tmp_path / "hpcmem-cpu.sif"
+    image.write_bytes(b"#!/usr/bin/env run-singularity\n\0" + b"SIF_MAGIC\0" + b"01\0")
+    assert sif_problem(image) is None
+    plan = resolve_container({"container": {"cpu_image": str(image)}}, source_dir=REPO,
+                             path=str(tmp_path))
+    assert not plan.enabled and plan.cpu.prebuilt == image
 
 
 def foreign_image(apptainer: str, folder: Path) -> Path:

@@ -68,6 +68,10 @@ _VARIABLE = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 #: 30 s (the image is 35 % larger); Linux >= 3.19 and squashfuse read it
 SQUASHFS_OPTIONS = "-comp lz4"
 _DIGEST_CHUNK = 1 << 20
+#: what every SIF file holds after its 32-byte launch line: the start of the SIF global
+#: header (github.com/apptainer/sif, pkg/sif: hdrMagic), so no runtime is needed to tell one
+SIF_MAGIC = b"SIF_MAGIC\0"
+SIF_MAGIC_OFFSET = 32
 
 
 class ContainerError(HpcmemError, ValueError):
@@ -183,6 +187,21 @@ def host_arch() -> str:
     """This host's architecture as Apptainer names it (amd64, arm64, ...)."""
     machine = platform.machine()
     return _ARCHES.get(machine, machine)
+
+
+def sif_problem(image: str | os.PathLike[str]) -> str | None:
+    """Why the file ``image`` is not a SIF image (its header, read without a runtime), or
+    None when it is one."""
+    try:
+        with open(image, "rb") as handle:
+            handle.seek(SIF_MAGIC_OFFSET)
+            found = handle.read(len(SIF_MAGIC))
+    except OSError as error:
+        return f"cannot read it: {error.strerror or error}"
+    if found != SIF_MAGIC:
+        return (f"its bytes {SIF_MAGIC_OFFSET} to {SIF_MAGIC_OFFSET + len(SIF_MAGIC) - 1} are "
+                f"{found!r}, where every SIF file holds {SIF_MAGIC!r}")
+    return None
 
 
 def image_arch(runtime: str, image: str | os.PathLike[str]) -> str:
