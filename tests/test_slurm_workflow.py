@@ -300,7 +300,7 @@ def test_a_failing_job_names_its_slurm_log_and_nothing_is_aggregated(flow: Workf
     assert logs, result.stdout
     rule_log, slurm_log = flow.workdir / logs[1], Path(logs[2])
     assert "Error in rule run_collectives" in slurm_log.read_text()
-    assert "binding --membind=7: node 7 does not exist (nodes here: 0)" in rule_log.read_text()
+    assert "binding --membind='7': node 7 does not exist (nodes here: 0)" in rule_log.read_text()
     point = flow.point("numpy", "nowhere")
     assert not point.with_suffix(".jsonl").exists()
     assert not point.with_suffix(".osu.txt").exists()
@@ -379,7 +379,7 @@ def test_sigterm_ends_the_nightly_cleanly(flow: Workflow, terminated: dict) -> N
     # the workflow's own line says the nightly's way to redo it (HPCMEM_RERUN_HINT)
     assert ("hpcmem: the run was ended: SIGTERM received. Finished points are kept: rerun the "
             "nightly with HPCMEM_RUN_ID=e2e (same profile and arguments)") in output
-    assert "--config run_id" not in output
+    assert "rerun the same command with --config" not in output
 
 
 def test_the_next_nightly_runs_without_unlock_and_exits_1_on_a_regression(
