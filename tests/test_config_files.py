@@ -6,13 +6,14 @@ intercepted: docs/configuration.md says what it prints."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 from hostile_inputs import ALIAS_BOMB
 
-from hpcmem.workflow.config_files import given_configfiles, main
+from hpcmem.workflow.config_files import MAX_BYTES, given_configfiles, main
 
 REPO = Path(__file__).resolve().parents[1]
 #: what each refused file holds, and how its line goes on after the file's name
@@ -48,6 +49,29 @@ def test_a_configfile_is_one_line_naming_it(tmp_path: Path, content: bytes, prob
     assert err.startswith(f"hpcmem: error: --configfile: {sweep}{problem}"), err
     assert err.count("\n") == 1
     assert main([profile, "--", "--configfile", str(REPO / "config" / "config.yaml")]) == 0
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "fifo"])
+def test_a_configfile_that_would_be_read_for_ever_is_refused_at_once(
+    tmp_path: Path, device: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if device == "fifo":
+        device = str(tmp_path / "sweep.yaml")
+        os.mkfifo(device)
+    assert main([str(REPO / "profiles" / "local"), "--", "--configfile", device]) == 2
+    assert capsys.readouterr().err == (f"hpcmem: error: --configfile: {device}: not a regular "
+                                       "file (a config file is YAML text)\n")
+
+
+def test_a_configfile_too_large_for_a_sweep_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("run_id: x\n" + "#" * MAX_BYTES)
+    assert main([str(REPO / "profiles" / "local"), "--", "--configfile", str(sweep)]) == 2
+    assert capsys.readouterr().err == (
+        f"hpcmem: error: --configfile: {sweep}: {MAX_BYTES + 10} bytes, more than a config "
+        f"file holds (at most {MAX_BYTES})\n")
 
 
 def test_make_run_refuses_it_before_snakemake_starts(tmp_path: Path) -> None:

@@ -179,6 +179,11 @@ def test_a_prebuilt_image_that_is_not_a_sif_is_refused_without_a_runtime(
         "or `singularity build`, or null to build one from container.gpu_definition")
 
 
+def test_a_definition_that_would_be_read_for_ever_is_refused() -> None:
+    with pytest.raises(ContainerError, match=r"^/dev/zero: not a regular file"):
+        parse_definition("/dev/zero")
+
+
 def test_a_sif_header_is_enough_without_a_runtime(tmp_path: Path) -> None:
     image = tmp_path / "hpcmem-cpu.sif"
     image.write_bytes(b"#!/usr/bin/env run-singularity\n\0" + b"SIF_MAGIC\0" + b"01\0")

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import pytest
 from snakemake_interface_executor_plugins.settings import ExecMode
 
+from hpcmem.outputs import OutputPathError
 from hpcmem.workflow.run_lock import LOCK_NAME, RunInUse, runs_jobs, take_run_lock
 
 #: a process that takes the lock on argv[1] when argv[2] exists, says how it went, and
@@ -97,6 +98,21 @@ def test_the_holder_leaves_nothing_it_made(tmp_path: Path, monkeypatch: pytest.M
     (tmp_path / "results" / "r1" / "summary").mkdir()  # what a run wrote is kept
     lock.release()
     assert [p.name for p in (tmp_path / "results" / "r1").iterdir()] == ["summary"]
+
+
+def test_a_lock_file_that_is_not_one_is_refused_and_left_alone(tmp_path: Path) -> None:
+    run, outside = tmp_path / "results" / "r1", tmp_path / "precious"
+    run.mkdir(parents=True)
+    outside.write_text("kept\n")
+    (run / LOCK_NAME).symlink_to(outside)
+    with pytest.raises(OutputPathError, match=rf"^run folder {run}: {LOCK_NAME} is a symbolic "
+                                              "link, not the run's lock file: remove it$"):
+        take_run_lock(run)
+    assert outside.read_text() == "kept\n"
+    (run / LOCK_NAME).unlink()
+    os.mkfifo(run / LOCK_NAME)
+    with pytest.raises(OutputPathError, match=rf"{LOCK_NAME} is not a file: remove it$"):
+        take_run_lock(run)
 
 
 def invocation(mode: ExecMode = ExecMode.DEFAULT, dryrun: bool = False) -> SimpleNamespace:

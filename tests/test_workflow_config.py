@@ -421,6 +421,15 @@ def test_config_file_not_text_or_with_aliases_is_refused_at_once(workdir, conten
     assert len(result.stdout) < 5000
 
 
+def test_a_config_file_that_is_a_device_is_refused_at_once(workdir):
+    (workdir / "config" / "config.yaml").unlink()
+    (workdir / "config" / "config.yaml").symlink_to("/dev/zero")  # read for ever
+    result = snakemake(workdir, "-n", timeout=60)
+    assert result.returncode == 2
+    assert result.stdout.splitlines()[-1] == ("hpcmem: error: config file config/config.yaml: "
+                                              "not a regular file (a config file is YAML text)")
+
+
 def test_common_smk_holds_only_loading_validation_constraints_and_small_helpers():
     """What the rules compute lives in hpcmem/workflow/, with tests of its own."""
     lines = (REPO / "workflow" / "rules" / "common.smk").read_text().splitlines()

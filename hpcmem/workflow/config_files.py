@@ -3,8 +3,8 @@ hpcmem's own reader: a profile's settings, its sweep files, and every ``--config
 
 Snakemake loads these while it parses its command line, before the Snakefile runs: a file
 that is not UTF-8 text ends it in a ``UnicodeDecodeError`` traceback, an alias bomb takes
-minutes and gigabytes. :func:`check_profile` reads them with
-:func:`hpcmem.inputs.yaml_mapping` instead, so each is one line naming the option and the
+minutes and gigabytes, ``/dev/zero`` is read for ever. :func:`check_profile` reads them
+with :func:`read_config_file` instead, so each is one line naming the option and the
 file, at once. The documented entry points call it before they start Snakemake:
 ``hpcmem preflight``, ``tools/nightly.sh`` (through ``python -m hpcmem.nightly check``) and
 ``tools/run-workflow.sh``, which runs::
@@ -17,7 +17,9 @@ file, at once. The documented entry points call it before they start Snakemake:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,8 +30,10 @@ from hpcmem.inputs import InputError, refused, yaml_mapping
 from hpcmem.textfiles import TextFileError
 from hpcmem.workflow.refusal import REFUSED
 
-__all__ = ["check_profile", "given_configfiles", "main"]
+__all__ = ["MAX_BYTES", "check_profile", "given_configfiles", "main", "read_config_file"]
 
+#: the most bytes a config file may hold (a sweep or a profile is a few kilobytes)
+MAX_BYTES = 1 << 20
 #: snakemake's options naming config files, and the shortest abbreviation argparse takes
 _CONFIGFILE_OPTIONS = ("--configfile", "--configfiles")
 _SHORTEST = "--configf"
@@ -79,9 +83,23 @@ def _profile_files(profile: str) -> tuple[Path, Path] | None:
         return None
 
 
+def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The settings in the config file ``path``: a regular file (not a device or a pipe,
+    which could be read for ever) of at most :data:`MAX_BYTES`, holding a mapping in UTF-8
+    YAML without aliases; TextFileError names the file and why not."""
+    with contextlib.suppress(OSError):  # unreadable: yaml_mapping says why
+        found = os.stat(path)
+        if not stat.S_ISREG(found.st_mode):
+            raise TextFileError(f"{path}: not a regular file (a config file is YAML text)")
+        if found.st_size > MAX_BYTES:
+            raise TextFileError(f"{path}: {found.st_size} bytes, more than a config file "
+                                f"holds (at most {MAX_BYTES})")
+    return yaml_mapping(path)
+
+
 def _mapping(path: Path, field: str) -> dict[str, Any]:
     try:
-        return yaml_mapping(path)
+        return read_config_file(path)
     except TextFileError as error:
         raise InputError(f"{field}: {error}") from None
 

@@ -24,6 +24,7 @@ import json
 import os
 import platform
 import re
+import stat
 import subprocess
 import time
 import zipfile
@@ -142,6 +143,8 @@ def parse_definition(path: str | os.PathLike[str]) -> Definition:
     no ``Bootstrap`` header, an unknown agent, an unknown section. Errors name ``FILE:LINE``."""
     source = Path(path)
     try:
+        if not stat.S_ISREG(source.stat().st_mode):  # a device or a pipe: read for ever
+            raise ContainerError(f"{source}: not a regular file (a definition is text)")
         text = source.read_text()
     except (OSError, UnicodeDecodeError) as error:
         raise ContainerError(f"{source}: cannot read the definition ({error})") from None

@@ -21,11 +21,13 @@ from __future__ import annotations
 import atexit
 import contextlib
 import datetime
+import errno
 import fcntl
 import io
 import json
 import os
 import socket
+import stat
 import sys
 import time
 from collections.abc import Sequence
@@ -34,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.errors import BadInputError, clip
-from hpcmem.outputs import write_errors
+from hpcmem.outputs import OutputPathError, write_errors
 
 __all__ = ["LOCK_NAME", "RunInUse", "RunLock", "hold_run_folder", "runs_jobs", "take_run_lock"]
 
@@ -130,10 +132,19 @@ def take_run_lock(folder: str | os.PathLike[str]) -> RunLock:
     while True:
         with write_errors(f"run folder {run}"):
             run.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:  # never through a symbolic link: what it leads to is not the run's
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+                             | os.O_NONBLOCK, 0o644)
             except FileNotFoundError:  # a releasing holder removed the folder it had made
                 continue
+            except OSError as error:
+                if error.errno == errno.ELOOP:
+                    raise OutputPathError(f"run folder {run}: {LOCK_NAME} is a symbolic "
+                                          "link, not the run's lock file: remove it") from None
+                raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OutputPathError(f"run folder {run}: {LOCK_NAME} is not a file: remove it")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
