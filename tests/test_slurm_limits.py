@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slurm
 
 SWEEP = {
     "container": {"enabled": False},
-    "collectives": {"ops": ["allreduce"], "buffers": ["numpy"], "ranks": [2],
+    "collectives": {"ops": ["allreduce"], "buffers": ["numpy"], "tasks_per_node": [2],
                     "bindings": ["cores"], "emulate_hbw": "0"},
     "train": {"enabled": False},
 }  # fmt: skip
