@@ -42,7 +42,7 @@ from provenance import shown
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SWEEP = ["--op", "allreduce,bcast", "--buffer", "numpy", "--min-size", "8", "--max-size", "64",
-         "--iterations", "200", "--warmup", "20"]
+         "--warmup", "20"]
 CONDITIONS = ("quiet", "busy")
 
 
@@ -61,7 +61,7 @@ def background_load(condition: str) -> Iterator[None]:
             hog.wait()
 
 
-def sweep(folder: Path, run_id: str, repeats: int, slowdown: str | None) -> Path:
+def sweep(folder: Path, run_id: str, args: argparse.Namespace, slowdown: str | None) -> Path:
     """One run of the sweep under ``mpirun -n 2``; the folder of its aggregated summary."""
     from hpcmem.cli import main
 
@@ -72,13 +72,18 @@ def sweep(folder: Path, run_id: str, repeats: int, slowdown: str | None) -> Path
         env["HPCMEM_TEST_SLOWDOWN"] = slowdown
     records = folder / run_id / "records.jsonl"
     subprocess.run(["mpirun", "--oversubscribe", "--bind-to", "none", "-n", "2",
-                    str(BIN / "hpcmem"), "collectives", *SWEEP, "--repeats", str(repeats),
+                    str(BIN / "hpcmem"), "collectives", *sweep_options(args),
                     "--output", str(records)],
                    env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                    timeout=300)
     with contextlib.redirect_stdout(io.StringIO()):
         main(["aggregate", str(records), "--out", str(folder / run_id / "summary")])
     return folder / run_id / "summary"
+
+
+def sweep_options(args: argparse.Namespace) -> list[str]:
+    """The ``hpcmem collectives`` options of every run."""
+    return [*SWEEP, "--iterations", str(args.iterations), "--repeats", str(args.repeats)]
 
 
 def check(summary: Path, history: Path, references: Path, append: bool) -> dict[str, Any]:
@@ -108,11 +113,11 @@ def condition_runs(condition: str, args: argparse.Namespace, work: Path) -> dict
     clean, injected = [], []
     with background_load(condition):
         for index in range(args.clean):
-            summary = sweep(work / condition, f"clean{index}", args.repeats, None)
+            summary = sweep(work / condition, f"clean{index}", args, None)
             clean.append(judged(check(summary, history, args.references, append=True)))
             print(f"{condition} clean {index}: {clean[-1]['counts']}", flush=True)
         for index in range(args.injected):
-            summary = sweep(work / condition, f"injected{index}", args.repeats, args.slowdown)
+            summary = sweep(work / condition, f"injected{index}", args, args.slowdown)
             injected.append(judged(check(summary, history, args.references, append=False)))
             print(f"{condition} injected {index}: {injected[-1]['counts']}", flush=True)
     op = args.slowdown.split(":")[0]
@@ -141,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conditions", default=",".join(CONDITIONS),
                         help="comma list of quiet, busy")
     parser.add_argument("--repeats", type=int, default=5, help="repeats per point")
+    parser.add_argument("--iterations", type=int, default=200, help="timed calls per repeat")
     parser.add_argument("--slowdown", default="allreduce:300",
                         help="HPCMEM_TEST_SLOWDOWN of the injected runs (OP:MICROSECONDS)")
     parser.add_argument("--references", type=Path, default=REPO / "config" / "references.yaml")
@@ -163,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": shown(shlex.join(["python", "benchmarks/verdict_noise.py",
                                      *(argv or sys.argv[1:])])),
         "machine": where,
-        "sweep": [*SWEEP, "--repeats", str(args.repeats)],
+        "sweep": sweep_options(args),
         "slowdown": args.slowdown,
         "held": held,
         "conditions": results,
