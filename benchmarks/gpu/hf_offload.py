@@ -29,6 +29,8 @@ import statistics
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +110,24 @@ def timed(args: argparse.Namespace, step, vocab: int, stage=_to_gpu, warmed=None
     return times, losses
 
 
+def plain_step(model: Any, optimizer: Any,
+               scope: Callable[[], AbstractContextManager[Any]] = nullcontext) -> Any:
+    """One bf16-autocast training step of a causal LM, forward and backward inside ``scope``
+    (hpcmem's activations scope; nothing for the plain run)."""
+    import torch
+
+    def step(ids):
+        with scope():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss.detach()
+
+    return step
+
+
 def run_cuda(args: argparse.Namespace, model: Any) -> dict[str, Any]:
     import torch
 
@@ -117,15 +137,7 @@ def run_cuda(args: argparse.Namespace, model: Any) -> dict[str, Any]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE,
                                   weight_decay=WEIGHT_DECAY, fused=True)
 
-    def step(ids):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        return loss.detach()
-
-    times, losses = timed(args, step, model.config.vocab_size)
+    times, losses = timed(args, plain_step(model, optimizer), model.config.vocab_size)
     return {"times": times, "losses": losses}
 
 
@@ -176,16 +188,7 @@ def run_hpcmem(args: argparse.Namespace, model: Any, budget: int) -> dict[str, A
     with UnifiedMemory("hpcmem", device=0, gpu_budget=budget) as um:
         um.attach(model, optimizer, offload=offload)
         used["after_attach"] = _device_used()
-
-        def step(ids):
-            with um.activations():
-                with torch.autocast("cuda", dtype=torch.bfloat16):
-                    loss = model(input_ids=ids, labels=ids).loss
-                loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            return loss.detach()
-
+        step = plain_step(model, optimizer, scope=um.activations)
         times, losses = timed(args, step, model.config.vocab_size, stage=um.stage,
                               warmed=um.reset_stats)
         used["after_steps"] = _device_used()

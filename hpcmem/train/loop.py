@@ -191,33 +191,25 @@ def train(
 
     sampler = NvmlPeak(device.index or 0) if device.type == "cuda" else nullcontext()
     with sampler:
-        result = _train(shape, data, memory, device=device, dtype=dtype, steps=steps,
-                        warmup=warmup, seed=seed, pinned_inputs=pinned_inputs, offload=offload)
+        model, optimizer, losses = _prepare(shape, memory, device=device, dtype=dtype,
+                                            seed=seed, offload=offload, total=warmup + steps)
+        result = _loop(model, optimizer, losses, data, memory, device=device, dtype=dtype,
+                       warmup=warmup, pinned_inputs=pinned_inputs)
     if isinstance(sampler, NvmlPeak):
         result = replace(result, nvml_peak_bytes=sampler.process_bytes,
                          nvml_device_peak_bytes=sampler.device_bytes)
     return result
 
 
-def _train(
-    shape: TransformerShape | CNNShape,
-    data: SyntheticTokens | SyntheticImages,
-    memory: Any,
-    *,
-    device: torch.device,
-    dtype: str,
-    steps: int,
-    warmup: int,
-    seed: int,
-    pinned_inputs: bool,
-    offload: str | None,
-) -> TrainResult:
+def _prepare(shape: TransformerShape | CNNShape, memory: Any, *, device: torch.device,
+             dtype: str, seed: int, offload: str | None, total: int) -> tuple[Any, Any, Any]:
+    """The model, its AdamW and the losses of ``total`` steps, made inside the params scope;
+    the model and optimizer attached to ``memory``."""
     import torch
 
     from hpcmem.train.networks import build
     from hpcmem.um.offload import Offload
 
-    total = warmup + steps
     if device.type == "cuda":  # streams, events and autocast then default to this device
         torch.cuda.set_device(device)
     torch.manual_seed(seed)
@@ -233,6 +225,17 @@ def _train(
     budgeted = getattr(memory, "gpu_budget", None) is not None
     memory.attach(model, optimizer, offload=Offload(
         offload, working_dtype="bfloat16" if dtype == "bf16" else None) if budgeted else None)
+    return model, optimizer, losses
+
+
+def _loop(model: Any, optimizer: Any, losses: Any, data: SyntheticTokens | SyntheticImages,
+          memory: Any, *, device: torch.device, dtype: str, warmup: int,
+          pinned_inputs: bool) -> TrainResult:
+    """One timed training step per entry of ``losses``; counts and peaks from those after
+    ``warmup``."""
+    import torch
+
+    total = len(losses)
     if device.type == "cuda":  # the context exists now (the model is on the device)
         torch.cuda.reset_peak_memory_stats(device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16")
