@@ -11,6 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
+from um_functions import Block  # noqa: E402
+
 from hpcmem.um import BudgetError  # noqa: E402
 from hpcmem.um.host_optimizer import HostOptimizer, lay_out  # noqa: E402
 from hpcmem.um.host_optimizer.buckets import ALIGN  # noqa: E402
@@ -20,17 +22,6 @@ from hpcmem.um.stream import BudgetTooSmall, CpuTransport  # noqa: E402
 
 BUDGET = 2**30
 VOCAB = 512
-
-
-class Block(nn.Module):
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(width)
-        self.up = nn.Linear(width, 2 * width)
-        self.down = nn.Linear(2 * width, width)
-
-    def forward(self, x):
-        return x + self.down(torch.relu(self.up(self.norm(x))))
 
 
 class Net(nn.Module):

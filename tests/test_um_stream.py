@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from um_functions import Square  # noqa: E402
+from um_functions import Block, Square  # noqa: E402
 
 from hpcmem.errors import HpcmemError  # noqa: E402
 from hpcmem.um import BudgetError  # noqa: E402
@@ -22,17 +22,6 @@ MiB = 2**20
 #: parameters' state.
 TIGHT = 12 * MiB
 ORDER = ("params", "activations", "inputs")
-
-
-class Block(nn.Module):
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(width)
-        self.up = nn.Linear(width, 2 * width)
-        self.down = nn.Linear(2 * width, width)
-
-    def forward(self, x):
-        return x + self.down(torch.relu(self.up(self.norm(x))))
 
 
 class Net(nn.Module):
