@@ -1,7 +1,7 @@
 """What the examples share: their options, the exit without a GPU, the line they end with.
 
 Each example prints, last, one JSON line: the loss of each optimizer step and what
-``UnifiedMemory.stats()`` said of the GPU memory (``tests/test_integrations_gpu.py`` reads it).
+``MemoryScopes.stats()`` said of the GPU memory (``tests/test_integrations_gpu.py`` reads it).
 """
 
 from __future__ import annotations

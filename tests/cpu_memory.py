@@ -1,4 +1,4 @@
-"""A :class:`~hpcmem.um.UnifiedMemory` on the CPU, for the trainer integrations' tests.
+"""A :class:`~hpcmem.um.MemoryScopes` on the CPU, for the trainer integrations' tests.
 
 Its scopes are no-ops that it records (``events``); under a ``gpu_budget`` it attaches the
 strategy the ``Offload`` names or the plan picks, over the CPU transport, as the managed
@@ -11,17 +11,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
-from hpcmem.um.memory import UnifiedMemory
+from hpcmem.um.memory import MemoryScopes
 from hpcmem.um.offload import Offload
 from hpcmem.um.strategy import make_strategy
 from hpcmem.um.stream import CpuTransport
 
 
-class CpuMemory(UnifiedMemory):
+class CpuMemory(MemoryScopes):
     """Records ``params``, ``inputs``, ``attach``, ``activations`` and ``close``."""
-
-    def __new__(cls, gpu_budget: int | None = None) -> CpuMemory:
-        return object.__new__(cls)  # not the policy's implementation: this one
 
     def __init__(self, gpu_budget: int | None = None) -> None:
         super().__init__("hpcmem", gpu_budget=gpu_budget)

@@ -1,4 +1,4 @@
-"""Training frameworks driving a :class:`hpcmem.um.UnifiedMemory`, with or without a GPU budget.
+"""Training frameworks driving a :func:`hpcmem.um.UnifiedMemory`, with or without a GPU budget.
 
 * :mod:`hpcmem.integrations.hf`: ``UnifiedMemoryTrainer``, a Hugging Face ``Trainer``;
 * :mod:`hpcmem.integrations.lightning`: ``UnifiedMemoryStrategy``, a PyTorch Lightning

@@ -1,4 +1,4 @@
-"""Hugging Face ``Trainer`` under a :class:`~hpcmem.um.UnifiedMemory`: ``UnifiedMemoryTrainer``.
+"""Hugging Face ``Trainer`` under :func:`~hpcmem.um.UnifiedMemory`: ``UnifiedMemoryTrainer``.
 
 ::
 
@@ -27,7 +27,7 @@ from typing import Any
 from hpcmem.integrations import require
 from hpcmem.integrations.training import attach, refuse_under_budget
 from hpcmem.um.errors import UnifiedMemoryError
-from hpcmem.um.memory import UnifiedMemory
+from hpcmem.um.memory import MemoryScopes
 from hpcmem.um.offload import Offload
 
 hf_trainer = require("transformers.trainer", "pip install transformers accelerate")
@@ -43,7 +43,7 @@ class UnifiedMemoryMixin:
     ``memory_stats`` holds ``memory.stats()`` as training ended, before the memory closed.
     """
 
-    def __init__(self, *args: Any, memory: UnifiedMemory, offload: Offload | None = None,
+    def __init__(self, *args: Any, memory: MemoryScopes, offload: Offload | None = None,
                  **kwargs: Any) -> None:
         self.memory = memory
         self.offload = offload
@@ -89,10 +89,10 @@ class UnifiedMemoryMixin:
 
 
 class UnifiedMemoryTrainer(UnifiedMemoryMixin, hf_trainer.Trainer):
-    """``transformers.Trainer`` under a :class:`~hpcmem.um.UnifiedMemory` (module docstring)."""
+    """``transformers.Trainer`` under :func:`~hpcmem.um.UnifiedMemory` (module docstring)."""
 
 
-def _check_arguments(args: Any, memory: UnifiedMemory) -> None:
+def _check_arguments(args: Any, memory: MemoryScopes) -> None:
     """Refuse ``TrainingArguments`` the job's memory cannot train with."""
     if args.n_gpu > 1 or args.world_size > 1:
         raise UnifiedMemoryError(

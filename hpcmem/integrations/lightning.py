@@ -1,4 +1,4 @@
-"""PyTorch Lightning under a :class:`~hpcmem.um.UnifiedMemory`: ``UnifiedMemoryStrategy``.
+"""PyTorch Lightning under :func:`~hpcmem.um.UnifiedMemory`: ``UnifiedMemoryStrategy``.
 
 ::
 
@@ -30,7 +30,7 @@ from typing import Any
 from hpcmem.integrations import IntegrationError, require
 from hpcmem.integrations.training import attach, refuse_under_budget
 from hpcmem.um.errors import UnifiedMemoryError
-from hpcmem.um.memory import UnifiedMemory
+from hpcmem.um.memory import MemoryScopes
 from hpcmem.um.offload import Offload
 
 try:
@@ -56,7 +56,7 @@ class UnifiedMemoryStrategy(pl.strategies.SingleDeviceStrategy):
     ``memory_stats`` holds ``memory.stats()`` as training ended, before the memory closed.
     """
 
-    def __init__(self, memory: UnifiedMemory, offload: Offload | None = None,
+    def __init__(self, memory: MemoryScopes, offload: Offload | None = None,
                  device: Any = None, **kwargs: Any) -> None:
         super().__init__(device=device or f"cuda:{memory.device_index}", **kwargs)
         self.memory = memory

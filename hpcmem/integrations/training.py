@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from hpcmem.um.errors import BudgetError
-from hpcmem.um.memory import UnifiedMemory
+from hpcmem.um.memory import MemoryScopes
 from hpcmem.um.offload import Offload
 
 __all__ = ["attach", "refuse_under_budget", "trainer_offload"]
@@ -42,7 +42,7 @@ def trainer_offload(offload: Offload | None, *, micro_batches: int, bf16: bool) 
 
 
 def attach(
-    memory: UnifiedMemory,
+    memory: MemoryScopes,
     model: Any,
     optimizer: Any,
     *,
@@ -69,7 +69,7 @@ def attach(
         )
 
 
-def refuse_under_budget(memory: UnifiedMemory, setting: str, why: str, fix: str) -> None:
+def refuse_under_budget(memory: MemoryScopes, setting: str, why: str, fix: str) -> None:
     """Raise :class:`BudgetError` for a trainer ``setting`` that ``memory``'s budget cannot
     honour (a no-op without a budget)."""
     if memory.gpu_budget is not None:

@@ -1,12 +1,10 @@
 """Unified Memory for PyTorch training: per-type memory advice, prefetch, GPU budget, guard.
 
-Importing this package needs neither torch nor CUDA; :class:`UnifiedMemory` with a managed
+Importing this package needs neither torch nor CUDA; :func:`UnifiedMemory` with a managed
 policy needs a CUDA build of torch, a GPU and the native library (``hpcmem._um``). Every
 error it raises is an :class:`hpcmem.errors.HpcmemError`.
 """
 
-# The implementations UnifiedMemory(policy) makes: each registers itself when defined.
-from hpcmem.um import managed, passthrough  # noqa: F401
 from hpcmem.um.budget import plan_budget
 from hpcmem.um.errors import BudgetError, UnifiedMemoryError
 from hpcmem.um.guard import (
@@ -16,7 +14,7 @@ from hpcmem.um.guard import (
     managed_limit,
     oversubscription_allowed,
 )
-from hpcmem.um.memory import UnifiedMemory
+from hpcmem.um.memory import MemoryScopes
 from hpcmem.um.offload import Offload
 from hpcmem.um.policy import (
     PRESETS,
@@ -28,12 +26,14 @@ from hpcmem.um.policy import (
     policy_from_dict,
 )
 from hpcmem.um.tensors import host_view
+from hpcmem.um.unified import UnifiedMemory
 
 __all__ = [
     "ENV_ALLOW",
     "PRESETS",
     "TYPES",
     "BudgetError",
+    "MemoryScopes",
     "Offload",
     "OversubscriptionError",
     "Policy",

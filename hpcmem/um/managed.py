@@ -24,7 +24,7 @@ from typing import Any
 
 from hpcmem.um import guard
 from hpcmem.um.errors import BudgetError, UnifiedMemoryError
-from hpcmem.um.memory import UnifiedMemory
+from hpcmem.um.memory import MemoryScopes
 from hpcmem.um.native import Abi, load_native, require_cuda
 from hpcmem.um.policy import TYPES, Policy
 from hpcmem.um.prefetch import PrefetchHooks
@@ -37,8 +37,8 @@ _open_lock = threading.Lock()
 _open_instance: weakref.ref[ManagedMemory] | None = None
 
 
-class ManagedMemory(UnifiedMemory, managed=True):
-    """:class:`UnifiedMemory` over CUDA managed memory (the ``um`` and ``hpcmem`` presets)."""
+class ManagedMemory(MemoryScopes):
+    """:class:`MemoryScopes` over CUDA managed memory (the ``um`` and ``hpcmem`` presets)."""
 
     def __init__(self, policy: str | Path | Policy, device: int = 0, **kwargs: Any) -> None:
         super().__init__(policy, device, **kwargs)

@@ -1,12 +1,11 @@
-"""``UnifiedMemory``: the scopes a training loop puts its memory in, behind one interface.
+"""``MemoryScopes``: the scopes a training loop puts its memory in, behind one interface.
 
-``UnifiedMemory(policy, ...)`` makes the implementation the policy asks for: a
+:func:`hpcmem.um.UnifiedMemory` makes the implementation a policy asks for: a
 :class:`~hpcmem.um.passthrough.PassThroughMemory` for the ``cuda`` preset (PyTorch's own
 allocator, every scope a no-op) or a :class:`~hpcmem.um.managed.ManagedMemory` for the Unified
 Memory presets (one managed pool per type of training data, advice, prefetch, the guard and
-the GPU budget). Each implementation names the policies it serves when it subclasses this
-interface (``class ManagedMemory(UnifiedMemory, managed=True)``), so this module imports
-neither. A loop written once runs under either::
+the GPU budget). Both subclass this interface, which imports neither. A loop written once runs
+under either::
 
     with UnifiedMemory("hpcmem", device=0) as um:
         with um.params():
@@ -28,16 +27,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from hpcmem.um.errors import BudgetError
 from hpcmem.um.guard import oversubscription_allowed
 from hpcmem.um.policy import Policy, load_policy
 
-__all__ = ["UnifiedMemory"]
+__all__ = ["MemoryScopes"]
 
 
-class UnifiedMemory(ABC):
+class MemoryScopes(ABC):
     """Per-type memory scopes for one training job on one GPU.
 
     Parameters
@@ -49,19 +48,6 @@ class UnifiedMemory(ABC):
     allow_oversubscription : let managed bytes exceed free device memory (dedicated nodes only).
     headroom_bytes : bytes the guard keeps free (default: 5% of the device, at least 1 GiB).
     """
-
-    #: The implementation for managed policies (True) and for PyTorch's allocator (False).
-    _implementations: ClassVar[dict[bool, type[UnifiedMemory]]] = {}
-
-    def __init_subclass__(cls, *, managed: bool | None = None, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if managed is not None:
-            UnifiedMemory._implementations[managed] = cls
-
-    def __new__(cls, policy: str | Path | Policy, *args: Any, **kwargs: Any) -> UnifiedMemory:
-        if cls is UnifiedMemory:
-            cls = UnifiedMemory._implementations[load_policy(policy).managed]
-        return super().__new__(cls)
 
     def __init__(
         self,
@@ -153,7 +139,7 @@ class UnifiedMemory(ABC):
     def _release(self) -> None:
         """What ``close`` undoes."""
 
-    def __enter__(self) -> UnifiedMemory:
+    def __enter__(self) -> MemoryScopes:
         return self
 
     def __exit__(self, *exc: object) -> None:

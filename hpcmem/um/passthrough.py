@@ -7,14 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.um.errors import BudgetError, UnifiedMemoryError
-from hpcmem.um.memory import UnifiedMemory
+from hpcmem.um.memory import MemoryScopes
 from hpcmem.um.policy import TYPES, Policy
 
 __all__ = ["PassThroughMemory"]
 
 
-class PassThroughMemory(UnifiedMemory, managed=False):
-    """:class:`UnifiedMemory` for ``allocator: cuda``: no pools, no advice, no budget."""
+class PassThroughMemory(MemoryScopes):
+    """:class:`MemoryScopes` for ``allocator: cuda``: no pools, no advice, no budget."""
 
     def __init__(self, policy: str | Path | Policy, device: int = 0, **kwargs: Any) -> None:
         super().__init__(policy, device, **kwargs)
