@@ -5,7 +5,6 @@ policy needs a CUDA build of torch, a GPU and the native library (``hpcmem._um``
 error it raises is an :class:`hpcmem.errors.HpcmemError`.
 """
 
-from hpcmem.um.budget import plan_budget
 from hpcmem.um.errors import BudgetError, UnifiedMemoryError
 from hpcmem.um.guard import (
     ENV_ALLOW,
@@ -25,6 +24,7 @@ from hpcmem.um.policy import (
     load_policy,
     policy_from_dict,
 )
+from hpcmem.um.stream.plan import plan_budget
 from hpcmem.um.tensors import host_view
 from hpcmem.um.unified import UnifiedMemory
 

@@ -13,12 +13,15 @@
 * a gradient leaves for its home as soon as autograd has accumulated it;
 * ``optimizer.step`` steps chunk by chunk (:class:`~hpcmem.um.stream.optimizer.ChunkedStep`).
 
-The first step is the probe (:mod:`hpcmem.um.stream.plan`); the second applies the plan
-(:class:`~hpcmem.um.stream.probe.Planner`).
+Each step is in one :class:`Phase`: the first is the probe (:mod:`hpcmem.um.stream.plan`);
+the second measures the probe's optimizer step and applies the plan
+(:class:`~hpcmem.um.stream.probe.Planner`); from the third on the plan is tuned in the steady
+state.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -42,12 +45,28 @@ from hpcmem.um.stream.saved import SavedTensors
 from hpcmem.um.stream.transport import Transport
 from hpcmem.um.tensors import is_tensor, tensor_bytes
 
-__all__ = ["RESIDENT_BELOW", "Streamer"]
+__all__ = ["RESIDENT_BELOW", "Phase", "Streamer"]
 
 _log = logging.getLogger(__name__)
 
 #: Parameters smaller than this stay on the device (biases, norms: not worth a copy).
 RESIDENT_BELOW = 2**20
+
+
+class Phase(enum.Enum):
+    """Where a step stands in the streamer's life."""
+
+    #: the first step: one entry at a time, every peak measured
+    PROBE = 1
+    #: the second: the probe's optimizer step is measured and the plan applied
+    PLAN = 2
+    #: every later step: the plan in force, the kept activations tuned
+    STEADY = 3
+
+    @classmethod
+    def of(cls, step: int) -> Phase:
+        """The phase of the ``step``-th step (1-based)."""
+        return cls(min(step, cls.STEADY.value))
 
 
 class Streamer:
@@ -82,7 +101,8 @@ class Streamer:
         self._peaks: list[int] = []  # per step: the job's allocated bytes at most
         self._resident: list[int] = []  # per step and optimizer step: GPU memory held at most
         self._hooks: list[Any] = []
-        self._step = 0
+        self._step = 0  # steps begun
+        self._phase: Phase | None = None  # of the step begun last
         self._held = 0  # device bytes the set-up copied over (resident data, buffers)
         transport.out_cap = out_cap(budget)
         with torch._C.DisableTorchFunction(), device_scope():
@@ -191,7 +211,7 @@ class Streamer:
                 yield
         finally:
             self._end()
-        if self._step == 1 and self._planner.probe is not None:
+        if self._phase is Phase.PROBE and self._planner.probe is not None:
             check_minimum(self.budget, self._planner.probe.peak_bytes)
 
     def _pack(self, tensor: Any) -> Any:
@@ -225,8 +245,9 @@ class Streamer:
     def _begin(self) -> None:
         planner = self._planner
         self._step += 1
+        self._phase = phase = Phase.of(self._step)
         self._resident.append(self.transport.resident_peak_bytes())  # includes the last step
-        if self._step == 2:  # the probe's optimizer step, one entry at a time, is measured now
+        if phase is Phase.PLAN:  # the probe's optimizer step, one entry at a time, is measured now
             check_minimum(self.budget, self._resident[-1])
             allocated = max(0, self.transport.peak_bytes() - self._base_bytes)
             planner.measure_rounding(allocated, self._resident[-1])
@@ -234,15 +255,15 @@ class Streamer:
             for entry in self.params.entries:
                 if not entry.resident:
                     self._take_pending_grad(entry)
-            if self._step == 2 and planner.probe is not None:
+            if phase is Phase.PLAN and planner.probe is not None:
                 planner.replan()
-            elif self._step > 2 and planner.plan is not None:
+            elif phase is Phase.STEADY and planner.plan is not None:
                 self.saved.offload_below = keep_from(planner.candidates, planner.keep_bytes)
         self._binds.open.clear()  # a forward that raised last step left its binds open
         self.params.begin_step()
         self.saved.begin_step()
         self.recompute.saved_bytes.clear()
-        if self._step == 1:
+        if phase is Phase.PROBE:
             planner.blocks.start()
         self.transport.reset_peak()
 
@@ -270,7 +291,7 @@ class Streamer:
         resident = self.transport.resident_peak_bytes()
         self._peaks.append(peak)
         self.counters.steps += 1
-        if self._step == 1:  # what the step held, allocated or cached, whichever is more
+        if self._phase is Phase.PROBE:  # what it held, allocated or cached, whichever is more
             planner.measure_probe(max(peak, resident), peak, self._held)
         elif planner.plan is not None and not self._structure_changed():
             assert planner.probe is not None
@@ -290,7 +311,7 @@ class Streamer:
 
     def _structure_changed(self) -> bool:
         # The first step after recomputation was switched saves other tensors: start anew.
-        return self._step == 2 and self.plan is not None and (
+        return self._phase is Phase.PLAN and self.plan is not None and (
             self.plan.recompute != self._planner.probe_recomputed
         )
 

@@ -33,15 +33,17 @@ most, :attr:`Probe.rounding_bytes`) and one more segment of the largest item it 
 more chunk for the temporaries of the optimizer's own kernel (a ``foreach`` Adam step makes
 one parameter-sized tensor per parameter).
 
+Step 3's shares come from :func:`plan_budget`, which gives the room left to the types in the
+policy's priority order.
+
 Numbers are bytes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from hpcmem.um.budget import plan_budget
 from hpcmem.um.errors import BudgetError
 
 __all__ = [
@@ -54,6 +56,7 @@ __all__ = [
     "check_minimum",
     "keep_from",
     "pcie_transfer_ms",
+    "plan_budget",
     "plan_stream",
     "segment_bytes",
     "spendable",
@@ -163,6 +166,39 @@ class StreamPlan:
         record = asdict(self)
         record["resident"] = len(self.resident)
         return record
+
+
+def plan_budget(
+    budget: int,
+    priority: Sequence[str],
+    demand: Mapping[str, int],
+    wants_gpu: Mapping[str, bool],
+) -> dict[str, int]:
+    """GPU bytes per type: each type in ``priority`` order takes ``min(demand, what is left)``.
+
+    Types whose policy does not place them on the GPU get 0. A type with no known demand
+    (absent from ``demand``) may take everything that is left.
+
+    >>> plan_budget(10, ["params", "activations", "inputs"],
+    ...             {"params": 6, "activations": 8, "inputs": 1},
+    ...             {"params": True, "activations": True, "inputs": False})
+    {'params': 6, 'activations': 4, 'inputs': 0}
+    """
+    if budget < 0:
+        raise ValueError(f"gpu_budget: {budget} bytes must be >= 0")
+    left = budget
+    quotas: dict[str, int] = {}
+    for type_name in priority:
+        if not wants_gpu[type_name]:
+            quotas[type_name] = 0
+            continue
+        need = demand.get(type_name)
+        if need is not None and need < 0:
+            raise ValueError(f"demand of {type_name}: {need} bytes must be >= 0")
+        quota = left if need is None else min(need, left)
+        quotas[type_name] = quota
+        left -= quota
+    return quotas
 
 
 def plan_stream(budget: int, probe: Probe, priority: Sequence[str]) -> StreamPlan:
