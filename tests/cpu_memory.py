@@ -70,7 +70,13 @@ class CpuMemory(MemoryScopes):
         return self.strategy.replan()
 
     def stats(self) -> dict[str, Any]:
-        return {"offload": self.strategy.stats()} if self.strategy else {}
+        """The managed implementation's keys a record reads; nothing escapes on the CPU."""
+        stats: dict[str, Any] = {"policy": self.policy.name, "managed": False,
+                                 "escaped_bytes": 0}
+        if self.strategy:
+            stats["offload"] = self.strategy.stats()
+            stats["peak_gpu_resident_bytes"] = stats["offload"]["peak_gpu_resident_bytes"]
+        return stats
 
     def reset_stats(self) -> None:
         if self.strategy:

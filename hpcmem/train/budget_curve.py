@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hpcmem.draw.plots import PALETTE, embed, log_value_axis, panel_grid
-from hpcmem.train.tables import STEP
+from hpcmem.train.tables import MODEL, STEP
 from hpcmem.units import format_count
 
 if TYPE_CHECKING:
@@ -19,8 +19,6 @@ if TYPE_CHECKING:
 
 __all__ = ["MEMORY", "budget_figure", "budget_points"]
 
-#: the model coordinates a curve shares: a model point without its budget and policy
-MODEL = ["model", "params", "batch", "seq_len", "dtype"]
 #: the column of the GPU memory a point held
 MEMORY = "gpu_bytes"
 GiB = 2**30
@@ -37,7 +35,8 @@ def budget_points(points: pd.DataFrame) -> pd.DataFrame:
     resident = table.get("peak_gpu_resident_bytes", pd.Series(float("nan"), index=table.index))
     reserved = table.get("peak_reserved_bytes", pd.Series(float("nan"), index=table.index))
     held = resident.where(table["gpu_budget"].notna(), reserved).astype(float)
-    return table.assign(**{MEMORY: held}).dropna(subset=[MEMORY, STEP])
+    drawn = table.assign(**{MEMORY: held}).dropna(subset=[MEMORY, STEP])
+    return drawn[drawn[MEMORY] > 0]  # nothing held on a GPU (a CPU run): off the log axis
 
 
 def budget_figure(points: pd.DataFrame) -> str | None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpcmem.record.provenance import common_fields
 from hpcmem.train.point import TrainPoint
+from hpcmem.train.sizing import DTYPES
 from hpcmem.train.spec import TRAIN
 from hpcmem.um import TYPES
 
@@ -49,19 +50,23 @@ def unfinished_record(
     }
 
 
-def stream_fields(memory: dict[str, Any], unconstrained_ms: float | None) -> dict[str, Any]:
+def stream_fields(memory: dict[str, Any], unconstrained_ms: float | None,
+                  working_bytes: int) -> dict[str, Any]:
     """What a run under a GPU budget moved and held, and its PCIe bound.
 
     ``bytes_h2d``/``bytes_d2h``: bytes the streaming mode copied per timed step;
     ``peak_gpu_resident_bytes``: the most bytes placed on the GPU at once;
     ``pcie_transfer_ms``: those bytes at the pinned-copy bandwidth measured in the same run;
-    ``pcie_bound_ms``: the larger of that and the unconstrained step time, when known.
+    ``pcie_bound_ms``: the larger of that and the unconstrained step time, when known;
+    ``pcie_floor_ms``: what any design moves, ``working_bytes`` (the weights in the compute
+    dtype) in and their gradients out once per step, at the same rates, both ways at once.
     The host-optimizer strategy adds where its time goes (``ACCOUNTING``), per step.
     """
     stream = memory.get("offload") or memory.get("stream")
     if not stream:
         return {}
     transfer = stream["pcie_transfer_ms"]
+    rates = stream["pcie_bandwidth"]
     accounting = {f"offload_{k}" if k == "strategy" else k: stream[k]
                   for k in ACCOUNTING if k in stream}
     return {
@@ -73,6 +78,7 @@ def stream_fields(memory: dict[str, Any], unconstrained_ms: float | None) -> dic
         "pcie_transfer_ms": transfer,
         "unconstrained_step_ms": unconstrained_ms,
         "pcie_bound_ms": transfer if unconstrained_ms is None else max(transfer, unconstrained_ms),
+        "pcie_floor_ms": max(working_bytes / rates["h2d"], working_bytes / rates["d2h"]) * 1e3,
     }
 
 
@@ -122,6 +128,6 @@ def ok_record(
         "footprint_estimate": footprint.to_record(),
         "oversubscription": managed / device_memory if device_memory else 0.0,
         "losses": result.loss_ends(),
-        **stream_fields(memory, unconstrained_ms),
+        **stream_fields(memory, unconstrained_ms, shape.param_count() * DTYPES[point.dtype]),
         **environment,
     }

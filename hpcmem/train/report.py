@@ -1,6 +1,7 @@
 """The training part of the HTML report: step time per Unified Memory policy, one panel per
 model point, with the p10-p90 spread and the ratio to the ``um`` preset; and, for models run
-under a GPU budget, the budget curve (:mod:`hpcmem.train.budget_curve`)."""
+under a GPU budget, the budget curve (:mod:`hpcmem.train.budget_curve`) and where each
+budgeted step's time goes (:mod:`hpcmem.train.time_bars`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from hpcmem.draw.html import folded_frame
 from hpcmem.draw.plots import PALETTE, embed, panel_grid
 from hpcmem.train.budget_curve import budget_figure
 from hpcmem.train.tables import MODEL_POINT, STEP, step_time_table
+from hpcmem.train.time_bars import time_figure
 from hpcmem.um import PRESETS
 from hpcmem.units import format_count, format_size
 
@@ -70,5 +72,5 @@ def section(points: pd.DataFrame) -> str:
     if figure is None:
         return '<p class="note">No training points in this summary.</p>'
     table = folded_frame(step_time_table(points), "Step time table (ms, median over repeats)")
-    curve = budget_figure(points)
-    return f"{figure}\n{table}" + (f"\n{curve}" if curve else "")
+    budgeted = [drawn for drawn in (budget_figure(points), time_figure(points)) if drawn]
+    return "\n".join([figure, table, *budgeted])

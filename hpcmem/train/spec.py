@@ -61,6 +61,14 @@ TRAIN = Benchmark(
         Metric("peak_gpu_resident_bytes", "bytes", LOWER, required=False),
         Metric("pcie_transfer_ms", "ms", LOWER, required=False),
         Metric("pcie_bound_ms", "ms", LOWER, required=False),
+        # the design-independent floor: working weights in and their gradients out once
+        Metric("pcie_floor_ms", "ms", LOWER, required=False),
+        # the host-optimizer strategy: where its step's time goes, and the bound they allow
+        Metric("compute_ms", "ms", LOWER, required=False),
+        Metric("h2d_busy_ms", "ms", LOWER, required=False),
+        Metric("d2h_busy_ms", "ms", LOWER, required=False),
+        Metric("cpu_optimizer_ms", "ms", LOWER, required=False),
+        Metric("step_bound_ms", "ms", LOWER, required=False),
         # PyTorch's peak reserved bytes: any run on a GPU (None on the CPU)
         Metric("peak_reserved_bytes", "bytes", LOWER, required=False,
                schema={"type": ["number", "null"], "minimum": 0}),

@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["BASELINES", "MODEL_POINT", "STEP", "step_time_table"]
+__all__ = ["BASELINES", "MODEL", "MODEL_POINT", "STEP", "step_time_table"]
 
 #: the presets every policy is compared with: managed memory without advice, PyTorch's own
 BASELINES = ("um", "cuda")
 #: the coordinates of a model point: everything but the policy
-MODEL_POINT = ["model", "params", "batch", "seq_len", "dtype", "gpu_budget"]
+#: a model's coordinates: a point without its budget and policy
+MODEL = ["model", "params", "batch", "seq_len", "dtype"]
+MODEL_POINT = [*MODEL, "gpu_budget"]
 #: the metric the ratios are taken of
 STEP = "step_ms.median"
 

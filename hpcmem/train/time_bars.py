@@ -1,0 +1,73 @@
+"""Where a budgeted step's time goes, drawn beside the budget curve.
+
+For every point run under a GPU budget whose strategy accounted for its step (the host
+optimizer does), one group of bars: the measured step beside its parts (compute from the
+start of forward to the end of backward, each copy direction's busy time, the CPU
+optimizer), the bound those allow when they overlap perfectly, and the design-independent
+floor (the working weights in and their gradients out once per step, at the rates measured
+in the same run). A step far above its bound loses time to stalls no part accounts for; a
+bound far above the floor moves more than any design must.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hpcmem.draw.plots import PALETTE, embed, panel_grid
+from hpcmem.train.tables import MODEL, STEP
+from hpcmem.units import format_count, format_size
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["PARTS", "time_figure", "time_parts"]
+
+#: the bars of each point, in drawing order: (column, label)
+PARTS = (
+    (STEP, "step (median)"),
+    ("compute_ms", "compute"),
+    ("h2d_busy_ms", "H2D busy"),
+    ("d2h_busy_ms", "D2H busy"),
+    ("cpu_optimizer_ms", "CPU optimizer"),
+    ("step_bound_ms", "bound"),
+    ("pcie_floor_ms", "PCIe floor"),
+)
+
+
+def time_parts(points: pd.DataFrame) -> pd.DataFrame:
+    """The budgeted points that accounted for their step, with the columns of ``PARTS``."""
+    columns = [column for column, _ in PARTS]
+    if "gpu_budget" not in points or any(c not in points for c in columns):
+        return points.iloc[0:0]
+    accounted = points[points["gpu_budget"].notna() & points["compute_ms"].notna()]
+    return accounted[[*MODEL, "gpu_budget", *columns]].sort_values([*MODEL, "gpu_budget"])
+
+
+def time_figure(points: pd.DataFrame) -> str | None:
+    """One panel per budgeted model: per budget, the step beside its parts, bound and floor."""
+    import numpy as np
+
+    table = time_parts(points)
+    if table.empty:
+        return None
+    models = list(table.groupby(MODEL, sort=True, dropna=False))
+    figure, panels = panel_grid(len(models), 2, 5.6, 4.2)
+    width = 0.8 / len(PARTS)
+    for axes, (key, group) in zip(panels, models, strict=True):
+        model, params, batch, _seq_len, dtype = key
+        where = np.arange(len(group))
+        for index, (column, label) in enumerate(PARTS):
+            axes.bar(where + (index - (len(PARTS) - 1) / 2) * width, group[column], width,
+                     label=label, color=PALETTE[index % len(PALETTE)])
+        axes.set_xticks(where, [format_size(float(b)) for b in group["gpu_budget"]])
+        axes.set_xlabel("GPU budget")
+        axes.set_ylabel("ms per step")
+        axes.grid(True, axis="y", alpha=0.3)
+        axes.set_title(f"{model}, {format_count(params)} params, batch {batch}, {dtype}",
+                       fontsize=10)
+        axes.legend(fontsize=7)
+    return embed(figure, "where a budgeted step's time goes",
+                 "Per budget: the median step beside compute (forward to end of backward), "
+                 "each copy direction's busy time and the CPU optimizer, all per step; the "
+                 "bound they allow overlapped perfectly; and the PCIe floor (working weights "
+                 "in, their gradients out, once per step at the measured rates).")

@@ -1,0 +1,75 @@
+"""Where a budgeted step's time goes: real host-optimizer runs on the CPU, aggregated and drawn."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("pandas")
+
+from cpu_memory import CpuMemory  # noqa: E402
+
+from hpcmem.cli import main  # noqa: E402
+from hpcmem.node import applied  # noqa: E402
+from hpcmem.results.aggregate import aggregate  # noqa: E402
+from hpcmem.results.summary import read_summary  # noqa: E402
+from hpcmem.train.benchmark import shape_for_params, train_point  # noqa: E402
+from hpcmem.train.data import synthetic_data  # noqa: E402
+from hpcmem.train.point import make_point  # noqa: E402
+from hpcmem.train.time_bars import PARTS, time_parts  # noqa: E402
+
+BUDGETS = ("512M", "1G")
+H200_RUN = Path(__file__).parents[1] / "benchmarks" / "results" / "gpu-20261130-um-stream-f"
+
+
+def _record(budget: str) -> dict:
+    point = make_point(params="3M", batch=2, seq_len=64, vocab=512, gpu_budget=budget,
+                       steps=3, warmup=1, device="cpu", dtype="fp32")
+    data = synthetic_data(point.model, batch=point.batch, seq_len=point.seq_len,
+                          vocab=point.vocab, image_size=0, classes=10, seed=point.seed)
+    return train_point(point, shape_for_params(point), data, CpuMemory(point.gpu_budget),
+                       device=torch.device("cpu"), binding=applied.current(),
+                       offload="host_optimizer")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], Path]:
+    folder = tmp_path_factory.mktemp("time-bars")
+    records = [_record(budget) for budget in BUDGETS]
+    (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    aggregate([folder / "train.jsonl"], folder / "summary")
+    return records, folder / "summary"
+
+
+def test_each_budget_s_bars_are_what_its_record_measured(runs):
+    records, summary = runs
+    table = time_parts(read_summary(summary).points)
+    assert len(table) == len(BUDGETS)
+    for record in records:
+        assert record["status"] == "ok" and record["offload_strategy"] == "host_optimizer"
+        (row,) = table[table["gpu_budget"] == record["gpu_budget"]].to_dict("records")
+        for column, _label in PARTS:
+            expected = record["step_ms"]["median"] if column == "step_ms.median" else record[column]
+            assert row[column] == pytest.approx(expected), column
+        # the floor: fp32 weights in and their gradients out once, at the measured rates
+        rates, weights = record["pcie_bandwidth"], record["params"] * 4
+        assert record["pcie_floor_ms"] == pytest.approx(
+            max(weights / rates["h2d"], weights / rates["d2h"]) * 1e3)
+        assert record["step_bound_ms"] >= max(record["compute_ms"], record["cpu_optimizer_ms"])
+
+
+def test_the_report_draws_them_in_the_training_section(runs, tmp_path):
+    page = tmp_path / "report.html"
+    assert main(["report", str(runs[1]), "--out", str(page)]) == 0
+    text = page.read_text()
+    assert 'alt="where a budgeted step&#x27;s time goes"' in text
+    # no budget curve: on the CPU nothing was held on a GPU, so nothing to put on its axis
+    assert 'alt="budget curve' not in text
+
+
+def test_runs_that_did_not_account_for_their_steps_have_no_bars(tmp_path):
+    aggregate([H200_RUN / "train.jsonl"], tmp_path / "summary")  # the streaming strategy's
+    assert time_parts(read_summary(tmp_path / "summary").points).empty
