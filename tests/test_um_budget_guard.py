@@ -10,8 +10,8 @@ from hpcmem.um import (
     default_headroom,
     managed_limit,
     oversubscription_allowed,
-    plan_budget,
 )
+from hpcmem.um.stream.plan import plan_budget
 
 GiB = 2**30
 ALL_GPU = {"params": True, "activations": True, "inputs": True}

@@ -48,8 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="target parameter count (125M, 1.3B, 6B); the actual count is "
                       "reported; default: 125M for transformer, ResNet-50's 25.6M for cnn")
     what.add_argument("--batch", type=int, metavar="N",
-                      help="samples per step; default: 8 sequences (transformer), "
-                      "256 images (cnn)")
+                      help="samples per micro-batch (per step without --accumulate); "
+                      "default: 8 sequences (transformer), 256 images (cnn)")
+    what.add_argument("--accumulate", type=int, default=1, metavar="N",
+                      help="micro-batches per optimizer step (gradient accumulation, as "
+                      "gradient_accumulation_steps in Hugging Face); a step is N forward "
+                      "and backward passes of --batch samples and one optimizer step; "
+                      "default: 1")
     what.add_argument("--seq-len", type=int, metavar="TOKENS",
                       help="tokens per sequence (transformer); default: 2048")
     what.add_argument("--vocab", type=int, metavar="N",
@@ -105,7 +110,7 @@ def _point(args: argparse.Namespace) -> Any:
             batch=args.batch, seq_len=args.seq_len, vocab=args.vocab,
             image_size=args.image_size, dtype=args.dtype, policy=args.policy,
             gpu_budget=args.gpu_budget, steps=args.steps, warmup=args.warmup, seed=args.seed,
-            device=args.device,
+            device=args.device, accumulate=args.accumulate,
         )
     with bad_input(OSError, ValueError, where="--policy"):
         policy = load_policy(point.policy)
@@ -156,9 +161,12 @@ def summary_line(record: dict[str, Any]) -> str:
     if record["status"] != "ok":
         return f"hpcmem train: {record['status']}: {record['reason']}"
     step = record["step_ms"]
+    micro = record.get("accumulate", 1)
+    accumulated = f" x {micro} micro-batches" if micro > 1 else ""
     return (
         f"hpcmem train: {record['model']} {record['params'] / 1e6:.1f}M params, "
-        f"policy {record['policy']['name']}, {record['dtype']}, batch {record['batch']}: "
+        f"policy {record['policy']['name']}, {record['dtype']}, batch {record['batch']}"
+        f"{accumulated}: "
         f"step {step['median']:.1f} ms median (p10 {step['p10']:.1f}, p90 {step['p90']:.1f}), "
         f"first step {record['first_step_ms']:.1f} ms, "
         f"{record['throughput']:.1f} {record['throughput_unit']}"

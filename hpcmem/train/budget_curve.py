@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hpcmem.draw.plots import PALETTE, embed, log_value_axis, panel_grid
-from hpcmem.train.tables import MODEL, STEP
-from hpcmem.units import format_count
+from hpcmem.train.tables import MODEL, STEP, model_title
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -49,7 +48,6 @@ def budget_figure(points: pd.DataFrame) -> str | None:
     models = list(table.groupby(MODEL, sort=True, dropna=False))
     figure, panels = panel_grid(len(models), 2, 5.6, 4.2)
     for axes, (key, group) in zip(panels, models, strict=True):
-        model, params, batch, _seq_len, dtype = key
         curve = group[group["gpu_budget"].notna()].sort_values(MEMORY)
         others = group[group["gpu_budget"].isna()]
         axes.plot(curve[MEMORY] / GiB, curve[STEP], "o-", color=PALETTE[0],
@@ -66,8 +64,7 @@ def budget_figure(points: pd.DataFrame) -> str | None:
         axes.set_xlabel("GPU memory held (GiB); hpcmem points labelled with their budget (GiB)")
         axes.set_ylabel("step time (ms)")
         log_value_axis(axes)
-        axes.set_title(f"{model}, {format_count(params)} params, batch {batch}, {dtype}",
-                       fontsize=10)
+        axes.set_title(model_title(key), fontsize=10)
         axes.legend(fontsize=7)
     return embed(figure, "budget curve: step time against GPU memory held",
                  "Median step time (ms) against the GPU memory each variant held: hpcmem at its "

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import torch
 
     from hpcmem.train.data import SyntheticImages, SyntheticTokens
+    from hpcmem.um.offload import Offload
 
 __all__ = [
     "LEARNING_RATE",
@@ -177,24 +178,30 @@ def train(
     seed: int,
     pinned_inputs: bool = False,
     offload: str | None = None,
+    accumulate: int = 1,
 ) -> TrainResult:
     """Train ``shape`` on ``data`` for ``warmup + steps`` steps under ``memory`` (UnifiedMemory).
 
     ``pinned_inputs``: batches come in pinned host memory and are staged with
     ``memory.stage`` under every policy (as from ``DataLoader(pin_memory=True)``).
     ``offload``: the budget strategy (``host_optimizer``, ``stream``; None: planned), its
-    working weights in the autocast dtype. NVML samples the process's device memory.
+    working weights in the autocast dtype. ``accumulate``: micro-batches per optimizer step,
+    each loss scaled by its share (a step's loss is their mean). NVML samples the process's
+    device memory.
     """
     from contextlib import nullcontext
 
     from hpcmem.um.nvml import NvmlPeak
+    from hpcmem.um.offload import Offload
 
+    chosen = Offload(offload, working_dtype="bfloat16" if dtype == "bf16" else None,
+                     micro_batches=accumulate)
     sampler = NvmlPeak(device.index or 0) if device.type == "cuda" else nullcontext()
     with sampler:
-        model, optimizer, losses = _prepare(shape, memory, device=device, dtype=dtype,
-                                            seed=seed, offload=offload, total=warmup + steps)
+        model, optimizer, losses = _prepare(shape, memory, device=device, seed=seed,
+                                            offload=chosen, total=warmup + steps)
         result = _loop(model, optimizer, losses, data, memory, device=device, dtype=dtype,
-                       warmup=warmup, pinned_inputs=pinned_inputs)
+                       warmup=warmup, pinned_inputs=pinned_inputs, accumulate=accumulate)
     if isinstance(sampler, NvmlPeak):
         result = replace(result, nvml_peak_bytes=sampler.process_bytes,
                          nvml_device_peak_bytes=sampler.device_bytes)
@@ -202,13 +209,12 @@ def train(
 
 
 def _prepare(shape: TransformerShape | CNNShape, memory: Any, *, device: torch.device,
-             dtype: str, seed: int, offload: str | None, total: int) -> tuple[Any, Any, Any]:
+             seed: int, offload: Offload, total: int) -> tuple[Any, Any, Any]:
     """The model, its AdamW and the losses of ``total`` steps, made inside the params scope;
-    the model and optimizer attached to ``memory``."""
+    the model and optimizer attached to ``memory`` (with ``offload`` under a budget)."""
     import torch
 
     from hpcmem.train.networks import build
-    from hpcmem.um.offload import Offload
 
     if device.type == "cuda":  # streams, events and autocast then default to this device
         torch.cuda.set_device(device)
@@ -223,16 +229,15 @@ def _prepare(shape: TransformerShape | CNNShape, memory: Any, *, device: torch.d
         materialize_optimizer_state(optimizer)
         losses = torch.zeros(total, device=device)
     budgeted = getattr(memory, "gpu_budget", None) is not None
-    memory.attach(model, optimizer, offload=Offload(
-        offload, working_dtype="bfloat16" if dtype == "bf16" else None) if budgeted else None)
+    memory.attach(model, optimizer, offload=offload if budgeted else None)
     return model, optimizer, losses
 
 
 def _loop(model: Any, optimizer: Any, losses: Any, data: SyntheticTokens | SyntheticImages,
           memory: Any, *, device: torch.device, dtype: str, warmup: int,
-          pinned_inputs: bool) -> TrainResult:
-    """One timed training step per entry of ``losses``; counts and peaks from those after
-    ``warmup``."""
+          pinned_inputs: bool, accumulate: int) -> TrainResult:
+    """One timed training step (``accumulate`` micro-batches, one optimizer step) per entry
+    of ``losses``; counts and peaks from those after ``warmup``."""
     import torch
 
     total = len(losses)
@@ -247,20 +252,24 @@ def _loop(model: Any, optimizer: Any, losses: Any, data: SyntheticTokens | Synth
         start = time.perf_counter()
         if batch is None:  # the first step has no earlier step to hide its batch behind
             batch = _new_batch(data, memory, device, staging, pinned_inputs)
-        with memory.activations():
-            with autocast:
-                loss = model(batch)
-            loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=False)
-        losses[step] = loss.detach()
-        # A prefetching data loader: the CPU makes the next batch while the device still
-        # works through this step's kernels; the step ends when both are done.
-        upcoming = (
-            _new_batch(data, memory, device, staging, pinned_inputs) if step + 1 < total else None
-        )
-        del loss
-        batch = upcoming  # this step's batch goes back to the inputs pool
+        step_loss = 0.0
+        for micro in range(accumulate):
+            with memory.activations():
+                with autocast:
+                    loss = model(batch) / accumulate if accumulate > 1 else model(batch)
+                loss.backward()
+            step_loss = loss.detach() + step_loss
+            if micro + 1 == accumulate:
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=False)
+            # A prefetching data loader: the CPU makes the next batch while the device still
+            # works through this one's kernels; the step ends when both are done.
+            last = micro + 1 == accumulate and step + 1 == total
+            upcoming = None if last else _new_batch(data, memory, device, staging,
+                                                    pinned_inputs)
+            del loss
+            batch = upcoming  # this batch goes back to the inputs pool
+        losses[step] = step_loss
         _synchronize(device)
         times_ms.append((time.perf_counter() - start) * 1e3)
         if step + 1 == warmup:  # counts and peaks of the timed steps only
@@ -269,7 +278,7 @@ def _loop(model: Any, optimizer: Any, losses: Any, data: SyntheticTokens | Synth
         step_ms=times_ms,
         warmup=warmup,
         losses=losses.tolist(),
-        items_per_step=data.items(),
+        items_per_step=data.items() * accumulate,
         memory=memory.stats(),
         peak_reserved_bytes=(
             torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None

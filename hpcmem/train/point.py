@@ -52,6 +52,7 @@ class TrainPoint:
     warmup: int
     seed: int
     device: str
+    accumulate: int = 1  # micro-batches of ``batch`` samples per optimizer step
 
 
 def default_params(model: str) -> int:
@@ -115,6 +116,7 @@ def make_point(
     warmup: int = 3,
     seed: int = 0,
     device: str = "cuda:0",
+    accumulate: int = 1,
 ) -> TrainPoint:
     """The point these options describe; None takes the model's default (:data:`DEFAULTS`).
 
@@ -166,6 +168,7 @@ def make_point(
         warmup=_at_least("warmup", warmup, 0),
         seed=_at_least("seed", seed, 0),
         device=device,
+        accumulate=_at_least("accumulate", accumulate),
     )
 
 

@@ -10,10 +10,9 @@ from typing import TYPE_CHECKING
 from hpcmem.draw.html import folded_frame
 from hpcmem.draw.plots import PALETTE, embed, panel_grid
 from hpcmem.train.budget_curve import budget_figure
-from hpcmem.train.tables import MODEL_POINT, STEP, step_time_table
+from hpcmem.train.tables import MODEL_POINT, STEP, model_title, step_time_table
 from hpcmem.train.time_bars import time_figure
 from hpcmem.um import PRESETS
-from hpcmem.units import format_count, format_size
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,7 +37,6 @@ def training_figure(points: pd.DataFrame) -> str | None:
     groups = list(steps.groupby(MODEL_POINT, sort=True, dropna=False))
     figure, panels = panel_grid(len(groups), 3, 4.2, 3.9)
     for axes, (key, group) in zip(panels, groups, strict=True):
-        model, params, batch, _seq_len, dtype, budget = key
         policies = list(group["policy"])
         median = group[STEP].to_numpy(dtype=float)
         spread = [median - group["step_ms.p10"].to_numpy(dtype=float),
@@ -54,10 +52,7 @@ def training_figure(points: pd.DataFrame) -> str | None:
             axes.annotate(text, (x, top), textcoords="offset points", xytext=(0, 4),
                           ha="center", va="bottom", fontsize=8)
         axes.margins(y=0.2)
-        title = f"{model}, {format_count(params)} params, batch {batch}, {dtype}"
-        if not pd.isna(budget):
-            title += f", budget {format_size(float(budget))}"
-        axes.set_title(title, fontsize=10)
+        axes.set_title(model_title(key), fontsize=10)
         axes.set_ylabel("step time (ms)")
         axes.set_xlabel("memory policy")
         axes.grid(True, axis="y", alpha=0.3)

@@ -1,8 +1,9 @@
 """What the training benchmark's records hold, declared once for the results pipeline.
 
-A point is (model, parameters asked for, batch, sequence length, dtype, GPU budget,
-memory policy); its key reads
-``train/<model>/params=<n>/batch=<n>/seq=<n|none>/<dtype>/budget=<bytes|none>/policy=<name>``.
+A point is (model, parameters asked for, batch, micro-batches per step, sequence length,
+dtype, GPU budget, memory policy); its key reads
+``train/<model>/params=<n>/batch=<n>[/accum=<n>]/seq=<n|none>/<dtype>/budget=<bytes|none>/policy=<name>``
+(``accum`` only when a step accumulates more than one micro-batch).
 A workflow job sweeps model, params, budget and policy (its folder:
 ``<model>/params=<n>/budget=<bytes|none>/policy=<name>``); batch, sequence length and dtype
 follow from the model. Median and first step times are checked in every run.
@@ -42,6 +43,9 @@ TRAIN = Benchmark(
         Coordinate("params", "params", integer=True, read=_params, swept=True,
                    option="--params", default=lambda point: default_params(point["model"])),
         Coordinate("batch", "batch", integer=True),
+        # micro-batches per optimizer step; records made before the axis ran one
+        Coordinate("accumulate", "accum", integer=True, implied=1,
+                   read=lambda record: record.get("accumulate", 1)),
         Coordinate("seq_len", "seq", missing="none", integer=True),
         Coordinate("dtype"),
         Coordinate("gpu_budget", "budget", missing="none", integer=True, nullable=True,

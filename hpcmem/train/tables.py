@@ -3,21 +3,35 @@ presets (``hpcmem aggregate`` writes it as ``train_step_time.csv``; the report s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from hpcmem.units import format_count, format_size
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["BASELINES", "MODEL", "MODEL_POINT", "STEP", "step_time_table"]
+__all__ = ["BASELINES", "MODEL", "MODEL_POINT", "STEP", "model_title", "step_time_table"]
 
 #: the presets every policy is compared with: managed memory without advice, PyTorch's own
 BASELINES = ("um", "cuda")
-#: the coordinates of a model point: everything but the policy
 #: a model's coordinates: a point without its budget and policy
-MODEL = ["model", "params", "batch", "seq_len", "dtype"]
+MODEL = ["model", "params", "batch", "seq_len", "dtype", "accumulate"]
+#: the coordinates of a model point: everything but the policy
 MODEL_POINT = [*MODEL, "gpu_budget"]
 #: the metric the ratios are taken of
 STEP = "step_ms.median"
+
+
+def model_title(key: tuple[Any, ...]) -> str:
+    """A panel's title for the values of :data:`MODEL` (and a budget after them, if any)."""
+    import pandas as pd
+
+    model, params, batch, _seq_len, dtype, accumulate, *budget = key
+    micro = "" if pd.isna(accumulate) or accumulate == 1 else f" x {accumulate} micro-batches"
+    title = f"{model}, {format_count(params)} params, batch {batch}{micro}, {dtype}"
+    if budget and not pd.isna(budget[0]):
+        title += f", budget {format_size(float(budget[0]))}"
+    return title
 
 
 def step_time_table(points: pd.DataFrame) -> pd.DataFrame:

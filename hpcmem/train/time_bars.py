@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hpcmem.draw.plots import PALETTE, embed, panel_grid
-from hpcmem.train.tables import MODEL, STEP
-from hpcmem.units import format_count, format_size
+from hpcmem.train.tables import MODEL, STEP, model_title
+from hpcmem.units import format_size
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -54,7 +54,6 @@ def time_figure(points: pd.DataFrame) -> str | None:
     figure, panels = panel_grid(len(models), 2, 5.6, 4.2)
     width = 0.8 / len(PARTS)
     for axes, (key, group) in zip(panels, models, strict=True):
-        model, params, batch, _seq_len, dtype = key
         where = np.arange(len(group))
         for index, (column, label) in enumerate(PARTS):
             axes.bar(where + (index - (len(PARTS) - 1) / 2) * width, group[column], width,
@@ -63,8 +62,7 @@ def time_figure(points: pd.DataFrame) -> str | None:
         axes.set_xlabel("GPU budget")
         axes.set_ylabel("ms per step")
         axes.grid(True, axis="y", alpha=0.3)
-        axes.set_title(f"{model}, {format_count(params)} params, batch {batch}, {dtype}",
-                       fontsize=10)
+        axes.set_title(model_title(key), fontsize=10)
         axes.legend(fontsize=7)
     return embed(figure, "where a budgeted step's time goes",
                  "Per budget: the median step beside compute (forward to end of backward), "

@@ -24,7 +24,6 @@ from hpcmem.um.policy import (
     load_policy,
     policy_from_dict,
 )
-from hpcmem.um.stream.plan import plan_budget
 from hpcmem.um.tensors import host_view
 from hpcmem.um.unified import UnifiedMemory
 
@@ -47,7 +46,6 @@ __all__ = [
     "load_policy",
     "managed_limit",
     "oversubscription_allowed",
-    "plan_budget",
     "policy_from_dict",
 ]
 

@@ -1,8 +1,10 @@
-"""Where a budgeted step's time goes: real host-optimizer runs on the CPU, aggregated and drawn."""
+"""Real host-optimizer runs on the CPU (the CPU transport): where a budgeted step's time goes,
+aggregated and drawn, and micro-batches accumulated into one optimizer step."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -19,15 +21,16 @@ from hpcmem.results.summary import read_summary  # noqa: E402
 from hpcmem.train.benchmark import shape_for_params, train_point  # noqa: E402
 from hpcmem.train.data import synthetic_data  # noqa: E402
 from hpcmem.train.point import make_point  # noqa: E402
+from hpcmem.train.spec import TRAIN  # noqa: E402
 from hpcmem.train.time_bars import PARTS, time_parts  # noqa: E402
 
 BUDGETS = ("512M", "1G")
 H200_RUN = Path(__file__).parents[1] / "benchmarks" / "results" / "gpu-20261130-um-stream-f"
 
 
-def _record(budget: str) -> dict:
+def _record(budget: str, accumulate: int = 1) -> dict:
     point = make_point(params="3M", batch=2, seq_len=64, vocab=512, gpu_budget=budget,
-                       steps=3, warmup=1, device="cpu", dtype="fp32")
+                       steps=3, warmup=1, device="cpu", dtype="fp32", accumulate=accumulate)
     data = synthetic_data(point.model, batch=point.batch, seq_len=point.seq_len,
                           vocab=point.vocab, image_size=0, classes=10, seed=point.seed)
     return train_point(point, shape_for_params(point), data, CpuMemory(point.gpu_budget),
@@ -73,3 +76,16 @@ def test_the_report_draws_them_in_the_training_section(runs, tmp_path):
 def test_runs_that_did_not_account_for_their_steps_have_no_bars(tmp_path):
     aggregate([H200_RUN / "train.jsonl"], tmp_path / "summary")  # the streaming strategy's
     assert time_parts(read_summary(tmp_path / "summary").points).empty
+
+
+def test_micro_batches_accumulate_into_one_optimizer_step():
+    record = _record("1G", accumulate=3)
+    assert record["status"] == "ok" and record["accumulate"] == 3
+    offload = record["memory"]["offload"]
+    # the ledger counts optimizer steps: one per timed step, not one per micro-batch
+    assert offload["micro_batches"] == 3 and offload["steps"] == 3
+    tokens = record["batch"] * record["seq_len"] * 3
+    assert record["throughput"] == pytest.approx(tokens / (record["step_ms"]["median"] / 1e3))
+    assert "/batch=2/accum=3/" in TRAIN.point_key(record)
+    # the loss of a step is the mean of its micro-batches': near ln(vocab) at the start
+    assert abs(record["losses"]["first"][0] - math.log(512)) < 0.5
