@@ -23,6 +23,7 @@ strategy's per-step accounting.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -50,7 +51,9 @@ def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variant", choices=("cuda", "deepspeed", "hpcmem"), required=True)
     parser.add_argument("--model", choices=sorted(MODELS), default="gpt2-large")
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=8, help="sequences per micro-batch")
+    parser.add_argument("--accumulate", type=int, default=1,
+                        help="micro-batches per optimizer step (gradient accumulation)")
     parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=3)
@@ -76,12 +79,15 @@ def build(name: str) -> Any:
 
 
 def batches(args: argparse.Namespace, vocab: int):
-    """Pinned random token batches, the same in every variant."""
+    """Pinned random token batches, the same in every variant; one buffer per micro-batch of
+    a step, so no copy still in flight is overwritten before the step synchronises."""
     import torch
 
     generator = torch.Generator().manual_seed(1)
-    buffer = torch.empty(args.batch, args.seq_len, dtype=torch.long, pin_memory=True)
-    while True:
+    ring = [torch.empty(args.batch, args.seq_len, dtype=torch.long, pin_memory=True)
+            for _ in range(args.accumulate)]
+    for index in itertools.count():
+        buffer = ring[index % len(ring)]
         buffer.copy_(torch.randint(vocab, buffer.shape, generator=generator))
         yield buffer
 
@@ -92,8 +98,8 @@ def _to_gpu(batch: Any) -> Any:
 
 def timed(args: argparse.Namespace, step, vocab: int, stage=_to_gpu, warmed=None
           ) -> tuple[list[float], list[float]]:
-    """``warmup + steps`` calls of ``step(stage(batch))``: their wall-clock ms and losses;
-    ``warmed()`` runs after the warm-up steps."""
+    """``warmup + steps`` calls of ``step(micro_batches)``, each a list of ``accumulate``
+    staged batches: their wall-clock ms and losses; ``warmed()`` runs after the warm-up."""
     import torch
 
     times, losses = [], []
@@ -101,7 +107,7 @@ def timed(args: argparse.Namespace, step, vocab: int, stage=_to_gpu, warmed=None
     for index in range(args.warmup + args.steps):
         torch.cuda.synchronize()
         start = time.perf_counter()
-        loss = step(stage(next(source)))
+        loss = step([stage(next(source)) for _ in range(args.accumulate)])
         torch.cuda.synchronize()
         times.append((time.perf_counter() - start) * 1e3)
         losses.append(float(loss))
@@ -112,18 +118,22 @@ def timed(args: argparse.Namespace, step, vocab: int, stage=_to_gpu, warmed=None
 
 def plain_step(model: Any, optimizer: Any,
                scope: Callable[[], AbstractContextManager[Any]] = nullcontext) -> Any:
-    """One bf16-autocast training step of a causal LM, forward and backward inside ``scope``
-    (hpcmem's activations scope; nothing for the plain run)."""
+    """One bf16-autocast training step of a causal LM over its micro-batches, each forward and
+    backward inside ``scope`` (hpcmem's activations scope; nothing for the plain run), each
+    loss scaled by its share; one optimizer step. Returns the mean loss."""
     import torch
 
-    def step(ids):
-        with scope():
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = model(input_ids=ids, labels=ids).loss
-            loss.backward()
+    def step(micro_batches):
+        total = 0.0
+        for ids in micro_batches:
+            with scope():
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(input_ids=ids, labels=ids).loss / len(micro_batches)
+                loss.backward()
+            total = loss.detach() + total
         optimizer.step()
         optimizer.zero_grad()
-        return loss.detach()
+        return total
 
     return step
 
@@ -151,7 +161,7 @@ def run_deepspeed(args: argparse.Namespace, model: Any) -> dict[str, Any]:
         model.gradient_checkpointing_enable({"use_reentrant": False})
     config = {
         "train_micro_batch_size_per_gpu": args.batch,
-        "gradient_accumulation_steps": 1,
+        "gradient_accumulation_steps": args.accumulate,
         "bf16": {"enabled": True},
         "optimizer": {"type": "AdamW",
                       "params": {"lr": LEARNING_RATE, "weight_decay": WEIGHT_DECAY}},
@@ -162,11 +172,14 @@ def run_deepspeed(args: argparse.Namespace, model: Any) -> dict[str, Any]:
     engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                       config=config)
 
-    def step(ids):
-        loss = engine(input_ids=ids, labels=ids).loss
-        engine.backward(loss)
-        engine.step()
-        return loss.detach()
+    def step(micro_batches):  # the engine scales each loss and steps at the last one
+        total = 0.0
+        for ids in micro_batches:
+            loss = engine(input_ids=ids, labels=ids).loss
+            engine.backward(loss)
+            engine.step()
+            total = loss.detach() / len(micro_batches) + total
+        return total
 
     times, losses = timed(args, step, model.config.vocab_size)
     return {"times": times, "losses": losses, "deepspeed": deepspeed.__version__,
@@ -183,7 +196,7 @@ def run_hpcmem(args: argparse.Namespace, model: Any, budget: int) -> dict[str, A
         model.gradient_checkpointing_enable({"use_reentrant": False})
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE,
                                   weight_decay=WEIGHT_DECAY)
-    offload = Offload(working_dtype="bfloat16")
+    offload = Offload(working_dtype="bfloat16", micro_batches=args.accumulate)
     used = {}  # the device's used memory (cudaMemGetInfo): everything, the context included
     with UnifiedMemory("hpcmem", device=0, gpu_budget=budget) as um:
         um.attach(model, optimizer, offload=offload)
@@ -209,7 +222,8 @@ def _budget(args: argparse.Namespace) -> int | None:
         records = [json.loads(line) for line in args.out.read_text().splitlines() if line]
         held = [r["peak_reserved_bytes"] for r in records
                 if r.get("variant") == args.budget_from and r.get("status") == "ok"
-                and r.get("model") == args.model]
+                and r.get("model") == args.model
+                and r.get("accumulate", 1) == args.accumulate]
         if held:
             return held[-1]
     return int(args.budget_gib * 2**30) if args.budget_gib else None
@@ -227,6 +241,7 @@ def main() -> int:
     budget = _budget(args) if args.variant == "hpcmem" else None
     record: dict[str, Any] = {
         "variant": args.variant, "model": args.model, "batch": args.batch,
+        "accumulate": args.accumulate,
         "seq_len": args.seq_len, "checkpointing": args.checkpointing, "gpu_budget": budget,
         "repeat": args.repeat, "git": os.environ.get("HPCMEM_GIT_SHA"),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

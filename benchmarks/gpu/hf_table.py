@@ -48,25 +48,29 @@ def accounting(ours: list[dict[str, Any]]) -> str:
 
 
 def table(records: list[dict[str, Any]]) -> str:
-    """Markdown: one table per model, then the hpcmem accounting."""
+    """Markdown: one table per model and work per step, then the hpcmem accounting."""
     lines = []
-    by_model: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    by_model: dict[tuple[str, int, int, int], dict[str, list[dict[str, Any]]]] = defaultdict(
+        lambda: defaultdict(list))
     for record in records:
-        by_model[record["model"]][record["variant"]].append(record)
-    for model, variants in by_model.items():
+        work = (record["model"], record["batch"], record["seq_len"], record.get("accumulate", 1))
+        by_model[work][record["variant"]].append(record)
+    for (model, batch, seq_len, accumulate), variants in by_model.items():
         ok = {v: [r for r in rs if r["status"] == "ok"] for v, rs in variants.items()}
         step = {v: _median(rs, lambda r: r["step_ms"]["median"]) for v, rs in ok.items()}
-        lines += [f"## {model}", "",
-                  "| variant | checkpointing | budget GiB | step ms (repeats) | GiB allocated / "
-                  "reserved | NVML GiB | vs ZeRO-Offload | vs cuda |",
-                  "|---|---|---|---|---|---|---|---|"]
+        tokens = batch * seq_len * accumulate
+        micro = f" x {accumulate} micro-batches" if accumulate > 1 else ""
+        lines += [f"## {model}, {batch} x {seq_len} tokens{micro} per step", "",
+                  "| variant | checkpointing | budget GiB | step ms (repeats) | tokens/s | GiB "
+                  "allocated / reserved | NVML GiB | vs ZeRO-Offload | vs cuda |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for variant in ORDER:
             runs = ok.get(variant, [])
             if not runs:
                 failed = variants.get(variant, [])
                 if failed:
                     lines.append(f"| {LABELS[variant]} | | | {failed[-1].get('reason', '')[:120]}"
-                                 " | | | | |")
+                                 " | | | | | |")
                 continue
             each = ", ".join(_ms(r["step_ms"]["median"]) for r in runs)
             ratio = {base: (f"{step[variant] / step[base]:.2f}x" if step.get(base) else "—")
@@ -74,6 +78,7 @@ def table(records: list[dict[str, Any]]) -> str:
             lines.append(
                 f"| {LABELS[variant]} | {runs[0]['checkpointing']} | "
                 f"{_gib(runs[0].get('gpu_budget'))} | **{_ms(step[variant])}** ({each}) | "
+                f"{tokens / step[variant] * 1e3:,.0f} | "
                 f"{_gib(_median(runs, lambda r: r['peak_allocated_bytes']))} / "
                 f"{_gib(_median(runs, lambda r: r['peak_reserved_bytes']))} | "
                 f"{_gib(_median(runs, lambda r: r.get('nvml_peak_bytes')))} | "

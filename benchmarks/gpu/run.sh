@@ -18,7 +18,8 @@
 #               bf16, AdamW), one process per variant, interleaved (HPCMEM_HF_REPEATS, 1): cuda,
 #               DeepSpeed ZeRO-2 + offload_optimizer cpu + HF checkpointing, hpcmem at the budget
 #               ZeRO-Offload reserved (hf.jsonl, hf.md). DeepSpeed is installed for it from the
-#               source distribution HPCMEM_DEEPSPEED_SDIST (its pure-Python needs in .whl/)
+#               source distribution HPCMEM_DEEPSPEED_SDIST (its pure-Python needs in .whl/);
+#               HPCMEM_HF_ACCUMULATE (default 1; "1 8": both) micro-batches per optimizer step
 # HPCMEM_GPU_TESTS (tests/test_*.py) picks the test files, HPCMEM_TEST_SECONDS (300) caps them; HPCMEM_BENCH_SECONDS (480) the benchmark part; HPCMEM_BENCH_REPEATS (2) the repeats;
 # HPCMEM_BUDGETS the budget fractions of the 0.35B group; HPCMEM_FSDP and HPCMEM_FSDP_1_3B the
 # FSDP2 variants of the budget groups (plain, activations; empty: none).
@@ -124,13 +125,16 @@ if want hf-offload; then
       export PYTHONPATH=$PYTHONPATH:$TMP_DIR/deepspeed-site || echo "DeepSpeed did not install (bench.log)"
   fi
   for repeat in $(seq 1 "${HPCMEM_HF_REPEATS:-1}"); do
-    for variant in ${HPCMEM_HF_VARIANTS:-cuda deepspeed hpcmem}; do
-      cap=$(( DEADLINE - SECONDS - 10 )); (( cap > 240 )) && cap=240
-      (( cap > 20 )) || { echo "skipped (out of time): hf $variant" | tee -a "$OUT/bench.log"; status=1; continue; }
-      extra=(); [[ $variant == hpcmem ]] && extra=(--budget-from deepspeed --budget-gib 9.6)
-      timeout "$cap" "$PY" benchmarks/gpu/hf_offload.py --variant "$variant" --repeat "$repeat" \
-        --model "${HPCMEM_HF_MODEL:-gpt2-large}" --out "$OUT/hf.jsonl" "${extra[@]}" 2>&1 |
-        relative | tee -a "$OUT/bench.log" | grep -v -E "^\s|Warning|warn" | tail -3
+    for accumulate in ${HPCMEM_HF_ACCUMULATE:-1}; do
+      for variant in ${HPCMEM_HF_VARIANTS:-cuda deepspeed hpcmem}; do
+        cap=$(( DEADLINE - SECONDS - 10 )); (( cap > 240 )) && cap=240
+        (( cap > 20 )) || { echo "skipped (out of time): hf $variant" | tee -a "$OUT/bench.log"; status=1; continue; }
+        extra=(); [[ $variant == hpcmem ]] && extra=(--budget-from deepspeed --budget-gib 9.6)
+        timeout "$cap" "$PY" benchmarks/gpu/hf_offload.py --variant "$variant" --repeat "$repeat" \
+          --model "${HPCMEM_HF_MODEL:-gpt2-large}" --accumulate "$accumulate" \
+          --out "$OUT/hf.jsonl" "${extra[@]}" 2>&1 |
+          relative | tee -a "$OUT/bench.log" | grep -v -E "^\s|Warning|warn" | tail -3
+      done
     done
   done
   [[ -s $OUT/hf.jsonl ]] && "$PY" benchmarks/gpu/hf_table.py "$OUT/hf.jsonl" | tee "$OUT/hf.md"
