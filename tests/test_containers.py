@@ -24,6 +24,7 @@ from hpcmem.collectives.container_report import overhead_table
 from hpcmem.results.aggregate import aggregate
 from hpcmem.results.native_comparison import container_section
 from hpcmem.results.summary import read_summary
+from hpcmem.workflow.apptainer import runtime_version
 from hpcmem.workflow.container_images import (
     ContainerError,
     ImageRef,
@@ -37,7 +38,6 @@ from hpcmem.workflow.containers import (
     DEFAULT_GPU_BASE,
     DEFAULT_MIRROR,
     resolve_container,
-    runtime_version,
 )
 
 REPO = Path(__file__).resolve().parents[1]

@@ -30,8 +30,9 @@ from slurm_site import site_profile
 
 from hpcmem.record.jsonl import read_records
 from hpcmem.results.schema import validate_record
+from hpcmem.workflow.apptainer import runtime_version
 from hpcmem.workflow.container_images import ImageRef, host_arch
-from hpcmem.workflow.containers import DEFAULT_MIRROR, runtime_version
+from hpcmem.workflow.containers import DEFAULT_MIRROR
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = Path("results", "e2e")

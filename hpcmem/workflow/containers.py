@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpcmem.workflow.apptainer import exec_command
 from hpcmem.workflow.container_images import (
     ContainerError,
     ImageRef,
@@ -55,7 +55,6 @@ __all__ = [
     "container_binds",
     "find_runtime",
     "resolve_container",
-    "runtime_version",
 ]
 
 #: container runtimes, in order of preference (Apptainer also installs `singularity`)
@@ -81,20 +80,6 @@ def find_runtime(path: str | None = None) -> str | None:
         if found:
             return found
     return None
-
-
-def runtime_version(runtime: str) -> str:
-    """The runtime's version (``1.4.5`` of ``apptainer version 1.4.5``); raises
-    :class:`ContainerError` when it does not run."""
-    try:
-        out = subprocess.run([runtime, "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise ContainerError(f"{runtime} --version: {error}") from None
-    words = out.stdout.split()
-    if out.returncode != 0 or not words:
-        message = (out.stderr or out.stdout).strip().splitlines()
-        raise ContainerError(f"{runtime} --version failed: {message[-1] if message else ''}")
-    return words[-1]
 
 
 @dataclass(frozen=True)
@@ -175,14 +160,9 @@ class ContainerPlan:
         """
         if image.image is None:
             return [*launcher, *command]
-        words = [*launcher, image.runtime or str(self.runtime), "exec"]
-        if image.gpu:
-            words.append("--nv")
-        for bind in self.binds:
-            words += ["--bind", bind]
-        for name, value in image.environment().items():
-            words += ["--env", f"{name}={value}"]
-        return [*words, image.image, *command]
+        return exec_command(image.runtime or str(self.runtime), image.image, command,
+                            binds=self.binds, env=image.environment(), nv=image.gpu,
+                            launcher=launcher)  # fmt: skip
 
 
 def _enabled(value: Any) -> bool | str:

@@ -24,14 +24,9 @@ from pathlib import Path
 from typing import TextIO
 
 from hpcmem.record.jsonl import atomic_open
-from hpcmem.workflow.container_images import (
-    ContainerError,
-    ImageRef,
-    checked_image,
-    obtain_image,
-    parse_definition,
-)
-from hpcmem.workflow.containers import runtime_version
+from hpcmem.workflow.apptainer import runtime_version
+from hpcmem.workflow.container_images import ContainerError, ImageRef, checked_image, obtain_image
+from hpcmem.workflow.definitions import parse_definition
 
 #: what `hpcmem bind` and `hpcmem collectives` import in the CPU image, besides hpcmem
 IMAGE_PACKAGES = ("numpy", "mpi4py")
