@@ -1,13 +1,14 @@
 """Apptainer images: cache keys, atomic cached builds, and what a run used.
 
 An image is cached in ``IMAGE_DIR/NAME-KEY.sif`` where KEY digests what it is made of: the
-definition, its build arguments, the content of every ``%files`` source (a wheel by its
-members, so rebuilding an unchanged wheel keeps the key) and the host architecture. A build
-writes a hidden partial file and renames it into place, then writes ``NAME-KEY.json`` next to
-it; only an image with that file counts as built, and ``NAME-KEY.log`` keeps its build log.
-Builds of one key are serialised by a lock. Before a run uses an image it is checked: made
-for this host, and it starts and imports hpcmem here (:data:`PROBE`, whose answer, the
-image's own library versions, the reference keeps).
+definition, its build arguments, the content of every ``%files`` source (the source tree) and
+of every folder bound into the build (a wheelhouse; a wheel by its members, so a rebuilt
+unchanged wheel keeps the key), and the host architecture. A build writes a hidden partial
+file and renames it into place, then writes ``NAME-KEY.json`` next to it; only an image with
+that file counts as built, and ``NAME-KEY.log`` keeps its build log. Builds of one key are
+serialised by a lock. Before a run uses an image it is checked: made for this host, and it
+starts and imports hpcmem here (:data:`PROBE`, whose answer, the image's own library versions,
+the reference keeps).
 
 The runtime itself is driven by :mod:`hpcmem.workflow.apptainer`; definitions are parsed by
 :mod:`hpcmem.workflow.definitions` (``parse_definition`` is re-exported for callers of this
@@ -16,7 +17,7 @@ module).
 Example::
 
     definition = parse_definition("containers/hpcmem-cpu.def")
-    args = {"MIRROR": "http://deb.debian.org/debian", "WHEELHOUSE": "/tmp/wheels"}
+    args = {"MIRROR": "http://deb.debian.org/debian", "DEBIAN": "trixie"}
     ref = obtain_image("hpcmem-cpu", definition, args, image_dir="results/images",
                        runtime="/usr/bin/apptainer", runtime_version="1.4.5", context=".",
                        log=sys.stderr)
@@ -35,7 +36,7 @@ import re
 import shutil
 import time
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,21 +98,26 @@ def _update_with(digest: Any, path: Path, name: str) -> None:
         digest.update(hashlib.sha256(path.read_bytes()).digest())
 
 
-def cache_key(definition: Definition, args: Mapping[str, str],
-              context: str | os.PathLike[str]) -> str:  # fmt: skip
+def cache_key(definition: Definition, args: Mapping[str, str], context: str | os.PathLike[str],
+              binds: Sequence[str] = ()) -> str:  # fmt: skip
     """What an image is made of, digested: definition, build args, the content of the
-    ``%files`` sources (relative to ``context``; not where they are), the host architecture
-    and how the file system is packed."""
+    ``%files`` sources (relative to ``context``; not where they are) and of the folders bound
+    into the build (``SRC:DEST[:ro]``: a wheelhouse), the host architecture and how the file
+    system is packed."""
     files = definition.files_variables()
     values = {k: v for k, v in definition.build_args(args).items() if k not in files}
     digest = hashlib.sha256(definition.text.encode())
     digest.update(json.dumps(sorted(values.items())).encode())
     digest.update(f"{host_arch()}\0{SQUASHFS_OPTIONS}".encode())
-    for number, source in enumerate(definition.files_sources(args)):
-        path = Path(context, source)
+    sources = [(f"%files source {source}", Path(context, source), str(number))
+               for number, source in enumerate(definition.files_sources(args))]  # fmt: skip
+    for bind in binds:
+        source, _, dest = bind.partition(":")
+        sources.append((f"bound folder {source}", Path(source), dest))
+    for what, path, name in sources:
         if not path.exists():
-            raise ContainerError(f"{definition.path}: %files source {source} does not exist")
-        _update_with(digest, path, str(number))  # by position: a source may be a temporary copy
+            raise ContainerError(f"{definition.path}: {what} does not exist")
+        _update_with(digest, path, name)  # by position or mount point: sources may be copies
     return digest.hexdigest()[:16]
 
 
@@ -187,14 +193,14 @@ def _last_error(log_path: str | None) -> str:
 
 
 def build_image(definition: Definition, args: Mapping[str, str], image: Path, *, runtime: str,
-                context: str | os.PathLike[str], log: TextIO, log_path: str | None = None
-                ) -> None:  # fmt: skip
+                context: str | os.PathLike[str], log: TextIO, log_path: str | None = None,
+                binds: Sequence[str] = ()) -> None:  # fmt: skip
     """Build ``image`` from ``definition``; it appears only once complete (a hidden partial
     file renamed into place). A failure raises naming the definition and the build log."""
     partial = image.with_name(f".{image.name}.{os.getpid()}.partial")
     try:
         apptainer.build(runtime, definition.path, partial, build_args=definition.build_args(args),
-                        binds=(), context=context, log=log)  # fmt: skip
+                        binds=binds, context=context, log=log)  # fmt: skip
     except ContainerError as error:
         partial.unlink(missing_ok=True)
         log.flush()
@@ -228,12 +234,13 @@ def checked_image(ref: ImageRef, log: TextIO) -> ImageRef:
 def obtain_image(name: str, definition: Definition, args: Mapping[str, str], *,
                  image_dir: str | os.PathLike[str], runtime: str, runtime_version: str,
                  context: str | os.PathLike[str], log: TextIO, log_path: str | None = None,
-                 gpu: bool = False) -> ImageRef:  # fmt: skip
-    """The cached image of ``definition`` with ``args``, built when missing, then checked
-    (:func:`checked_image`). Raises :class:`ContainerError` naming the build log."""
+                 gpu: bool = False, binds: Sequence[str] = ()) -> ImageRef:  # fmt: skip
+    """The cached image of ``definition`` with ``args`` (and ``binds`` while it builds), built
+    when missing, then checked (:func:`checked_image`). Raises :class:`ContainerError` naming
+    the build log."""
     folder = Path(image_dir).absolute()
     folder.mkdir(parents=True, exist_ok=True)
-    key = cache_key(definition, args, context)
+    key = cache_key(definition, args, context, binds)
     image, stamp = folder / f"{name}-{key}.sif", folder / f"{name}-{key}.json"
     started = time.monotonic()
     ref = ImageRef(name=name, gpu=gpu, image=str(image), runtime=runtime,
@@ -245,7 +252,7 @@ def obtain_image(name: str, definition: Definition, args: Mapping[str, str], *,
                 stale.unlink()
             stamp.unlink(missing_ok=True)
             build_image(definition, args, image, runtime=runtime, context=context, log=log,
-                        log_path=log_path)  # fmt: skip
+                        log_path=log_path, binds=binds)  # fmt: skip
             seconds = round(time.monotonic() - started, 1)
             ref = checked_image(dataclasses.replace(ref, built=True, build_seconds=seconds), log)
             if log_path:  # how the image was made stays with it

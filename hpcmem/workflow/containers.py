@@ -44,8 +44,10 @@ from hpcmem.workflow.container_images import (
     image_arch,
     parse_definition,
 )
+from hpcmem.workflow.wheelhouse import check_pip_source, pip_source
 
 __all__ = [
+    "DEFAULT_DEBIAN",
     "DEFAULT_GPU_BASE",
     "DEFAULT_MIRROR",
     "RUNTIMES",
@@ -61,8 +63,10 @@ __all__ = [
 RUNTIMES = ("apptainer", "singularity")
 #: the Debian mirror the CPU image bootstraps from (config container.mirror)
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
+#: the Debian release of the CPU image (config container.debian)
+DEFAULT_DEBIAN = "bookworm"
 #: the base image of the GPU image (config container.gpu_base)
-DEFAULT_GPU_BASE = "nvidia/cuda:12.6.3-devel-ubuntu22.04"
+DEFAULT_GPU_BASE = "nvidia/cuda:12.6.3-devel-ubuntu24.04"
 _INSTALL_HINT = "install Apptainer (https://apptainer.org/docs/admin/main/installation.html)"
 
 
@@ -84,13 +88,17 @@ def find_runtime(path: str | None = None) -> str | None:
 
 @dataclass(frozen=True)
 class ImageSpec:
-    """One image the workflow may run in: built from ``definition``, or ``prebuilt``."""
+    """One image the workflow may run in: built from ``definition`` (``build_binds`` mounted
+    while it builds; with ``download_wheels``, a wheelhouse this host's pip makes for that
+    Debian release), or ``prebuilt``."""
 
     name: str
     definition: Path
     build_args: Mapping[str, str]
     prebuilt: Path | None
     gpu: bool
+    build_binds: tuple[str, ...] = ()
+    download_wheels: str | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +142,10 @@ class ContainerPlan:
                    source_dir]  # fmt: skip
         for arg, value in spec.build_args.items():
             options += ["--build-arg", f"{arg}={value}"]
+        for bind in spec.build_binds:
+            options += ["--bind", bind]
+        if spec.download_wheels:
+            options += ["--download-wheels", spec.download_wheels]
         if spec.prebuilt:
             options += ["--prebuilt", str(spec.prebuilt)]
         return options + (["--gpu"] if spec.gpu else []) + (["--required"] if self.required
@@ -177,10 +189,13 @@ def _spec(settings: Mapping[str, Any], kind: str, source_dir: Path) -> ImageSpec
     gpu = kind == "gpu"
     default = "containers/hpcmem.def" if gpu else "containers/hpcmem-cpu.def"
     definition = source_dir / settings.get(f"{kind}_definition", default)
+    release = None if gpu else settings.get("debian", DEFAULT_DEBIAN)
+    pip = pip_source(settings, release)
     if gpu:
-        build_args = {"BASE": settings.get("gpu_base", DEFAULT_GPU_BASE)}
+        build_args = {**pip.build_args, "BASE": settings.get("gpu_base", DEFAULT_GPU_BASE)}
     else:
-        build_args = {"MIRROR": settings.get("mirror", DEFAULT_MIRROR)}
+        build_args = {**pip.build_args, "MIRROR": settings.get("mirror", DEFAULT_MIRROR),
+                      "DEBIAN": str(release)}  # fmt: skip
     prebuilt = settings.get(f"{kind}_image")
     return ImageSpec(
         name="hpcmem" if gpu else "hpcmem-cpu",
@@ -188,6 +203,8 @@ def _spec(settings: Mapping[str, Any], kind: str, source_dir: Path) -> ImageSpec
         build_args=build_args,
         prebuilt=Path(prebuilt).absolute() if prebuilt else None,
         gpu=gpu,
+        build_binds=pip.binds,
+        download_wheels=pip.download,
     )
 
 
@@ -198,7 +215,7 @@ def _check_spec(spec: ImageSpec, runtime: str) -> None:
     if spec.prebuilt is None:
         try:
             definition = parse_definition(spec.definition)
-            definition.check_arguments(spec.build_args, workflow=("WHEELHOUSE",))
+            definition.check_arguments(spec.build_args)
         except ContainerError as error:
             raise ContainerError(f"container.{kind}_definition: {error}") from None
         return
@@ -238,6 +255,7 @@ def resolve_container(
     if runtime is None:
         how = ("no apptainer or singularity on PATH, " if mode else "") + "running natively"
     else:
+        check_pip_source(settings)
         _check_spec(cpu, runtime)
         _check_spec(gpu, runtime)
         how = f"running in images through {runtime}" + (
