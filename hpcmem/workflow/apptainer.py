@@ -116,6 +116,8 @@ def _call(runtime: str, what: str, operation: Callable[[], Any]) -> Any:
     with _as_singularity(runtime):
         try:
             return operation()
+        except ContainerError:
+            raise
         except SystemExit as stop:  # spython's bot.exit on a refused argument
             raise ContainerError(f"{what}: spython stopped (exit status {stop.code})") from None
         except (OSError, subprocess.SubprocessError, ValueError, KeyError, IndexError) as error:

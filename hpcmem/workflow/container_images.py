@@ -218,9 +218,9 @@ def checked_image(ref: ImageRef, log: TextIO) -> ImageRef:
     arch = image_arch(runtime, image)
     if arch != host_arch():
         raise ContainerError(f"{image} is built for {arch}, this host runs {host_arch()}")
-    log.write(f"+ {runtime} exec {image} python -c PROBE\n")
-    try:
-        libraries = json.loads(apptainer.execute(runtime, image, ["python", "-c", PROBE]))
+    log.write(f"+ {runtime} exec {image} python -I -c PROBE\n")
+    try:  # -I: the image's own hpcmem, not a source tree in the working directory (bound in)
+        libraries = json.loads(apptainer.execute(runtime, image, ["python", "-I", "-c", PROBE]))
     except ContainerError as error:
         raise ContainerError(f"{image} does not run here: {error}") from None
     except ValueError as error:
