@@ -163,11 +163,12 @@ def test_the_suite_image_is_debian_13_built_inside_itself(
     assert "--no-index --find-links /opt/hpcmem/wheelhouse" in log
     assert "Looking in indexes" not in log and "Looking in links: /opt/hpcmem/wheelhouse" in log
 
-    # the same definition, arguments, sources and wheels again: the cached image
+    # the same definition, arguments, sources and wheels again: the cached image; from the
+    # repository root, as `make run` runs it, so the check must not import the source tree
     config = {"container": image_settings(cpu_image.wheelhouse)}
     options = resolve_container(config, source_dir=REPO).build_options("hpcmem-cpu", str(REPO))
     started = time.monotonic()
-    again = build_script(*options, "--out", str(tmp_path / "again.json"), cwd=tmp_path)
+    again = build_script(*options, "--out", str(tmp_path / "again.json"), cwd=REPO)
     assert again.returncode == 0, again.stderr
     assert again.stderr == f"hpcmem: image hpcmem-cpu: {image} (cached, {ref.digest})\n"
     assert time.monotonic() - started < 60
