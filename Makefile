@@ -22,7 +22,7 @@ PACKAGE_SOURCES := $(shell find native hpcmem -type f -not -path "*/__pycache__/
 # one instead.
 OSU_DIR ?= $(HOME)/.cache/hpcmem/osu-7.4
 
-.PHONY: setup native run test lint bench bench-osu clean container-runtime osu
+.PHONY: setup native run test lint bench bench-osu clean container-runtime osu vm-image
 
 setup: $(STAMPS)/system $(STAMPS)/python $(STAMPS)/native
 
@@ -48,7 +48,7 @@ run: setup
 	tools/run-workflow.sh
 
 lint: setup
-	$(BIN)/ruff check hpcmem tests benchmarks workflow/scripts
+	$(BIN)/ruff check hpcmem tests benchmarks workflow/scripts examples
 	$(BIN)/snakemake --lint --snakefile workflow/Snakefile --directory . --quiet
 
 container-runtime:
@@ -63,6 +63,12 @@ osu:
 	  tools/build-osu.sh "$(HPCMEM_OSU_TARBALL)" "$(OSU_DIR)"; \
 	else echo "hpcmem: no OSU tarball (HPCMEM_OSU_TARBALL: $(or $(HPCMEM_OSU_TARBALL),unset);" \
 	  "set it to an OSU 7.x source tarball): OSU_DIR=$(OSU_DIR) used as it is"; fi
+
+# the HBM test VMs' boot image, built once into VM_CACHE; the VM tests
+# (tests/test_vm_topologies.py) build it themselves when it is missing
+VM_CACHE ?= $(or $(HPCMEM_VM_CACHE),$(HOME)/.cache/hpcmem/vm)
+vm-image: $(STAMPS)/system
+	mkdir -p "$(VM_CACHE)" && flock "$(VM_CACHE)/build.lock" tools/vm/build-image.sh "$(VM_CACHE)"
 
 test: setup lint container-runtime osu
 	HPCMEM_OSU_DIR="$(abspath $(OSU_DIR))" PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q tests

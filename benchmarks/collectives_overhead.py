@@ -164,7 +164,8 @@ def markdown(result: dict) -> str:
         f"- Machine: {m['host']}, {m['cpu']}, {m['cpus']} CPUs, "
         f"{len(m['numa_nodes'])} NUMA node(s), kernel {m['kernel']}",
         f"- MPI: {m['mpi']['library']}; mpi4py {m['mpi']['mpi4py']}; "
-        f"memkind {m['memkind']['version']}; Python {m['python']}",
+        f"HBW backend {m['hbw_backend']['name']} {m['hbw_backend']['version']}; "
+        f"Python {m['python']}",
         f"- Load average (1 min) before/after: {result['load_average_1min']['before']:.2f} / "
         f"{result['load_average_1min']['after']:.2f} (the machine is shared with other builds; "
         "absolute latencies move with it, the paired overhead much less)",

@@ -49,7 +49,7 @@ def machine() -> dict:
             for n in info["numa_nodes"]
         ],
         "hbw": info["hbw"],
-        "memkind": info["memkind"],
+        "hbw_backend": info["hbw_backend"],
         "mpi": info["mpi"],
         "python": platform.python_version(),
     }

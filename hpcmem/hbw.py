@@ -1,18 +1,19 @@
-"""NumPy arrays in high-bandwidth memory (and other tiers) through memkind.
+"""NumPy arrays in high-bandwidth memory (and other tiers) through UMF or memkind.
 
-Kinds: ``dram`` (MEMKIND_DEFAULT), ``hbw`` (MEMKIND_HBW: an error without an HBW
-node), ``hbw_preferred`` (HBW, falling back to DRAM with a warning),
-``hbw_interleave`` (pages interleaved over the HBW nodes) and ``dax_kmem`` (CXL or
-persistent memory exposed as system RAM, MEMKIND_DAX_KMEM).
+Kinds: ``dram`` (the default policy), ``hbw`` (bound to the HBW nodes nearest the
+process: an error without an HBW node), ``hbw_preferred`` (HBW, falling back to DRAM with
+a warning), ``hbw_interleave`` (pages interleaved over every HBW node) and ``dax_kmem``
+(CXL or persistent memory exposed as system RAM). Which backend serves them and on which
+nodes: :mod:`hpcmem.hbw_native`.
 
 Examples
 --------
 >>> from hpcmem import hbw
 >>> a = hbw.zeros((1024, 1024), dtype="float32", kind="hbw_preferred")
 >>> hbw.placement(a).to_record()["nodes"]          # doctest: +SKIP
-{'0': 1025}
+{'0': 1024}
 >>> with hbw.allocator("hbw_preferred"):           # every array made here
-...     b = a + 1                                   # comes from memkind
+...     b = a + 1                                   # comes from the backend
 """
 
 from __future__ import annotations
@@ -30,23 +31,28 @@ from typing import Any
 
 import numpy as np
 
-from hpcmem.errors import HpcmemError
+from hpcmem.hbw_native import (
+    BackendNotBuiltError,
+    KindUnavailableError,
+    backend,
+    native,
+)
 from hpcmem.node import topology
 
 __all__ = [
     "HBW_KINDS",
     "KINDS",
+    "BackendNotBuiltError",
     "HBWFallbackWarning",
     "HBWUnavailableError",
     "KindUnavailableError",
-    "MemkindNotBuiltError",
     "Placement",
     "allocator",
+    "backend",
     "empty",
     "empty_like",
     "handler_name",
     "kind_of",
-    "memkind_version",
     "placement",
     "resolve_kind",
     "verify",
@@ -55,44 +61,16 @@ __all__ = [
 
 KINDS = ("dram", "hbw", "hbw_preferred", "hbw_interleave", "dax_kmem")
 HBW_KINDS = ("hbw", "hbw_preferred", "hbw_interleave")
-HANDLER_PREFIX = "hpcmem_memkind_"
-INSTALL_HINT = (
-    "install memkind and rebuild: apt-get install libmemkind-dev libnuma-dev "
-    "(RHEL/Rocky: dnf install memkind-devel numactl-devel), then `make native` "
-    "or `pip install .`"
-)
-
-
-class KindUnavailableError(HpcmemError, RuntimeError):
-    """A memory kind cannot allocate on this machine."""
+HANDLER_PREFIX = "hpcmem_"  # then the backend and the kind: hpcmem_umf_hbw
+DECLARE_HBW = "declare HBW nodes with HPCMEM_HBW_NODES=<nodes>"
 
 
 class HBWUnavailableError(KindUnavailableError):
     """``hbw`` or ``hbw_interleave`` was asked for and there is no HBW node."""
 
 
-class MemkindNotBuiltError(KindUnavailableError):
-    """hpcmem._hbw cannot be loaded (built without memkind, or memkind is gone)."""
-
-
 class HBWFallbackWarning(UserWarning):
     """``hbw_preferred`` found no HBW node and took the memory from DRAM."""
-
-
-def _native() -> ModuleType:
-    try:
-        from hpcmem import _hbw
-    except ImportError as error:
-        raise MemkindNotBuiltError(
-            f"hpcmem._hbw cannot be loaded ({error}): hpcmem was built without memkind "
-            f"or memkind is gone; {INSTALL_HINT}"
-        ) from None
-    return _hbw
-
-
-def memkind_version() -> str:
-    """The memkind version hpcmem runs with, e.g. ``'1.14.0'``."""
-    return _native().memkind_version()
 
 
 def _caller_stacklevel() -> int:
@@ -114,29 +92,30 @@ def resolve_kind(kind: str) -> str:
     """
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
-    code = _native().check_available(kind)
+    code = native().check_available(kind)
     if code == 0:
         return kind
     if kind == "hbw_preferred":
         warnings.warn(
             "kind 'hbw_preferred': no high-bandwidth NUMA node, the memory comes from DRAM "
-            "(declare HBW nodes with MEMKIND_HBW_NODES=<nodes>)",
+            f"({DECLARE_HBW})",
             HBWFallbackWarning,
             stacklevel=_caller_stacklevel(),
         )
         return "dram"
     if kind in HBW_KINDS:
         raise HBWUnavailableError(
-            f"kind {kind!r}: no high-bandwidth NUMA node on this machine (memkind error {code}); "
-            "declare HBW nodes with MEMKIND_HBW_NODES=<nodes> (on DRAM nodes results are "
-            "labelled emulated), or use kind='hbw_preferred', which falls back to DRAM"
+            f"kind {kind!r}: no high-bandwidth NUMA node on this machine ({backend().name} "
+            f"error {code}); {DECLARE_HBW} (on DRAM nodes results are labelled emulated), "
+            "or use kind='hbw_preferred', which falls back to DRAM"
         )
     if kind == "dax_kmem":
         raise KindUnavailableError(
             f"kind 'dax_kmem': no DAX KMEM (CXL or persistent memory as system RAM) NUMA node "
-            f"(memkind error {code}); declare one with MEMKIND_DAX_KMEM_NODES=<nodes>"
+            f"({backend().name} error {code}); declare one with HPCMEM_DAX_KMEM_NODES=<nodes>"
         )
-    raise KindUnavailableError(f"kind {kind!r}: memkind reports it unavailable (error {code})")
+    raise KindUnavailableError(
+        f"kind {kind!r}: {backend().name} reports it unavailable (error {code})")
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
@@ -153,21 +132,21 @@ def _new(shape: Any, dtype: Any, kind: str, order: str, zero: bool) -> np.ndarra
     dims = _shape(shape)
     dt = np.dtype(dtype)
     if dt.hasobject:
-        raise ValueError(f"dtype {dt}: arrays of Python objects cannot live in memkind memory")
+        raise ValueError(f"dtype {dt}: arrays of Python objects cannot live in {kind} memory")
     if order not in ("C", "F"):
         raise ValueError(f"order {order!r} is not one of C, F")
     nbytes = math.prod(dims) * dt.itemsize
     served = resolve_kind(kind)
     if nbytes > np.iinfo(np.intp).max:
-        raise MemoryError(f"memkind kind {served!r}: cannot allocate {nbytes} bytes")
-    buffer = _native().Buffer(served, nbytes, zero)
+        raise MemoryError(f"{backend().name} kind {served!r}: cannot allocate {nbytes} bytes")
+    buffer = native().Buffer(served, nbytes, zero)
     return np.ndarray(dims, dtype=dt, buffer=buffer, order=order)
 
 
 def empty(shape: Any, dtype: Any = float, kind: str = "hbw", *, order: str = "C") -> np.ndarray:
-    """An uninitialised array whose memory comes from memkind ``kind``.
+    """An uninitialised array whose memory comes from ``kind``.
 
-    The memory is returned to memkind when the last reference to the array (or a
+    The memory is returned to its kind when the last reference to the array (or a
     view of it) dies. Pages are placed on first touch, by the kind's policy.
     """
     return _new(shape, dtype, kind, order, zero=False)
@@ -197,35 +176,36 @@ def handler_name(array: np.ndarray | None = None) -> str:
 
 @contextmanager
 def allocator(kind: str) -> Iterator[str]:
-    """Make every NumPy array created inside the block come from memkind ``kind``.
+    """Make every NumPy array created inside the block come from ``kind``.
 
     Installs a NEP-49 handler for the current context (thread or task) and
     restores the previous handler on exit, exceptions included. Yields the kind
     that serves the memory (``dram`` when ``hbw_preferred`` falls back). Arrays keep
-    their handler, so ones created inside are freed by memkind after the block.
+    their handler, so ones created inside are freed by their kind after the block.
     """
     served = resolve_kind(kind)
-    native = _native()
-    previous = native.set_handler(native.handler(served))
+    module = native()
+    previous = module.set_handler(module.handler(served))
     try:
         yield served
     finally:
-        native.set_handler(previous)
+        module.set_handler(previous)
 
 
 def kind_of(array: np.ndarray) -> str | None:
-    """The memkind kind that serves ``array``'s memory, or None when not from hpcmem.hbw."""
+    """The kind that serves ``array``'s memory, or None when not from hpcmem.hbw."""
     try:
-        native = _native()
-    except MemkindNotBuiltError:
+        module = native()
+    except BackendNotBuiltError:
         return None
+    prefix = f"{HANDLER_PREFIX}{backend().name}_"
     obj: Any = array
     while isinstance(obj, np.ndarray):
         if obj.base is None:
             name = handler_name(obj)
-            return name.removeprefix(HANDLER_PREFIX) if name.startswith(HANDLER_PREFIX) else None
+            return name.removeprefix(prefix) if name.startswith(prefix) else None
         obj = obj.base
-    return obj.kind if isinstance(obj, native.Buffer) else None
+    return obj.kind if isinstance(obj, module.Buffer) else None
 
 
 def _byte_range(array: np.ndarray) -> tuple[int, int]:
@@ -247,7 +227,7 @@ class Placement:
     ``source`` says how the HBW nodes were found (see :func:`topology.hbw_nodes`).
     ``policies`` counts pages by the memory policy governing them, spelled as in
     /proc/self/numa_maps (``bind:0`` for ``hbw``, ``default``, or what numactl set):
-    on an emulated node it is what tells memkind's pages from plain ones.
+    on an emulated node it is what tells the backend's pages from plain ones.
     """
 
     pages: int
@@ -277,10 +257,10 @@ class Placement:
 
 def placement(array: np.ndarray) -> Placement:
     """The NUMA node of every page of ``array``: any NumPy array, whoever allocated it."""
-    native = _native()
+    module = native()
     hbw = topology.hbw_nodes()
     start, length = _byte_range(array) if array.size else (0, 0)
-    counts = native.page_nodes(start, length) if length else {}
+    counts = module.page_nodes(start, length) if length else {}
     nodes = {node: n for node, n in counts.items() if node >= 0}
     pages = sum(counts.values())
     touched = sum(nodes.values())
@@ -289,7 +269,7 @@ def placement(array: np.ndarray) -> Placement:
         pages=pages,
         nodes=nodes,
         untouched=pages - touched,
-        policies=native.page_policies(start, length) if length else {},
+        policies=module.page_policies(start, length) if length else {},
         hbw_nodes=hbw.nodes,
         hbw_fraction=on_hbw / touched if hbw.nodes and touched else None,
         emulated=hbw.emulated,
@@ -299,10 +279,10 @@ def placement(array: np.ndarray) -> Placement:
 
 
 def verify(array: np.ndarray) -> bool:
-    """memkind's own check (``hbw_verify_memory_region``): every page of ``array`` on HBW."""
-    native = _native()
+    """The backend's own check that every page of ``array`` is on an HBW node: memkind's
+    ``hbw_verify_memory_region``, or for UMF every page on a node it was bound to as HBW."""
     start, length = _byte_range(array)
-    code = native.verify_hbw(start, length) if array.size else 0
+    code = native().verify_hbw(start, length) if array.size else 0
     if code not in (0, -1):
-        raise OSError(code, f"hbw_verify_memory_region of {length} bytes failed")
+        raise OSError(code, f"{backend().name}: HBW check of {length} bytes failed")
     return code == 0

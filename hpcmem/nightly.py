@@ -2,10 +2,12 @@
 and the verdict ``could not run`` of a night that produced none.
 
 ``python -m hpcmem.nightly check --run-id ID --profile P --workdir DIR --output-dir DIR
---history DIR`` checks each value the script turns into a path, as the workflow's config
-schema accepts it, and probes (leaving nothing) that the run's and the history's folders
-can be written: a refused one is one line naming its environment variable, exit 2, and
-nothing is created. ``python -m hpcmem.nightly could-not-run FOLDER RUN_ID REASON``
+--history DIR -- SNAKEMAKE_ARGS...`` checks each value the script turns into a path, as the
+workflow's config schema accepts it, reads the profile's files and the ``--configfile``
+files of SNAKEMAKE_ARGS as Snakemake would (:mod:`hpcmem.workflow.config_files`), and
+probes (leaving nothing) that the run's and the history's folders can be written: a
+refused one is one line naming its environment variable or option, exit 2, and nothing is
+created. ``python -m hpcmem.nightly could-not-run FOLDER RUN_ID REASON``
 writes ``verdict.json`` and ``verdict.txt`` there atomically; an unwritable folder is
 one line, exit 2, so that the script never names a verdict it did not write.
 """
@@ -16,6 +18,7 @@ import argparse
 import datetime
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from hpcmem.errors import BadInputError, clip
@@ -49,10 +52,12 @@ def _writable(folder: Path, variable: str) -> None:
 
 
 def check_settings(run_id: str, profile: str, workdir: str, output_dir: str,
-                   history: str) -> None:
+                   history: str, snakemake_args: Sequence[str] = ()) -> None:
     """Raise BadInputError naming the environment variable of the first value the nightly
-    cannot use; nothing is created (folders are probed with a file that is removed)."""
-    from hpcmem.workflow.preflight import check_profile
+    cannot use, or the first config file of ``snakemake_args`` (what the nightly passes on
+    to snakemake) that cannot be read; nothing is created (folders are probed with a file
+    that is removed)."""
+    from hpcmem.workflow.config_files import check_profile, given_configfiles
 
     matching(run_id, RUN_ID, "HPCMEM_RUN_ID", what="a run id",
              accepted="1 to 64 letters, digits, '.', '_' or '-', the first a letter or digit")
@@ -61,7 +66,7 @@ def check_settings(run_id: str, profile: str, workdir: str, output_dir: str,
                       "an existing folder: where the sweep runs (default: the checkout)")
     run = _inside_workdir(output_dir, Path(workdir), "HPCMEM_OUTPUT_DIR") / run_id
     store = _inside_workdir(history, Path(workdir), "HPCMEM_NIGHTLY_HISTORY")
-    check_profile(profile, field="HPCMEM_PROFILE")
+    check_profile(profile, given_configfiles(snakemake_args), field="HPCMEM_PROFILE")
     _writable(run, "HPCMEM_OUTPUT_DIR")
     _writable(store, "HPCMEM_NIGHTLY_HISTORY")
 
@@ -89,6 +94,9 @@ def _parser() -> argparse.ArgumentParser:
                              ("--output-dir", "HPCMEM_OUTPUT_DIR"),
                              ("--history", "HPCMEM_NIGHTLY_HISTORY")):
         check.add_argument(option, required=True, help=f"the value of {variable}")
+    check.add_argument("snakemake_args", nargs="*", metavar="-- SNAKEMAKE_ARGS",
+                       help="what the nightly passes on to snakemake (its --configfile files "
+                       "are read)")
     verdict = commands.add_parser("could-not-run", help="write the verdict `could not run`")
     verdict.add_argument("folder", type=Path, help="the run's check folder")
     verdict.add_argument("run_id")
@@ -102,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "check":
             check_settings(args.run_id, args.profile, args.workdir, args.output_dir,
-                           args.history)
+                           args.history, args.snakemake_args)
         else:
             write_could_not_run(args.folder, args.run_id, args.reason)
     except BadInputError as error:

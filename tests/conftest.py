@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 # The `slurm_cluster` fixture: a real one-node Slurm cluster (tests/slurm_cluster.py); the
-# container runtime and the CPU image built once per session (tests/container_image.py).
-pytest_plugins = ("slurm_cluster", "container_image")
+# container runtime and the CPU image built once per session (tests/container_image.py); a
+# real InfluxDB server for the session (tests/influxdb_server.py).
+pytest_plugins = ("slurm_cluster", "container_image", "influxdb_server")
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -1,19 +1,31 @@
 """Scenarios for tests/test_hbw.py, each run in a fresh interpreter.
 
-memkind reads MEMKIND_HBW_NODES and MEMKIND_DAX_KMEM_NODES once, when it starts,
-so every environment gets its own process: ``python hbw_probe.py SCENARIO ARGS``
-prints one JSON object on its last line.
+The backend is configured once per process from HPCMEM_HBW_BACKEND and the node variables
+(memkind itself reads MEMKIND_HBW_NODES once, when it starts), so every environment gets its
+own process: ``python hbw_probe.py SCENARIO ARGS`` prints one JSON object on its last line.
+With HPCMEM_HBW_EXTENSION set, that built hpcmem._hbw (a one-backend variant) is loaded
+instead of the installed one.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import sys
 import threading
 import warnings
 from typing import Any
 
 import numpy as np
+
+
+def load_extension(path: str) -> None:
+    """Make ``path`` (a built _hbw shared object) the module ``hpcmem._hbw``."""
+    spec = importlib.util.spec_from_file_location("hpcmem._hbw", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules["hpcmem._hbw"] = module
 
 MiB = 1 << 20
 
@@ -66,10 +78,10 @@ def _mro(error: BaseException) -> list[str]:
 
 
 def placement(*kinds: str) -> dict[str, Any]:
-    """Placement, memkind's verification and the kernel policy of a written array per kind."""
-    from hpcmem import hbw
+    """Placement, the backend's verification and the kernel policy of a written array per kind."""
+    from hpcmem import _hbw, hbw
 
-    out = {}
+    out: dict[str, Any] = {"backend": hbw.backend().to_record(), "built": list(_hbw.BACKENDS)}
     for kind in kinds:
         array = hbw.empty(4 * MiB + 3, np.uint8, kind=kind)
         untouched = hbw.placement(array).untouched
@@ -172,7 +184,7 @@ def scope() -> dict[str, Any]:
         "plain": hbw.handler_name(np.ones(10)),
         "inner_placement": hbw.placement(inner).to_record(),
     }
-    del inner, outer  # freed by memkind through their handlers, after the scopes ended
+    del inner, outer  # freed by their kinds through their handlers, after the scopes ended
     return names
 
 
@@ -196,7 +208,7 @@ def cycles(kind: str, count: str) -> dict[str, int]:
 
 
 def not_built() -> dict[str, Any]:
-    """Every entry point when hpcmem._hbw cannot be imported (a build without memkind)."""
+    """Every entry point when hpcmem._hbw cannot be imported (a build without a backend)."""
     sys.modules["hpcmem._hbw"] = None  # what `import` sees when the module was never built
     from hpcmem import hbw
 
@@ -205,12 +217,20 @@ def not_built() -> dict[str, Any]:
         "zeros": lambda: hbw.zeros(4, kind="hbw"),
         "allocator": lambda: hbw.allocator("dram").__enter__(),
         "placement": lambda: hbw.placement(np.ones(4)),
-        "memkind_version": hbw.memkind_version,
+        "backend": hbw.backend,
     }
     out: dict[str, Any] = {name: error_of(call) for name, call in calls.items()}
     out["kind_of"] = hbw.kind_of(np.ones(4))
     out["unknown_kind"] = error_of(lambda: hbw.empty(4, kind="mcdram"))
     return out
+
+
+def backend_choice() -> dict[str, Any]:
+    """What picking the backend (HPCMEM_HBW_BACKEND) gives: the backend or the error."""
+    from hpcmem import hbw
+
+    error = error_of(hbw.backend)
+    return {"error": error} if error else {"backend": hbw.backend().to_record()}
 
 
 def mpi_alloc() -> dict[str, Any]:
@@ -231,8 +251,11 @@ def mpi_alloc() -> dict[str, Any]:
 
 SCENARIOS = {
     f.__name__: f
-    for f in (placement, unavailable, constructors, scope, cycles, not_built, mpi_alloc)
+    for f in (placement, unavailable, constructors, scope, cycles, not_built, backend_choice,
+              mpi_alloc)
 }
 
 if __name__ == "__main__":
+    if extension := os.environ.get("HPCMEM_HBW_EXTENSION"):
+        load_extension(extension)
     print(json.dumps(SCENARIOS[sys.argv[1]](*sys.argv[2:])))

@@ -5,7 +5,8 @@ The cluster (munged, MariaDB, slurmdbd, slurmctld, slurmd) is started by
 ``tools/slurm/cluster.sh`` under ``.slurm/`` for the session and stopped at its
 end, also when tests fail. It is set up as production clusters are (SITE): two
 partitions (batch, the default, and hbm) on its one node, account hpc, a QOS bench
-besides the default normal, and AccountingStorageEnforce=associations,limits,qos,
+besides the default normal (MaxWall 4 hours, 100 jobs queued per user at most), and
+AccountingStorageEnforce=associations,limits,qos,
 so jobs with an unknown partition, account or QOS are refused or never start.
 Concurrent pytest sessions on one machine share the cluster: each holds a lease,
 and the last one out stops it. When a test that uses the cluster fails, its report
@@ -41,6 +42,8 @@ SITE = {
     "HPCMEM_SLURM_ACCOUNT": "hpc",
     "HPCMEM_SLURM_QOS": "bench",
     "HPCMEM_SLURM_ENFORCE": "associations,limits,qos",
+    # limits every job and sweep of the tests stays within, as a site's QOS has them
+    "HPCMEM_SLURM_QOS_LIMITS": "MaxWall=240 MaxSubmitJobsPU=100",
 }
 
 __all__ = ["MULTINODE", "SITE", "SlurmCluster", "cluster_command", "multinode_cluster",

@@ -17,7 +17,8 @@ from slurm_cluster import SlurmCluster
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
-__all__ = ["BIN", "REPO", "run_logged", "site_profile"]
+__all__ = ["BIN", "REPO", "checkout_workdir", "ensure", "preflight", "run_logged",
+           "site_profile", "submitted_from"]
 
 
 def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -73,3 +74,40 @@ def run_logged(command: list[str], cluster: SlurmCluster, cwd: Path, timeout: fl
     env["PATH"] = f"{BIN}:{env['PATH']}"
     return subprocess.run(cluster.on_login(command), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd, timeout=timeout)
+
+
+def checkout_workdir(work: Path) -> Path:
+    """``work`` made a working directory holding the default configuration, as a checkout
+    has it."""
+    (work / "config").mkdir()
+    for name in ("config.yaml", "references.yaml"):
+        (work / "config" / name).write_text((REPO / "config" / name).read_text())
+    return work
+
+
+def preflight(cluster: SlurmCluster, profile: Path, workdir: Path, **extra_env: str
+              ) -> subprocess.CompletedProcess:
+    """``hpcmem preflight --profile PROFILE`` of the workflow run from ``workdir``."""
+    return run_logged([str(BIN / "hpcmem"), "preflight", "--profile", str(profile),
+                       "--snakefile", str(REPO / "workflow" / "Snakefile"),
+                       "--directory", str(workdir)], cluster, cwd=workdir,
+                      **extra_env)  # fmt: skip
+
+
+def submitted_from(cluster: SlurmCluster, workdir: Path, since: str) -> list[str]:
+    """Ids of the jobs submitted from ``workdir`` since ``since`` (sacct), or queued from
+    it now (squeue)."""
+    listed = cluster.run("sacct", "-X", "-n", "-P", "-S", since, "-o", "JobIDRaw,WorkDir%300")
+    queued = cluster.run("squeue", "-h", "-o", "%i|%Z")
+    return [line.split("|")[0] for line in [*listed.stdout.splitlines(),
+                                            *queued.stdout.splitlines()]
+            if line.split("|")[-1].rstrip("/") == str(workdir)]
+
+
+def ensure(cluster: SlurmCluster, kind: str, name: str, *settings: str) -> None:
+    """What the site's admin set up besides: an account or QOS (idempotent)."""
+    field = "account" if kind == "account" else "name"
+    listed = cluster.run("sacctmgr", "-n", "-P", "list", kind, name, f"format={field}")
+    if not listed.stdout.strip():
+        added = cluster.run("sacctmgr", "-i", "add", kind, name, *settings)
+        assert added.returncode == 0, added.stderr

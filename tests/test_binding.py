@@ -24,7 +24,7 @@ XEON_MAX = [
     NumaNode(2, (), 16 * GiB, 16 * GiB),
     NumaNode(3, (), 16 * GiB, 16 * GiB),
 ]
-HBM = HBWNodes((2, 3), "memory-only", emulated=False)
+HBM = HBWNodes((2, 3), "hmat", emulated=False)
 NO_HBW = HBWNodes((), "none", emulated=False)
 CHILD = "import json; from hpcmem.node import applied; print(json.dumps(applied.current()))"
 
@@ -50,6 +50,15 @@ def plan(binding: str, rank: int = 0, hbw: HBWNodes = HBM) -> list[str]:
 )
 def test_bindings_on_a_xeon_max_topology(binding: str, rank: int, expected: list[str]) -> None:
     assert plan(binding, rank) == expected
+
+
+def test_hbw_binds_each_rank_to_the_hbm_nearest_its_cpus() -> None:
+    """Xeon Max in SNC-2 flat mode: each DDR node has its own HBM node, by SLIT distance."""
+    slit = {0: {0: 10, 1: 21, 2: 13, 3: 23}, 1: {0: 21, 1: 10, 2: 23, 3: 13}}
+    snc2 = [NumaNode(n.id, n.cpus, n.memory_total, n.memory_free, distances=slit.get(n.id, {}))
+            for n in XEON_MAX]
+    plans = [list(plan_binding("hbw", rank, nodes=snc2, hbw=HBM).args) for rank in range(4)]
+    assert plans == [["--cpunodebind=0", "--membind=2"], ["--cpunodebind=1", "--membind=3"]] * 2
 
 
 def test_cores_spreads_local_ranks_over_the_allowed_cpus() -> None:
@@ -83,7 +92,7 @@ def test_bad_bindings_name_the_value_and_what_is_accepted(binding: str, message:
 
 
 def test_hbw_without_hbw_nodes_is_refused() -> None:
-    with pytest.raises(BindingError, match="MEMKIND_HBW_NODES"):
+    with pytest.raises(BindingError, match="HPCMEM_HBW_NODES"):
         plan("hbw", hbw=NO_HBW)
 
 
@@ -250,7 +259,7 @@ def test_unavailable_binding_under_mpirun_becomes_skipped_records(
     assert {r["status"] for r in records} == {"skipped"} and {r["ranks"] for r in records} == {2}
     assert {r["reason"] for r in records} == {
         "binding 'hbw': this node has no high-bandwidth memory node (declare one for emulation "
-        "with MEMKIND_HBW_NODES=<nodes>, or use binding dram)"
+        "with HPCMEM_HBW_NODES=<nodes>, or use binding dram)"
     }
     assert all(rank["numactl"] == [] for r in records for rank in r["binding"]["per_rank"])
     assert result.stdout.count("# skipped: binding 'hbw'") == 4

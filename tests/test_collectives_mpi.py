@@ -7,9 +7,13 @@ import sys
 
 import pytest
 
+from hpcmem import hbw_native
 from hpcmem.collectives import BUFFER_KINDS, OPS
 from hpcmem.record.jsonl import read_records
 from hpcmem.results.schema import validate_record
+
+#: how numa_maps spells each backend's hbw_preferred policy on node 0
+PREFERRED = {"umf": "prefer (many):0", "memkind": "prefer:0"}
 
 pytestmark = pytest.mark.mpi
 
@@ -71,6 +75,7 @@ def test_every_op_and_buffer_is_validated_and_formatted(mpirun, tmp_path):
         assert validate_record(record) == [], record
         assert (record["status"], record["validated"], record["ranks"]) == ("ok", True, 2), record
         assert record["mpi_thread_level"] == "single"
+        assert record["hbw_backend"] == hbw_native.backend().to_record()
         for loop in ("latency_us", "native_latency_us"):  # both loops timed every point
             assert 0 < record[loop]["min"] <= record[loop]["avg"] <= record[loop]["max"], loop
         overhead = record["latency_us"]["avg"] - record["native_latency_us"]["avg"]
@@ -85,7 +90,8 @@ def test_every_op_and_buffer_is_validated_and_formatted(mpirun, tmp_path):
             pages = record["placement"]["pages"]
             if record["buffer"].startswith("hbw"):
                 assert record["placement"]["memkind_kinds"] == [record["buffer"]]
-                policy = {"hbw": "bind:0", "hbw_preferred": "prefer:0"}.get(
+                preferred = PREFERRED[record["hbw_backend"]["name"]]
+                policy = {"hbw": "bind:0", "hbw_preferred": preferred}.get(
                     record["buffer"], "interleave:0"
                 )
                 assert record["placement"]["policies"] == {policy: pages}
@@ -163,7 +169,7 @@ def test_no_hbw_node_skips_hbw_and_records_numactl_binding(mpirun, tmp_path, mon
             assert rank["mempolicy"] == {"mode": "interleave", "nodes": [0]}
             assert rank["numactl"] == ["--interleave=0"]
         if record["status"] == "skipped":
-            assert "MEMKIND_HBW_NODES" in record["reason"]
+            assert "HPCMEM_HBW_NODES" in record["reason"]
         else:  # hbw_preferred fell back to DRAM: placement says so
             assert record["mpi_thread_level"] == "multiple"
             assert "native_latency_us" not in record and "python_overhead_us" not in record

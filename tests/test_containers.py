@@ -33,6 +33,7 @@ from hpcmem.workflow.container_images import (
     image_arch,
     obtain_image,
     parse_definition,
+    sif_problem,
 )
 from hpcmem.workflow.containers import (
     DEFAULT_DEBIAN,
@@ -70,6 +71,7 @@ def test_cpu_definition_builds_hpcmem_in_a_build_stage_and_runs_it_in_a_run_stag
         assert package in post_build and package not in run + post_run
     include = re.search(r"^Include: (.*)$", run, re.MULTILINE)[1].split()
     assert {"python3", "openmpi-bin", "numactl", "hwloc"} <= set(include)
+    assert "libnuma1" in include  # what _hbw loads (libumf.so and its libhwloc are pip's)
     assert not {"gcc", "g++", "build-essential", "cmake"} & set(include)
     assert "--no-build-isolation --no-deps /opt/hpcmem/src" in post_build  # built in the image
     assert "%files from build\n    /opt/venv /opt/venv" in definition.text
@@ -87,6 +89,7 @@ def test_cpu_definition_builds_hpcmem_in_a_build_stage_and_runs_it_in_a_run_stag
     makefile_mpi4py = re.search(r"mpi4py==[\d.]+", (REPO / "Makefile").read_text())[0]
     packages = (REPO / "containers" / "cpu-packages.txt").read_text()
     assert re.findall(r"^mpi4py==[\d.]+", packages, re.MULTILINE) == [makefile_mpi4py]
+    assert re.search(r"^umf$", packages, re.MULTILINE)  # hpcmem._hbw's default backend
 
 
 def test_gpu_definition_builds_torch_and_the_um_library_on_a_cuda_base() -> None:
@@ -223,6 +226,39 @@ def test_bad_definition_or_prebuilt_image_stops_at_resolution(apptainer: str, tm
                                 ("pip_index", f"file://{tmp_path}/none", "no such folder")]:
         with pytest.raises(ContainerError, match=rf"^container.{key}: .*{message}"):
             resolve_container({"container": {key: str(value)}}, source_dir=REPO)
+
+
+@pytest.mark.parametrize(("content", "found"), [
+    (b"not an image\n", "b''"),
+    (b"#!/usr/bin/env run-singularity\n\0" + b"NOT_MAGIC\0" + b"\0" * 100, "b'NOT_MAGIC\\x00'"),
+], ids=["text", "other-header"])  # fmt: skip
+@pytest.mark.parametrize("enabled", ["auto", True])
+def test_a_prebuilt_image_that_is_not_a_sif_is_refused_without_a_runtime(
+    tmp_path: Path, content: bytes, found: str, enabled: object
+) -> None:
+    image = tmp_path / "hpcmem.sif"
+    image.write_bytes(content)
+    with pytest.raises(ContainerError) as error:
+        resolve_container({"container": {"enabled": enabled, "gpu_image": str(image)}},
+                          source_dir=REPO, path=str(tmp_path))  # no runtime on this PATH
+    assert str(error.value) == (
+        f"container.gpu_image: {image} is not a SIF image (its bytes 32 to 41 are {found}, "
+        "where every SIF file holds b'SIF_MAGIC\\x00'): give one made by `apptainer build` "
+        "or `singularity build`, or null to build one from container.gpu_definition")
+
+
+def test_a_definition_that_would_be_read_for_ever_is_refused() -> None:
+    with pytest.raises(ContainerError, match=r"^/dev/zero: not a regular file"):
+        parse_definition("/dev/zero")
+
+
+def test_a_sif_header_is_enough_without_a_runtime(tmp_path: Path) -> None:
+    image = tmp_path / "hpcmem-cpu.sif"
+    image.write_bytes(b"#!/usr/bin/env run-singularity\n\0" + b"SIF_MAGIC\0" + b"01\0")
+    assert sif_problem(image) is None
+    plan = resolve_container({"container": {"cpu_image": str(image)}}, source_dir=REPO,
+                             path=str(tmp_path))
+    assert not plan.enabled and plan.cpu.prebuilt == image
 
 
 def foreign_image(apptainer: str, folder: Path) -> Path:

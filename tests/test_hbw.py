@@ -1,10 +1,11 @@
-"""hpcmem.hbw with real memkind, libnuma and the kernel's own view of each page.
+"""hpcmem.hbw with each built-in backend (UMF, memkind), libnuma and the kernel's own view.
 
-memkind reads MEMKIND_HBW_NODES at start-up, so everything that depends on it runs
-in a fresh interpreter (tests/hbw_probe.py) with that environment. On this
-one-node machine every page is on node 0 whatever happens, so the tests also
-check the memory policy the kernel records for the mapping (/proc/self/numa_maps:
-``bind:0`` for hbw), which only memkind's mbind can have set.
+The backend is configured once per process (memkind reads MEMKIND_HBW_NODES at start-up
+too), so everything that depends on it runs in a fresh interpreter (tests/hbw_probe.py)
+with that environment, once per backend built in (HPCMEM_HBW_BACKEND). On this one-node
+machine every page is on node 0 whatever happens, so the tests also check the memory
+policy the kernel records for the mapping (/proc/self/numa_maps: ``bind:0`` for hbw), which
+only the backend's mbind can have set. tests/test_hbw_variants.py builds each backend alone.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -28,23 +30,33 @@ from hpcmem.results.schema import record_schema
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE = Path(__file__).with_name("hbw_probe.py")
-POLICY = {"dram": "default", "hbw": "bind:0", "hbw_preferred": "prefer:0"}
-POLICY["hbw_interleave"] = "interleave:0"
+#: the kernel's policy of each kind on node 0 (numa_maps' first word): UMF's preferred kind
+#: is MPOL_PREFERRED_MANY, which numa_maps spells "prefer (many):0"
+NUMA_MAPS = {"dram": "default", "hbw": "bind:0", "hbw_interleave": "interleave:0"}
+PREFERRED = {"umf": ("prefer", "prefer (many):0"), "memkind": ("prefer:0", "prefer:0")}
+#: the variables a probe starts without: each test sets the ones it means
+CLEARED = ("MEMKIND_", "HPCMEM_HBW_", "HPCMEM_DAX_")
 
 
 def probe(
     scenario: str,
     *args: str,
+    backend: str | None = None,
     hbw_nodes: str | None = None,
     dax_nodes: str | None = None,
+    variable: str = "HPCMEM_HBW_NODES",
     launcher: tuple[str, ...] = (),
+    extension: Path | None = None,
 ):
-    """Run one hbw_probe scenario in a fresh interpreter (under ``launcher``); return its JSON."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMKIND_")}
-    if hbw_nodes is not None:
-        env["MEMKIND_HBW_NODES"] = hbw_nodes
-    if dax_nodes is not None:
-        env["MEMKIND_DAX_KMEM_NODES"] = dax_nodes
+    """Run one hbw_probe scenario in a fresh interpreter (under ``launcher``); return its JSON.
+
+    ``backend`` picks the backend, ``hbw_nodes`` is declared through ``variable``,
+    ``extension`` is a one-backend build of _hbw to load instead of the installed one."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(CLEARED)}
+    for name, value in (("HPCMEM_HBW_BACKEND", backend), (variable, hbw_nodes),
+                        ("HPCMEM_DAX_KMEM_NODES", dax_nodes), ("HPCMEM_HBW_EXTENSION", extension)):
+        if value is not None:
+            env[name] = str(value)
     done = subprocess.run(
         [*launcher, sys.executable, str(PROBE), scenario, *args],
         capture_output=True,
@@ -57,10 +69,45 @@ def probe(
     return json.loads(done.stdout.splitlines()[-1])
 
 
+@pytest.fixture(params=_hbw.BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """Each backend built into the installed hpcmem._hbw."""
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def no_hbw_machine() -> None:
     if topology.hbw_nodes({}).nodes:
         pytest.skip("this machine has real HBW nodes")
+
+
+def policy(kind: str, backend: str) -> tuple[str, str]:
+    """The kind's policy on node 0 as numa_maps' first word, and as hbw.placement spells it."""
+    if kind == "hbw_preferred":
+        return PREFERRED[backend]
+    return NUMA_MAPS[kind], NUMA_MAPS[kind]
+
+
+def check_emulated_placement(result: dict[str, Any], kinds: list[str], backend: str,
+                             source: str) -> None:
+    """Every page of every kind on node 0, declared HBW by ``source``, as ``backend`` put it."""
+    assert result["backend"]["name"] == backend
+    for kind in kinds:
+        got = result[kind]
+        record = got["record"]
+        assert got["untouched_before_write"] == got["expected_pages"], kind  # empty: not placed
+        assert record["pages"] == got["expected_pages"] and record["untouched"] == 0
+        assert record["nodes"] == {"0": got["expected_pages"]}
+        assert record["hbw_fraction"] == 1.0 and record["emulated"] is True
+        assert record["source"] == source and record["hbw_nodes"] == [0]
+        assert record["kind"] == got["kind_of"] == kind
+        assert got["verify"] is True  # the backend's own check agrees
+        in_maps, in_record = policy(kind, backend)
+        assert got["policy"] == in_maps  # the kernel saw the backend's mbind
+        assert record["policies"] == {in_record: record["pages"]}  # and placement says so
+        assert sum(got["plain_policies"].values()) > 0
+        assert set(got["plain_policies"]) == {"default"}
+        jsonschema.validate(record, _placement_schema())
 
 
 def _placement_schema() -> dict[str, Any]:
@@ -72,50 +119,44 @@ def _placement_schema() -> dict[str, Any]:
     return collectives["properties"]["placement"]
 
 
-def test_emulated_hbw_every_page_on_node0(no_hbw_machine: None) -> None:
+def test_emulated_hbw_every_page_on_node0(no_hbw_machine: None, backend: str) -> None:
     kinds = ["dram", "hbw", "hbw_preferred", "hbw_interleave"]
-    result = probe("placement", *kinds, hbw_nodes="0")
-    for kind in kinds:
-        got = result[kind]
-        record = got["record"]
-        assert got["untouched_before_write"] == got["expected_pages"], kind  # empty: not placed
-        assert record["pages"] == got["expected_pages"] and record["untouched"] == 0
-        assert record["nodes"] == {"0": got["expected_pages"]}
-        assert record["hbw_fraction"] == 1.0 and record["emulated"] is True
-        assert record["source"] == "MEMKIND_HBW_NODES" and record["hbw_nodes"] == [0]
-        assert record["kind"] == got["kind_of"] == kind
-        assert got["verify"] is True  # memkind's hbw_verify_memory_region agrees
-        assert got["policy"] == POLICY[kind]  # the kernel saw memkind's mbind
-        assert record["policies"] == {POLICY[kind]: record["pages"]}  # and placement says so
-        assert sum(got["plain_policies"].values()) > 0
-        assert set(got["plain_policies"]) == {"default"}
-        jsonschema.validate(record, _placement_schema())
+    result = probe("placement", *kinds, backend=backend, hbw_nodes="0")
+    check_emulated_placement(result, kinds, backend, "HPCMEM_HBW_NODES")
 
 
-def test_policies_follow_numactl() -> None:
+def test_memkind_variable_declares_for_every_backend(no_hbw_machine: None, backend: str) -> None:
+    """MEMKIND_HBW_NODES, which the workflow's emulation sets, is honoured by UMF too."""
+    result = probe("placement", "hbw", backend=backend, hbw_nodes="0",
+                   variable="MEMKIND_HBW_NODES")
+    check_emulated_placement(result, ["hbw"], backend, "MEMKIND_HBW_NODES")
+
+
+def test_policies_follow_numactl(backend: str) -> None:
     """Under numactl --membind, plain and dram pages report the thread's bind policy."""
     if shutil.which("numactl") is None:
         pytest.fail("numactl not found: run `make setup`")
-    result = probe(
-        "placement", "dram", "hbw_preferred", hbw_nodes="0", launcher=("numactl", "--membind=0")
-    )
+    result = probe("placement", "dram", "hbw_preferred", backend=backend, hbw_nodes="0",
+                   launcher=("numactl", "--membind=0"))
     assert result["dram"]["policy"] == "bind:0"  # numa_maps
     assert result["dram"]["record"]["policies"] == {"bind:0": result["dram"]["expected_pages"]}
     assert set(result["dram"]["plain_policies"]) == {"bind:0"}
-    assert set(result["hbw_preferred"]["record"]["policies"]) == {"prefer:0"}  # memkind's own
+    preferred = policy("hbw_preferred", backend)[1]
+    assert set(result["hbw_preferred"]["record"]["policies"]) == {preferred}  # the backend's
 
 
-def test_without_hbw_nodes(no_hbw_machine: None) -> None:
-    result = probe("unavailable")
+def test_without_hbw_nodes(no_hbw_machine: None, backend: str) -> None:
+    result = probe("unavailable", backend=backend)
     for kind in ("hbw", "hbw_interleave"):
         error = result[kind]
         assert error["type"] == "HBWUnavailableError" and "RuntimeError" in error["mro"]
         assert error["message"].startswith(f"kind '{kind}': no high-bandwidth NUMA node")
-        assert "MEMKIND_HBW_NODES" in error["message"] and "hbw_preferred" in error["message"]
+        assert f"({backend} error " in error["message"]
+        assert "HPCMEM_HBW_NODES" in error["message"] and "hbw_preferred" in error["message"]
     assert result["allocator_hbw"]["type"] == "HBWUnavailableError"
     assert result["handler_unchanged"]
     assert result["dax_kmem"]["type"] == "KindUnavailableError"
-    assert "MEMKIND_DAX_KMEM_NODES" in result["dax_kmem"]["message"]
+    assert "HPCMEM_DAX_KMEM_NODES" in result["dax_kmem"]["message"]
 
     preferred = result["hbw_preferred"]
     assert [w[0] for w in preferred["warnings"]] == ["HBWFallbackWarning"] * 2
@@ -126,31 +167,31 @@ def test_without_hbw_nodes(no_hbw_machine: None) -> None:
     assert record["emulated"] is False and record["source"] == "none"
     assert sum(record["nodes"].values()) == record["pages"] > 0
     assert preferred["served_in_scope"] == "dram"
-    assert preferred["scoped_handler"] == "hpcmem_memkind_dram"
+    assert preferred["scoped_handler"] == f"hpcmem_{backend}_dram"
     assert preferred["policy"] == "default"
     assert record["policies"] == {"default": record["pages"]}
 
 
 @pytest.mark.parametrize("kind", hbw.KINDS)
-def test_constructors_every_kind(kind: str) -> None:
-    checks = probe("constructors", kind, hbw_nodes="0", dax_nodes="0")
+def test_constructors_every_kind(kind: str, backend: str) -> None:
+    checks = probe("constructors", kind, backend=backend, hbw_nodes="0", dax_nodes="0")
     for name in ("zeros", "empty", "empty_like", "writeable", "owner", "aligned"):
         assert checks[name] is True, name
     assert checks["kind_of"] == [kind] * 3
     assert checks["zero_size"] == [[[0], 0], [[0, 3], 0], [[2, 0], 0]]
 
 
-def test_allocator_scope() -> None:
-    names = probe("scope", hbw_nodes="0")
+def test_allocator_scope(backend: str) -> None:
+    names = probe("scope", backend=backend, hbw_nodes="0")
     assert names["default"] == "default_allocator"
-    assert names["inner_scope"] == "hpcmem_memkind_hbw"
+    assert names["inner_scope"] == f"hpcmem_{backend}_hbw"
     assert names["other_thread"] == "default_allocator"  # the handler is per context
-    assert names["after_inner"] == "hpcmem_memkind_dram"
+    assert names["after_inner"] == f"hpcmem_{backend}_dram"
     assert names["after_outer"] == names["after_exception"] == "default_allocator"
     arrays = names["arrays"]
-    assert arrays["outer"] == ["hpcmem_memkind_dram", "dram", "default"]
-    assert arrays["inner"] == ["hpcmem_memkind_hbw", "hbw", "bind:0"]
-    assert arrays["after_inner"] == "hpcmem_memkind_dram"
+    assert arrays["outer"] == [f"hpcmem_{backend}_dram", "dram", "default"]
+    assert arrays["inner"] == [f"hpcmem_{backend}_hbw", "hbw", "bind:0"]
+    assert arrays["after_inner"] == f"hpcmem_{backend}_dram"
     assert arrays["plain"] == "default_allocator"
     assert arrays["inner_placement"]["hbw_fraction"] == 1.0
     assert arrays["inner_placement"]["kind"] == "hbw"
@@ -158,11 +199,12 @@ def test_allocator_scope() -> None:
 
 def test_allocator_scope_in_process() -> None:
     before = hbw.handler_name()
+    dram = f"hpcmem_{hbw.backend().name}_dram"
     with hbw.allocator("dram") as served:
         made = np.arange(100_000, dtype=np.float64) * 2
-        assert hbw.handler_name() == "hpcmem_memkind_dram"
+        assert hbw.handler_name() == dram
     assert served == "dram" and hbw.handler_name() == before
-    assert hbw.handler_name(made) == "hpcmem_memkind_dram" and hbw.kind_of(made) == "dram"
+    assert hbw.handler_name(made) == dram and hbw.kind_of(made) == "dram"
     assert made[-1] == 199_998.0
     with pytest.raises(ZeroDivisionError), hbw.allocator("dram"):
         _ = 1 / 0
@@ -170,12 +212,12 @@ def test_allocator_scope_in_process() -> None:
     assert hbw.handler_name(np.ones(3)) == before
 
 
-def test_leak_free_cycles() -> None:
+def test_leak_free_cycles(backend: str) -> None:
     """10,000 allocate/free cycles (64 KiB buffers + NEP-49 arrays): RSS stays flat.
 
     A leak of one buffer per cycle would add 640 MiB.
     """
-    rss = probe("cycles", "hbw", "10000", hbw_nodes="0")
+    rss = probe("cycles", "hbw", "10000", backend=backend, hbw_nodes="0")
     assert rss["after"] - rss["before"] <= 4 << 20, rss
 
 
@@ -200,8 +242,9 @@ def test_native_unknown_kind() -> None:
 
 
 def test_failed_allocation_names_bytes() -> None:
-    size = 1 << 50  # 1 PiB: beyond any address space memkind can map here
-    with pytest.raises(MemoryError, match=rf"^memkind kind 'dram': cannot allocate {size} bytes$"):
+    size = 1 << 50  # 1 PiB: beyond any address space the backend can map here
+    name = hbw.backend().name
+    with pytest.raises(MemoryError, match=rf"^{name} kind 'dram': cannot allocate {size} bytes$"):
         hbw.empty(size, np.uint8, kind="dram")
     with pytest.raises(MemoryError, match=r"cannot allocate 9671406556917033397649408 bytes"):
         hbw.empty((1 << 40, 1 << 40), np.float64, kind="dram")
@@ -261,29 +304,48 @@ def test_placement_of_mpi_alloc_mem() -> None:
     assert result["record"]["kind"] is None
 
 
-def test_memkind_version_matches_pkg_config() -> None:
+def test_backend_versions(backend: str) -> None:
+    """Each backend names the release it runs with: pip's umf, pkg-config's memkind."""
+    found = probe("backend_choice", backend=backend)["backend"]
+    got = {key: found[key] for key in ("name", "version")}
+    if backend == "umf":
+        assert got == {"name": "umf", "version": metadata.version("umf")}
+        return
+    assert found["highest_bandwidth"] is None  # memkind ranks no nodes
     if shutil.which("pkg-config") is None:
         pytest.skip("pkg-config not installed")
     out = subprocess.run(["pkg-config", "--modversion", "memkind"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert hbw.memkind_version() == out.stdout.strip()
+    assert got == {"name": "memkind", "version": out.stdout.strip()}
+
+
+def test_default_backend_is_the_first_built() -> None:
+    assert probe("backend_choice")["backend"]["name"] == _hbw.BACKENDS[0]
+    assert _hbw.BACKENDS[0] == "umf" or "umf" not in _hbw.BACKENDS  # UMF first where built
+
+
+def test_backend_choice_refused() -> None:
+    error = probe("backend_choice", backend="jemalloc")["error"]
+    assert error["type"] == "BackendChoiceError" and "ValueError" in error["mro"]
+    assert error["message"] == "HPCMEM_HBW_BACKEND='jemalloc' is not one of umf, memkind"
 
 
 def test_not_built_error_path() -> None:
-    """With hpcmem._hbw unimportable, every entry point says how to install memkind."""
+    """With hpcmem._hbw unimportable, every entry point says how to install a backend."""
     result = probe("not_built")
-    for name in ("empty", "zeros", "allocator", "placement", "memkind_version"):
+    for name in ("empty", "zeros", "allocator", "placement", "backend"):
         error = result[name]
-        assert error["type"] == "MemkindNotBuiltError", name
+        assert error["type"] == "BackendNotBuiltError", name
         assert "KindUnavailableError" in error["mro"] and "RuntimeError" in error["mro"]
+        assert "pip install umf" in error["message"]
         assert "apt-get install libmemkind-dev" in error["message"]
         assert "rebuild" in error["message"] and "make native" in error["message"]
     assert result["kind_of"] is None
     assert result["unknown_kind"]["type"] == "ValueError"
 
 
-def test_cmake_without_memkind(tmp_path: Path) -> None:
-    """Configuring with memkind missing warns clearly, succeeds, and defines no _hbw."""
+def test_cmake_without_any_backend(tmp_path: Path) -> None:
+    """Configuring with neither UMF nor memkind warns clearly, succeeds, and defines no _hbw."""
     import pybind11
 
     cmake = shutil.which("cmake")
@@ -300,6 +362,7 @@ def test_cmake_without_memkind(tmp_path: Path) -> None:
             "Unix Makefiles",
             f"-DPython_EXECUTABLE={sys.executable}",
             f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
+            "-DHPCMEM_WITH_UMF=OFF",
             "-DMEMKIND_LIBRARY=/nonexistent/libmemkind.so",
         ],
         capture_output=True,
@@ -308,6 +371,6 @@ def test_cmake_without_memkind(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     warning = " ".join(done.stderr.split())
-    assert "hpcmem._hbw is NOT built: memkind or libnuma not found" in warning
-    assert "apt-get install libmemkind-dev libnuma-dev" in warning
+    assert "hpcmem._hbw is NOT built: no placement backend (UMF or memkind)" in warning
+    assert "pip install umf" in warning and "apt-get install libmemkind-dev libnuma-dev" in warning
     assert "_hbw" not in (tmp_path / "Makefile").read_text()

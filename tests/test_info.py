@@ -35,7 +35,7 @@ def test_info_text(hpcmem_exe: str) -> None:
     for node in topology.numa_nodes():
         cpus = format_id_list(node.cpus)
         assert re.search(rf"^  node {node.id}: CPUs {cpus}, \d+\.\d GiB ", done.stdout, re.M)
-    assert re.search(r"^memkind: \d+\.\d+\.\d+$", done.stdout, re.M)
+    assert re.search(r"^HBW backend: (umf|memkind) \d+\.\d+\.\d+$", done.stdout, re.M)
     assert re.search(r"^MPI: Open MPI v\d", done.stdout, re.M)
     assert re.search(r"^Slurm: ", done.stdout, re.M)
     assert re.search(r"^Container runtime: ", done.stdout, re.M)
@@ -97,7 +97,7 @@ def test_info_with_nothing_on_path(hpcmem_exe: str, tmp_path) -> None:
 
 
 def test_info_without_native_module() -> None:
-    """A build without memkind: info still works and says how to get memkind."""
+    """A build without a backend: info still works and says how to get one."""
     code = (
         "import sys; sys.modules['hpcmem._hbw'] = None\n"
         "from hpcmem.cli import main\n"
@@ -105,8 +105,8 @@ def test_info_without_native_module() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert "memkind: not available: hpcmem._hbw cannot be loaded" in done.stdout
-    assert "apt-get install libmemkind-dev" in done.stdout
+    assert "HBW backend: not available: hpcmem._hbw cannot be loaded" in done.stdout
+    assert "pip install umf" in done.stdout and "apt-get install libmemkind-dev" in done.stdout
 
 
 def test_current_container_named_by_the_workflow_or_the_runtime(monkeypatch) -> None:

@@ -23,21 +23,25 @@ REGISTRY = "hpcmem.results.registry"
 #: the base: imports nothing of hpcmem but itself
 BASE = ("hpcmem", "hpcmem.errors", "hpcmem.units", "hpcmem.outputs", "hpcmem.textfiles",
         "hpcmem.inputs")
+#: the trainer integrations: above the libraries, beside the producers, imported by none
+INTEGRATIONS = "hpcmem.integrations"
 #: what each floor may not import (nor anything under it)
 FORBIDDEN = {
-    "hpcmem.record": (*PRODUCERS, "hpcmem.results", "hpcmem.draw", "hpcmem.workflow",
-                      "hpcmem.slurm", "hpcmem.cli"),
-    "hpcmem.draw": (*PRODUCERS, "hpcmem.results", "hpcmem.workflow", "hpcmem.slurm",
-                    "hpcmem.cli"),
-    "hpcmem.node": ("hpcmem.record", *PRODUCERS, "hpcmem.results", "hpcmem.draw",
+    "hpcmem.record": (*PRODUCERS, INTEGRATIONS, "hpcmem.results", "hpcmem.draw",
+                      "hpcmem.workflow", "hpcmem.slurm", "hpcmem.cli"),
+    "hpcmem.draw": (*PRODUCERS, INTEGRATIONS, "hpcmem.results", "hpcmem.workflow",
+                    "hpcmem.slurm", "hpcmem.cli"),
+    "hpcmem.node": ("hpcmem.record", *PRODUCERS, INTEGRATIONS, "hpcmem.results", "hpcmem.draw",
                     "hpcmem.workflow", "hpcmem.slurm", "hpcmem.cli"),
-    "hpcmem.um": ("hpcmem.record", *PRODUCERS, "hpcmem.results", "hpcmem.draw",
+    "hpcmem.um": ("hpcmem.record", *PRODUCERS, INTEGRATIONS, "hpcmem.results", "hpcmem.draw",
                   "hpcmem.workflow", "hpcmem.slurm", "hpcmem.cli"),
-    "hpcmem.collectives": ("hpcmem.train", "hpcmem.results", "hpcmem.workflow", "hpcmem.slurm",
-                           "hpcmem.cli"),
-    "hpcmem.train": ("hpcmem.collectives", "hpcmem.results", "hpcmem.workflow", "hpcmem.slurm",
-                     "hpcmem.cli"),
-    "hpcmem.results": ("hpcmem.workflow", "hpcmem.slurm", "hpcmem.cli"),
+    INTEGRATIONS: ("hpcmem.record", *PRODUCERS, "hpcmem.results", "hpcmem.draw",
+                   "hpcmem.workflow", "hpcmem.slurm", "hpcmem.cli"),
+    "hpcmem.collectives": ("hpcmem.train", INTEGRATIONS, "hpcmem.results", "hpcmem.workflow",
+                           "hpcmem.slurm", "hpcmem.cli"),
+    "hpcmem.train": ("hpcmem.collectives", INTEGRATIONS, "hpcmem.results", "hpcmem.workflow",
+                     "hpcmem.slurm", "hpcmem.cli"),
+    "hpcmem.results": (INTEGRATIONS, "hpcmem.workflow", "hpcmem.slurm", "hpcmem.cli"),
 }
 
 

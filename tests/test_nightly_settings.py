@@ -105,6 +105,27 @@ def test_a_profile_it_cannot_read_is_named_at_once(site: Path, content: str, lin
     assert set(site.rglob("*")) == before
 
 
+@pytest.mark.parametrize(("content", "problem"), [
+    (b"\x7fELF\x02\x01\x01\x00garbage", "not a text file (NUL byte at offset 7)"),
+    (b"run_id: caf\xe9\n", "not UTF-8 text (byte 0xe9 at offset 11)"),
+], ids=["binary", "latin1"])  # fmt: skip
+def test_a_configfile_it_passes_on_is_named_before_snakemake_reads_it(
+    site: Path, content: bytes, problem: str
+) -> None:
+    sweep = site / "sweep.bin"
+    sweep.write_bytes(content)
+    before = set(site.rglob("*"))
+    work = site / "a" / "b" / "work"
+    done = subprocess.run(
+        [str(NIGHTLY), "--configfile", str(sweep)], capture_output=True, text=True, timeout=60,
+        cwd=work, env={**os.environ, "HPCMEM_PROFILE": str(site / "profile"),
+                       "HPCMEM_WORKDIR": str(work)})  # fmt: skip
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(f"nightly: --configfile: {sweep}: {problem}"), done.stderr
+    assert done.stderr.splitlines() == [done.stderr.strip()]
+    assert set(site.rglob("*")) == before
+
+
 def _read_only(folder: Path) -> list[str]:
     """A command prefix under which ``folder`` is an empty read-only mount (a namespace of
     its own); skips where mount namespaces are not allowed."""

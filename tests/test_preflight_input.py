@@ -98,10 +98,11 @@ def test_a_profile_that_is_not_there_is_named(site: Path) -> None:
 
 
 def test_snakemakes_own_refusal_keeps_its_reason(site: Path) -> None:
-    # the schema's refusal comes after snakemake's noise; the line keeps what and where
+    # the workflow's refusal comes after snakemake's noise; the line keeps what and where
     (site / "profile" / "sweep.yaml").write_text("collectives:\n  tasks_per_node: [abc]\n")
     status, err, _, _ = preflight(site)
     assert status == 2
-    assert err == ("hpcmem preflight: error: snakemake stopped before the preflight (exit 1): "
-                   "Error validating config file. | ValidationError: 'abc' is not of type "
-                   "'integer' | On instance['collectives']['tasks_per_node'][0]: | 'abc'\n")
+    assert err == ("hpcmem preflight: error: snakemake stopped before the preflight (exit 2): "
+                   "config collectives.tasks_per_node[0]: 'abc' is not of type 'integer' "
+                   "(accepted: MPI ranks on each node; a point has nodes x tasks_per_node "
+                   "ranks.)\n")

@@ -61,7 +61,7 @@ def test_page_is_self_contained_with_every_plot_and_section(report: Path) -> Non
     assert any("speedup" in a for a in alts) and any("step time" in a for a in alts)
     for data, width, height, _ in images:
         assert png_size(base64.b64decode(data)) == (int(width), int(height))
-    assert not re.search(r'(src|href)="(?!data:)', page), "external asset in the page"
+    assert not re.search(r'(src|href)="(?!data:|#)', page), "external asset in the page"
     assert "<script" not in page
     for text in ["latency across ranks (µs)", "bus bandwidth (GB/s", "Median step time (ms)",
                  "result differs from the reference", "no CUDA GPU on node01",
@@ -110,3 +110,34 @@ def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> Non
     assert main(["report", str(tmp_path / "nothing"), "--out", str(tmp_path / "r.html")]) == 2
     assert "SUMMARY: " in capsys.readouterr().err
     assert not (tmp_path / "r.html").exists()
+
+
+_HEADLINE = re.compile(r'<span class="badge (\w+)">\1</span> (\d+) of (\d+) judged'
+                       r'(?: \((\d+) failed\))?((?:, \d+ \w+)*) — system')
+
+
+def test_the_headline_counts_are_the_verdict_files(report: Path) -> None:
+    counts = json.loads((report.parent.parent / "verdict.json").read_text())["counts"]
+    verdict, judged, total, failed, rest = _HEADLINE.search(report.read_text()).groups()
+    assert verdict == "FAIL"
+    assert (int(judged), int(total)) == (counts["PASS"] + counts["FAIL"], sum(counts.values()))
+    assert int(failed or 0) == counts["FAIL"] > 0
+    named = {name.upper(): int(n) for n, name in re.findall(r", (\d+) (\w+)", rest)}
+    assert named == {name: counts[name] for name in ("NEW", "NOISY", "MISSING", "UNJUDGED")
+                     if counts[name]}
+    # the page's header, next to its badge, says it too
+    header = re.search(r"<header>.*?</header>", report.read_text(), re.S).group(0)
+    assert f" points · {judged} of {total} judged" in header
+
+
+def test_a_benchmark_points_to_its_skipped_points_only_when_there_are_any(
+    report: Path, tmp_path: Path
+) -> None:
+    # the fixtures' training point without a GPU was skipped: its section says so
+    assert ('1 train point failed or skipped: see <a href="#problems">Failed, skipped and '
+            'invalid records</a>.' in report.read_text())
+    aggregate([FIXTURES / "collectives"], tmp_path / "s")
+    assert main(["report", str(tmp_path / "s"), "--out", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    assert "No training points in this summary.</p>" in page
+    assert 'href="#problems"' not in page and "below" not in page

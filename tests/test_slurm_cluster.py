@@ -1,5 +1,6 @@
 """The one-node test cluster itself: sbatch, srun with PMIx MPI ranks, sacct, idempotent start,
-site-like accounting (partitions, account, QOS enforced), and several clusters on one machine."""
+site-like accounting (partitions, account, QOS enforced), several clusters on one machine,
+knobs for time and QOS limits, and a start that would change a running cluster refused."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_cluster import CLUSTER_SH, SlurmCluster, cluster_command, pid_alive
+from slurm_cluster import CLUSTER_SH, SITE, SlurmCluster, cluster_command, pid_alive
 
 pytestmark = pytest.mark.slurm
 
@@ -118,4 +119,59 @@ def test_stop_after_a_half_started_start_leaves_nothing(slurm_cluster: SlurmClus
     # the shared munged outlives the second cluster: this one still authenticates
     assert slurm_cluster.run("sinfo", "-h", "-o", "%T").stdout.split()[0] in ("idle", "mixed")
     assert slurm_cluster.run("sacctmgr", "-n", "list", "cluster").returncode == 0
+    shutil.rmtree(state)
+
+
+def _start(state: Path, **settings: str) -> subprocess.CompletedProcess:
+    """``cluster.sh start STATE`` with the site-like settings and ``settings`` on top."""
+    return subprocess.run([str(CLUSTER_SH), "start", str(state)], capture_output=True,
+                          text=True, timeout=180, env={**os.environ, **SITE, **settings})
+
+
+def test_a_start_that_would_change_a_running_cluster_refuses(
+    slurm_cluster: SlurmCluster,
+) -> None:
+    conf = slurm_cluster.conf.read_bytes()
+    other = _start(slurm_cluster.state_dir, HPCMEM_SLURM_MAX_TIME="30")
+    assert other.returncode == 2, other.stderr
+    assert "  HPCMEM_SLURM_MAX_TIME: running with INFINITE, asked for 30\n" in other.stderr
+    assert f"cluster.sh stop {slurm_cluster.state_dir} && " in other.stderr
+    assert slurm_cluster.conf.read_bytes() == conf
+    # a hand edit of the running cluster's slurm.conf is not overwritten either
+    slurm_cluster.conf.write_bytes(conf + b"MaxJobCount=5\n")
+    try:
+        edited = _start(slurm_cluster.state_dir)
+        assert edited.returncode == 2, edited.stderr
+        assert "  slurm.conf has:    MaxJobCount=5\n" in edited.stderr
+        assert slurm_cluster.conf.read_bytes() == conf + b"MaxJobCount=5\n"
+    finally:
+        slurm_cluster.conf.write_bytes(conf)
+    assert _start(slurm_cluster.state_dir).returncode == 0
+
+
+def test_time_and_qos_knobs_make_the_cluster_a_site(slurm_cluster: SlurmCluster) -> None:
+    # a second cluster (own ports and state dir, which MariaDB's user must reach) with a
+    # 30-minute partition MaxTime, a 5-minute DefaultTime and limits on its QOS
+    state = slurm_cluster.state_dir / "knobs-test"
+    shutil.rmtree(state, ignore_errors=True)
+    port = int(os.environ.get("HPCMEM_SLURM_PORT", "16817")) + 6
+    mysql_port = int(os.environ.get("HPCMEM_SLURM_MYSQL_PORT", "16306")) + 2
+    knobs = {"HPCMEM_SLURM_PORT": str(port), "HPCMEM_SLURM_MYSQL_PORT": str(mysql_port),
+             "HPCMEM_SLURM_MAX_TIME": "30", "HPCMEM_SLURM_DEFAULT_TIME": "5",
+             "HPCMEM_SLURM_QOS_LIMITS": "MaxWall=20 MaxTRESPerJob=cpu=1 MaxSubmitJobsPU=3"}
+    try:
+        started = _start(state, **knobs)
+        assert started.returncode == 0, started.stderr
+        site = SlurmCluster(state)
+        partitions = site.run("scontrol", "show", "partition", "-o").stdout.splitlines()
+        assert len(partitions) == 2
+        assert all("MaxTime=00:30:00" in line and "DefaultTime=00:05:00" in line
+                   for line in partitions), partitions
+        qos = site.run("sacctmgr", "-n", "-P", "show", "qos", site.qos,
+                       "format=MaxWall,MaxTRESPerJob,MaxSubmitJobsPU").stdout.strip()
+        assert qos == "00:20:00|cpu=1|3"
+        bad = _start(state, **{**knobs, "HPCMEM_SLURM_DEFAULT_TIME": "soon"})
+        assert bad.returncode == 2 and "HPCMEM_SLURM_DEFAULT_TIME=soon" in bad.stderr
+    finally:
+        cluster_command("stop", state, knobs)
     shutil.rmtree(state)

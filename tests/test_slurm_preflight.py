@@ -6,7 +6,8 @@ QOS or one the user may not use, an account the user lacks, a QOS given twice) i
 line naming the setting and its value, exit 2, before anything is submitted; so is what
 a site's wrapper in front of sinfo, scontrol or sacctmgr prints that Slurm never would
 (bytes that are not UTF-8, MaxTime=abc, a line without PartitionName), naming the tool. A
-job that passes the preflight but pends for ever (a QOS per-job limit) ends the run naming it.
+job that passes the preflight but pends for ever (a QOS per-job CPU-minutes limit, which the
+preflight does not check) ends the run naming it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,18 @@ from pathlib import Path
 import pytest
 from hostile_inputs import site_wrapper
 from slurm_cluster import SlurmCluster
-from slurm_site import BIN, REPO, run_logged, site_profile
+from slurm_site import (
+    BIN,
+    REPO,
+    checkout_workdir,
+    ensure,
+    preflight,
+    run_logged,
+    site_profile,
+    submitted_from,
+)
+
+from hpcmem.slurm.limits import QOS_FIELDS
 
 pytestmark = pytest.mark.slurm
 
@@ -31,39 +43,15 @@ SWEEP = {
 }  # fmt: skip
 #: stands for one CPU more than the test cluster's node has
 MORE_THAN_A_NODE = "more than a node"
-
-
-def submitted_from(cluster: SlurmCluster, workdir: Path, since: str) -> list[str]:
-    """Ids of the jobs submitted from ``workdir`` since ``since``."""
-    listed = cluster.run("sacct", "-X", "-n", "-P", "-S", since, "-o", "JobIDRaw,WorkDir%300")
-    return [line.split("|")[0] for line in listed.stdout.splitlines()
-            if line.split("|")[-1].rstrip("/") == str(workdir)]
-
-
-def ensure(cluster: SlurmCluster, kind: str, name: str, *settings: str) -> None:
-    """What the site's admin set up besides: an account or QOS (idempotent)."""
-    field = "account" if kind == "account" else "name"
-    listed = cluster.run("sacctmgr", "-n", "-P", "list", kind, name, f"format={field}")
-    if not listed.stdout.strip():
-        added = cluster.run("sacctmgr", "-i", "add", kind, name, *settings)
-        assert added.returncode == 0, added.stderr
+#: what the preflight asks sacctmgr about every QOS
+QOS_FORMAT = f"format=Name,{','.join(QOS_FIELDS)}"
+#: a QOS line of sacctmgr after its name: no limit set
+UNSET = b"|" * len(QOS_FIELDS)
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A working directory holding the default configuration, as a checkout has it."""
-    work = tmp_path_factory.mktemp("preflight-work")
-    (work / "config").mkdir()
-    for name in ("config.yaml", "references.yaml"):
-        (work / "config" / name).write_text((REPO / "config" / name).read_text())
-    return work
-
-
-def preflight(cluster: SlurmCluster, profile: Path, workdir: Path, **extra_env: str):
-    return run_logged([str(BIN / "hpcmem"), "preflight", "--profile", str(profile),
-                       "--snakefile", str(REPO / "workflow" / "Snakefile"),
-                       "--directory", str(workdir)], cluster, cwd=workdir,
-                      **extra_env)  # fmt: skip
+    return checkout_workdir(tmp_path_factory.mktemp("preflight-work"))
 
 
 def test_a_site_profile_outside_the_tree_passes(slurm_cluster: SlurmCluster, workdir: Path,
@@ -91,7 +79,7 @@ def test_a_site_profile_outside_the_tree_passes(slurm_cluster: SlurmCluster, wor
      r"slurm-qos: 'bnech' is not a QOS of cluster 'hpcmem' \(QOS: [a-z, ]*bench[a-z, ]*\)"),
     ({"slurm-qos": "restricted"},
      r"slurm-qos: 'restricted' is not allowed for user 'root' with account 'hpc' "
-     r"\(allowed: bench, normal(, tiny)?\)"),
+     r"\(allowed: [a-z_, ]*bench[a-z_, ]*\)"),
     ({"default-resources__slurm_account": "other"},
      r"slurm_account: 'other' \(rules .*run_collectives.*\) is not an account of user 'root' "
      r"on cluster 'hpcmem' \(accounts: [a-z, ]*hpc[a-z, ]*\)"),
@@ -133,10 +121,16 @@ def test_each_mistake_is_one_line_naming_the_setting(
      "slurm: the cluster did not answer: `scontrol show partition -o`: 'Partitions: batch hbm' "
      "is a line without PartitionName= (accepted: one partition per line: PartitionName=NAME "
      "Key=value ...)"),
-    ("sacctmgr", "-n -P show qos format=name", b"normal\nbench\n\xff\xfe\n",
+    ("sacctmgr", f"-n -P show qos {QOS_FORMAT}", b"normal%s\nbench%s\n\xff\n" % (UNSET, UNSET),
      "sacctmgr: cannot list the accounts and QOS of user 'root': output of `sacctmgr -n -P show "
-     "qos format=name`: not UTF-8 text (byte 0xff at offset 13): near b'\\xff\\xfe'"),
-], ids=["sinfo-latin1", "scontrol-maxtime", "scontrol-no-partitionname", "sacctmgr-binary"])
+     f"qos {QOS_FORMAT}`: not UTF-8 text (byte 0xff at offset 33): near b'\\xff'"),
+    ("sacctmgr", f"-n -P show qos {QOS_FORMAT}",
+     b"normal%s\nbench|cpu=one%s\n" % (UNSET, UNSET[1:]),
+     "sacctmgr: cannot list the accounts and QOS of user 'root': sacctmgr show qos "
+     "MaxTRESPerJob: 'cpu=one' is not a TRES limit (accepted: name=amount pairs separated by "
+     "',', e.g. cpu=2,mem=4G)"),
+], ids=["sinfo-latin1", "scontrol-maxtime", "scontrol-no-partitionname", "sacctmgr-binary",
+        "sacctmgr-tres"])
 def test_odd_output_of_a_site_wrapper_is_one_line_naming_the_tool(
     slurm_cluster: SlurmCluster, workdir: Path, tmp_path: Path, tool: str, args: str,
     prints: bytes, line: str
@@ -175,14 +169,15 @@ def test_the_workflow_runs_the_preflight_before_its_first_submission(
 def test_a_job_pending_for_ever_ends_the_run_naming_it(
     slurm_cluster: SlurmCluster, workdir: Path, tmp_path: Path
 ) -> None:
-    # a QOS allowing one CPU per job: the 2-CPU build job pends with QOSMaxCpuPerJobLimit,
-    # a reason that never clears; the preflight cannot know the QOS's limits
-    ensure(slurm_cluster, "qos", "tiny", "MaxTRESPerJob=cpu=1")
+    # a QOS allowing 10 CPU-minutes per job: the 2-CPU, 40-minute build job pends with
+    # QOSMaxCpuMinutesPerJobLimit, a reason that never clears; the preflight does not
+    # check TRES-minutes limits
+    ensure(slurm_cluster, "qos", "tinymins", "MaxTRESMinsPerJob=cpu=10")
     allowed = slurm_cluster.run("sacctmgr", "-i", "modify", "user", "root", "where",
-                                f"account={slurm_cluster.account}", "set", "QOS+=tiny")
+                                f"account={slurm_cluster.account}", "set", "QOS+=tinymins")
     assert allowed.returncode == 0, allowed.stderr
     profile = site_profile(tmp_path / "hpcmem", slurm_cluster, SWEEP, **{
-        "slurm-qos": "tiny", "set-resources__build_wheel__cpus_per_task": 2})
+        "slurm-qos": "tinymins", "set-resources__build_wheel__cpus_per_task": 2})
     began = time.monotonic()
     result = run_logged([str(BIN / "snakemake"), "--profile", str(profile),
                          "--snakefile", str(REPO / "workflow" / "Snakefile"),
@@ -195,7 +190,7 @@ def test_a_job_pending_for_ever_ends_the_run_naming_it(
     assert len(jobs) == 1, result.stdout
     job_id = jobs[0]
     named = (f"Slurm job {job_id} (rule_build_build_wheel) is PENDING with "  # group build
-             "Reason=QOSMaxCpuPerJobLimit, which does not clear by itself")
+             "Reason=QOSMaxCpuMinutesPerJobLimit, which does not clear by itself")
     assert f"hpcmem watchdog: {named}: ending the run" in result.stdout
     assert f"hpcmem: the run was ended: {named}." in result.stdout
     assert took < 60, f"the run took {took:.0f}s to end"

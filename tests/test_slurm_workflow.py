@@ -376,6 +376,10 @@ def test_sigterm_ends_the_nightly_cleanly(flow: Workflow, terminated: dict) -> N
     assert output.splitlines()[-2:] == [
         "nightly: to redo what did not finish, rerun the nightly with HPCMEM_RUN_ID=e2e (same "
         "profile and arguments)", f"nightly: verdict {flow.workdir / RUN}/check/verdict.txt"]
+    # the workflow's own line says the nightly's way to redo it (HPCMEM_RERUN_HINT)
+    assert ("hpcmem: the run was ended: SIGTERM received. Finished points are kept: rerun the "
+            "nightly with HPCMEM_RUN_ID=e2e (same profile and arguments)") in output
+    assert "rerun the same command with --config" not in output
 
 
 def test_the_next_nightly_runs_without_unlock_and_exits_1_on_a_regression(

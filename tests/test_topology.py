@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcmem.node import topology
+from hpcmem.node import hwloc, topology
 from hpcmem.node.idlist import IdListError
 
 
@@ -104,3 +104,49 @@ def test_hbw_on_this_machine() -> None:
 def test_hbw_declared_bad_value(value: str, message: str) -> None:
     with pytest.raises(ValueError, match=rf"^MEMKIND_HBW_NODES='{re.escape(value)}': .*{message}"):
         topology.hbw_nodes({"MEMKIND_HBW_NODES": value})
+
+
+def test_hpcmem_variable_wins_over_memkind_s(tmp_path: Path) -> None:
+    _node_dir(tmp_path, 0, "0-3", 1024, bandwidth=200_000)
+    _node_dir(tmp_path, 1, "", 1024, bandwidth=800_000)
+    env = {"HPCMEM_HBW_NODES": "1", "MEMKIND_HBW_NODES": "0"}
+    found = topology.hbw_nodes(env, root=tmp_path)
+    assert (found.nodes, found.source, found.emulated) == ((1,), "HPCMEM_HBW_NODES", False)
+    found = topology.hbw_nodes({"MEMKIND_HBW_NODES": "0"}, root=tmp_path)
+    assert (found.nodes, found.source, found.emulated) == ((0,), "MEMKIND_HBW_NODES", True)
+
+
+def test_hwloc_subtypes_name_hbm_and_mcdram() -> None:
+    xml = """<topology><object type="Machine" os_index="0">
+      <object type="NUMANode" os_index="0" local_memory="1"/>
+      <object type="NUMANode" os_index="1" subtype="MCDRAM" local_memory="1"/>
+      <object type="NUMANode" os_index="3" subtype="HBM" local_memory="1"/>
+      <object type="NUMANode" os_index="4" subtype="CXL-DRAM" local_memory="1"/>
+    </object></topology>"""
+    assert hwloc.parse_subtypes(xml) == {1: "MCDRAM", 3: "HBM", 4: "CXL-DRAM"}
+
+
+def test_distances_and_the_nearest_nodes(tmp_path: Path) -> None:
+    for node, cpus, distance in ((0, "0", "10 21 13 23"), (1, "1", "21 10 23 13"),
+                                 (2, "", "13 23 10 23"), (3, "", "23 13 23 10")):
+        _node_dir(tmp_path, node, cpus, 1024)
+        (tmp_path / f"node{node}" / "distance").write_text(distance + "\n")
+    nodes = topology.numa_nodes(tmp_path)
+    assert nodes[1].distances == {0: 21, 1: 10, 2: 23, 3: 13}
+    assert topology.nearest(nodes[0], (2, 3)) == (2,)
+    assert topology.nearest(nodes[1], (2, 3)) == (3,)
+    unknown = topology.NumaNode(0, (0,), 1, 1)
+    assert topology.nearest(unknown, (2, 3)) == (2, 3)
+
+
+def test_dax_kmem_nodes_declared_or_onlined_by_kmem(tmp_path: Path) -> None:
+    _node_dir(tmp_path / "sys", 0, "0-1", 1024)
+    _node_dir(tmp_path / "sys", 2, "", 1024)
+    kmem = tmp_path / "kmem"
+    assert topology.dax_kmem_nodes({}, root=tmp_path / "sys", kmem=kmem) == ((), "none")
+    (kmem / "dax0.0").mkdir(parents=True)
+    (kmem / "dax0.0" / "target_node").write_text("2\n")
+    assert topology.dax_kmem_nodes({}, root=tmp_path / "sys", kmem=kmem) == ((2,), "kmem")
+    declared = topology.dax_kmem_nodes({"MEMKIND_DAX_KMEM_NODES": "0"}, root=tmp_path / "sys",
+                                       kmem=kmem)
+    assert declared == ((0,), "MEMKIND_DAX_KMEM_NODES")

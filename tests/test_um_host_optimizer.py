@@ -64,7 +64,7 @@ def _optimizer(model, kind="AdamW", groups=False):
 
 
 def _train(offload=None, steps=5, micro_batches=1, kind="AdamW", groups=False, bf16=False,
-           bucket_bytes=64 * 1024, lr_at=None, state_first=False):
+           bucket_bytes=64 * 1024, lr_at=None, state_first=False, closure=False):
     torch.manual_seed(0)
     model = Net()
     optimizer = _optimizer(model, kind, groups)
@@ -92,14 +92,23 @@ def _train(offload=None, steps=5, micro_batches=1, kind="AdamW", groups=False, b
         if lr_at is not None and step == lr_at:
             for group in optimizer.param_groups:
                 group["lr"] *= 0.1
-        for _ in range(micro_batches):
+        for micro in range(micro_batches):
             tokens = torch.randint(VOCAB, (256,), generator=generator)
-            with engine.scope() if engine else contextlib.nullcontext():
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                    loss = model(tokens) / micro_batches
-                loss.backward()
-            losses.append(loss.item())
-        optimizer.step()
+
+            def forward_backward(tokens=tokens):
+                with engine.scope() if engine else contextlib.nullcontext():
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                        loss = model(tokens) / micro_batches
+                    loss.backward()
+                losses.append(loss.item())
+                return loss
+
+            if closure and micro == micro_batches - 1:  # as Lightning steps
+                assert optimizer.step(forward_backward).item() == losses[-1]
+            else:
+                forward_backward()
+        if not closure:
+            optimizer.step()
         optimizer.zero_grad()
     return losses, model, optimizer, engine
 
@@ -206,6 +215,14 @@ def test_bf16_working_weights_agree_within_one_percent():
 def test_micro_batches_accumulate_and_step_once():
     reference, *_ = _train(micro_batches=3, steps=3)
     ours, _, _, engine = _train({}, micro_batches=3, steps=3)
+    _agree(ours, reference, 1e-4)
+    assert engine.stats()["steps"] == 3
+    engine.close()
+
+
+def test_a_closure_runs_once_before_the_step():
+    reference, *_ = _train(micro_batches=2, steps=3)
+    ours, _, _, engine = _train({}, micro_batches=2, steps=3, closure=True)
     _agree(ours, reference, 1e-4)
     assert engine.stats()["steps"] == 3
     engine.close()

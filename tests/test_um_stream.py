@@ -55,7 +55,7 @@ class Net(nn.Module):
         return nn.functional.cross_entropy(x @ self.embed.weight.t(), tokens)
 
 
-def _train(budget=None, steps=4, recompute=None, backwards=1):
+def _train(budget=None, steps=4, recompute=None, backwards=1, closure=False):
     torch.manual_seed(0)
     model = Net()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -66,14 +66,22 @@ def _train(budget=None, steps=4, recompute=None, backwards=1):
                             recompute=recompute)
     generator = torch.Generator().manual_seed(1)
     losses = []
+
+    def forward_backward():
+        tokens = torch.randint(1024, (512,), generator=generator)
+        with streamer.scope() if streamer else contextlib.nullcontext():
+            loss = model(tokens)
+            loss.backward()
+        losses.append(loss.item())
+        return loss
+
     for _ in range(steps):
-        for _ in range(backwards):
-            tokens = torch.randint(1024, (512,), generator=generator)
-            with streamer.scope() if streamer else contextlib.nullcontext():
-                loss = model(tokens)
-                loss.backward()
-            losses.append(loss.item())
-        optimizer.step()
+        if closure:  # as Lightning steps: the optimizer runs the forward and backward
+            assert optimizer.step(forward_backward).item() == losses[-1]
+        else:
+            for _ in range(backwards):
+                forward_backward()
+            optimizer.step()
         optimizer.zero_grad(set_to_none=False)
     return losses, model, optimizer, streamer
 
@@ -145,12 +153,18 @@ def test_gradients_accumulate_over_two_backwards_as_without_a_budget():
     assert losses == expected
 
 
-def test_a_step_with_a_closure_is_refused():
-    _, _, optimizer, streamer = _train(TIGHT, steps=1)
-    with pytest.raises(BudgetError, match=r"optimizer\.step\(closure\)") as error:
-        optimizer.step(lambda: 0.0)
-    assert isinstance(error.value, HpcmemError)
+def test_a_closure_runs_once_before_the_step(reference):
+    losses, *_, streamer = _train(TIGHT, closure=True, recompute=False)
     streamer.close()
+    assert losses == reference[0]
+
+
+def test_lbfgs_is_refused():
+    model = Net()
+    with pytest.raises(BudgetError, match="LBFGS") as error:
+        Streamer(model, torch.optim.LBFGS(model.parameters()), transport=CpuTransport(),
+                 budget=TIGHT, priority=ORDER, device_scope=contextlib.nullcontext)
+    assert isinstance(error.value, HpcmemError)
 
 
 def test_a_budget_below_what_the_probe_step_needs_is_refused_with_both_figures():

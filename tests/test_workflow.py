@@ -7,6 +7,7 @@ collectives, aggregate, check and report; then a regression and killed jobs.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -15,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from html import escape
 from pathlib import Path
 
@@ -114,6 +116,41 @@ def test_end_to_end_on_the_local_profile(workdir: Path):
     assert f"hpcmem: verdict {workdir / RUN / 'check' / 'verdict.txt'}" in result.stdout
 
 
+#: run argv[2:] once the file argv[1] exists: processes started so leave at one instant
+AT_THE_BARRIER = ("import os, sys, time\nwhile not os.path.exists(sys.argv[1]):\n"
+                  "    time.sleep(0.001)\nos.execv(sys.argv[2], sys.argv[2:])\n")
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_two_identical_runs_started_at_once_run_one(workdir: Path, tmp_path: Path, attempt):
+    # the same command twice in one folder, leaving a barrier together: one run redoes
+    # the point, the other is refused before it builds or installs anything
+    target = RUN / "collectives" / "bcast" / "numpy" / "ranks=2" / "binding=hbw.jsonl"
+    go = tmp_path / "go"
+    same = command(workdir, "--forcerun", "run_collectives", "--", str(target))
+    runs = [subprocess.Popen([sys.executable, "-c", AT_THE_BARRIER, str(go), *same],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=environment(), cwd=REPO) for _ in range(2)]
+    time.sleep(0.5)
+    before = sorted(p for p in workdir.rglob("*") if p.is_file() and "e2e" not in p.parts)
+    go.touch()
+    outputs = [run.communicate(timeout=300)[0] for run in runs]
+    statuses = sorted(run.returncode for run in runs)
+    assert statuses == [0, 2], outputs
+    done, refused = (outputs[i] for i in sorted(range(2), key=lambda i: runs[i].returncode))
+    assert done.count("rule run_collectives:") == 1 and "rule build_wheel" not in done
+    first = runs[outputs.index(done)].pid  # the barrier's process became snakemake
+    assert refused.splitlines()[-1].startswith(
+        f"hpcmem: error: run folder {RUN}: in use by another run of the workflow (snakemake "
+        f"process {first} on "), refused
+    assert "Building DAG" not in refused and "rule " not in refused
+    assert {r["status"] for r in read_records(workdir / target)} == {"ok"}
+    assert not (workdir / RUN / "run.lock").exists()
+    after = sorted(p for p in workdir.rglob("*") if p.is_file() and "e2e" not in p.parts)
+    assert [p for p in after if ".snakemake" not in p.parts] == [
+        p for p in before if ".snakemake" not in p.parts]  # nothing made outside the run
+
+
 def test_regression_fails_the_run_after_writing_report_and_verdict(workdir: Path):
     (workdir / "config" / "strict.yaml").write_text(
         'references:\n  "*:*":\n    "collectives/*/latency_us.avg": [0.001, null, 0.0, us]\n'
@@ -196,16 +233,16 @@ def test_killed_points_leave_nothing_and_are_redone(workdir: Path):
 
 def test_binding_the_node_cannot_provide_is_a_skipped_record(workdir: Path):
     # hbw bound memory without HBW nodes and no emulation asked for: the point still runs
-    # (`hpcmem bind --skip-unavailable`) and says why it measured nothing; a sweep that
-    # judged nothing is not a pass: the run ends in error once summary and report are made.
+    # (`hpcmem bind --skip-unavailable`) and says why it measured nothing.
     (workdir / "config" / "nohbw.yaml").write_text(
         "collectives:\n  ops: [reduce]\n  buffers: [numpy]\n  emulate_hbw: null\n"
         "train:\n  enabled: false\n"
     )
     configs = (workdir / "config" / "config.yaml", workdir / "config" / "nohbw.yaml")
     result = snakemake(workdir, "--configfile", *map(str, configs))
+    # a sweep that measured nothing judges no figure: it fails, after its report and verdict
     assert result.returncode == 1, result.stdout
-    assert "hpcmem check judged no figure in run" in result.stdout
+    assert "hpcmem check judged no figure in run e2e" in result.stdout
     run = workdir / RUN
     point = run / "collectives" / "reduce" / "numpy" / "ranks=2" / "binding=hbw.jsonl"
     records = read_records(point)
@@ -289,3 +326,57 @@ def _orphans(group: int) -> list[psutil.Process]:
         except (ProcessLookupError, psutil.Error):
             continue
     return found
+
+
+@contextlib.contextmanager
+def on_a_full_disk(folder: Path) -> Iterator[Path]:
+    """``folder``'s files on a small file system of their own (a tmpfs mounted over it, as
+    root), filled to the last byte by the file it yields; skips where mounting is not
+    allowed. The files made there go with the file system."""
+    stage = folder.with_name(f"{folder.name}.before-full-disk")
+    shutil.copytree(folder, stage, symlinks=True)  # modification times kept
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        shutil.rmtree(stage)
+        pytest.skip(f"no small file system to fill here: {mounted.stderr.strip()}")
+    try:
+        shutil.copytree(stage, folder, symlinks=True, dirs_exist_ok=True)
+        filler = folder / "filler"
+        with filler.open("wb", buffering=0) as out:
+            for chunk in (1 << 20, 4096, 1):
+                with contextlib.suppress(OSError):  # ENOSPC: the next, smaller chunk
+                    while True:
+                        out.write(b"\0" * chunk)
+        yield filler
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+        shutil.rmtree(stage)
+
+
+def test_a_full_disk_during_aggregation_is_explained_on_the_terminal(workdir: Path):
+    # the run folder fills before the summary is made: the step's own log stays empty,
+    # so its error must reach the terminal; once there is room, only the summary is redone
+    run = workdir / RUN
+    history = {p: p.read_bytes() for p in (workdir / "results" / "history").rglob("*")
+               if p.is_file()}
+    steps = ("aggregate_results", "check_regressions", "render_report")
+    for folder in ("summary", "check", "report"):  # to be made on the full disk
+        shutil.rmtree(run / folder)
+    for step in steps:
+        (run / "logs" / f"{step}.log").unlink()
+    with on_a_full_disk(run) as filler:
+        full = snakemake(workdir)
+        assert full.returncode == 1, full.stdout
+        assert (f"hpcmem aggregate: error: --out: {RUN}/summary: cannot write in {RUN} (No "
+                "space left on device)") in full.stdout  # amid Snakemake's own lines
+        assert (run / "logs" / "aggregate_results.log").read_bytes() == b""
+        assert "rule run_collectives" not in full.stdout and not (run / "summary").exists()
+        filler.unlink()
+        again = snakemake(workdir)
+        assert again.returncode == 0, again.stdout
+        assert "rule run_collectives" not in again.stdout  # finished points are never redone
+        assert all(f"rule {step}:" in again.stdout for step in steps)
+        assert (run / "check" / "verdict.json").is_file()
+    assert {p: p.read_bytes() for p in (workdir / "results" / "history").rglob("*")
+            if p.is_file()} == history  # the run was checked before: nothing appended

@@ -233,6 +233,40 @@ def test_injection_through_snakemake_stops_before_anything_runs(workdir, path, p
     assert not (workdir / "results").exists()
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (("--config", "foo=1"), "config foo: unknown key (accepted here: run_id, output_dir, "
+                            "container, collectives, train, check; every key is described in "
+                            "docs/configuration.md)"),
+    (("--config", "collectives={ops: [bcast], repeat: 3}"),
+     "config collectives.repeat: unknown key (nearest: repeats; every key is described in "
+     "docs/configuration.md)"),
+    (("--config", b"run_id=caf\xe9"), "config run_id: 'caf\\udce9' does not match the key's "
+                                       "pattern (accepted: Names this run"),
+], ids=["top", "nested", "not-utf8"])  # fmt: skip
+def test_a_config_refusal_is_one_line_and_exit_2(workdir, args, message):
+    result = snakemake(workdir, "--cores", "1", *args)  # a real run, not a dry run
+    assert result.returncode == 2, result.stdout
+    assert result.stdout.splitlines()[-1].startswith(f"hpcmem: error: {message}")
+    assert len(result.stdout) < 1000 and "Traceback" not in result.stdout
+    assert not (workdir / "results").exists()
+
+
+def test_a_prebuilt_image_that_is_not_a_sif_is_named_on_a_host_without_a_runtime(workdir):
+    (workdir / "images").mkdir()
+    (workdir / "images" / "hpcmem-cpu.sif").write_text("a text file, not an image\n")
+    before = sorted(workdir.rglob("*"))
+    result = snakemake(workdir, "--cores", "1", "--config",
+                       "container={enabled: auto, cpu_image: images/hpcmem-cpu.sif}",
+                       wrap=without_runtime)
+    assert result.returncode == 2, result.stdout
+    assert result.stdout.splitlines()[-1] == (
+        f"hpcmem: error: config container.cpu_image: {workdir}/images/hpcmem-cpu.sif is not a "
+        "SIF image (its bytes 32 to 41 are b'', where every SIF file holds b'SIF_MAGIC\\x00'): "
+        "give one made by `apptainer build` or `singularity build`, or null to build one from "
+        "container.cpu_definition")
+    assert sorted(p for p in workdir.rglob("*") if ".snakemake" not in p.parts) == before
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -387,6 +421,15 @@ def test_config_file_not_text_or_with_aliases_is_refused_at_once(workdir, conten
     assert result.returncode != 0
     assert f"config file {message}" in result.stdout
     assert len(result.stdout) < 5000
+
+
+def test_a_config_file_that_is_a_device_is_refused_at_once(workdir):
+    (workdir / "config" / "config.yaml").unlink()
+    (workdir / "config" / "config.yaml").symlink_to("/dev/zero")  # read for ever
+    result = snakemake(workdir, "-n", timeout=60)
+    assert result.returncode == 2
+    assert result.stdout.splitlines()[-1] == ("hpcmem: error: config file config/config.yaml: "
+                                              "not a regular file (a config file is YAML text)")
 
 
 def test_common_smk_holds_only_loading_validation_constraints_and_small_helpers():

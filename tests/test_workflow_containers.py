@@ -146,16 +146,28 @@ def test_the_suite_image_is_debian_13_built_inside_itself(
     libraries = ref.libraries
     assert libraries["os"] == IMAGE_DEBIAN and libraries["python"].startswith(f"{IMAGE_PYTHON}.")
     assert libraries["mpi"].startswith("Open MPI v5.") and host_open_mpi().startswith("4.")
-    assert libraries["memkind"] and libraries["hpcmem"] == importlib.metadata.version("hpcmem")
+    assert libraries["hpcmem"] == importlib.metadata.version("hpcmem")
     for package in ("numpy", "mpi4py"):  # what the native jobs run, at the same pins
         assert libraries[package] == importlib.metadata.version(package)
+    assert libraries["hbw_backend"] == f"umf {importlib.metadata.version('umf')}"  # the default
     assert ref.labels["org.opencontainers.image.title"] == "hpcmem-cpu"
     # the extensions link the image's own libraries; no compiler is left in the run stage
     linked = execute(apptainer, image, ["sh", "-c", "ldd /opt/venv/lib/python3*/site-packages/"
                                         "hpcmem/_hbw*.so /opt/venv/lib/python3*/site-packages/"
                                         "hpcmem/_timing*.so"])  # fmt: skip
+    # both placement backends: pip's libumf (and the libhwloc it loads) in the venv, found
+    # through _hbw's RUNPATH, and Debian 12's memkind
+    assert re.search(r"libumf\.so\.1 => /opt/venv/lib/\S+/libumf\.so\.1 ", linked), linked
+    assert re.search(r"libhwloc\.so\.15 => /opt/venv/lib/\S+/libhwloc\.so\.15 ", linked), linked
     assert re.search(r"libmemkind\.so\.0 => /\S+/libmemkind\.so\.0", linked), linked
     assert re.search(r"libmpi\.so\.40 => /\S+/libmpi\.so\.40", linked), linked
+    assert "not found" not in linked
+    # `hpcmem info` in the image: the backend serving the kinds, and the image it runs in
+    info = json.loads(execute(apptainer, image, ["hpcmem", "info", "--json"]))
+    backend = info["hbw_backend"]
+    assert f"{backend['name']} {backend['version']}" == libraries["hbw_backend"]
+    assert info["mpi"]["mpi4py"] == libraries["mpi4py"]
+    assert info["container"]["inside"] == str(image)
     with pytest.raises(ContainerError, match="exited"):
         execute(apptainer, image, ["sh", "-c", "command -v gcc cc c++ cmake"])
     # pip read nothing but the session's wheelhouse (the build log is kept with the image)

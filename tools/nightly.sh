@@ -17,8 +17,9 @@
 # HPCMEM_OUTPUT_DIR (default results: the config's output_dir), HPCMEM_NIGHTLY_HISTORY
 # (default OUTPUT_DIR/nightly-history under the working directory). Each is checked before
 # anything is made (hpcmem/nightly.py): the run id and both folders as the workflow's config
-# accepts them (a name; relative paths inside the working directory), the profile's files,
-# and that the folders can be written. A refused one is one line naming it, exit 2.
+# accepts them (a name; relative paths inside the working directory), the profile's files
+# and any --configfile among the arguments, and that the folders can be written. A refused
+# one is one line naming it, exit 2.
 # Rerunning a night that could not run: HPCMEM_RUN_ID=<its run id>, same profile and args.
 set -uo pipefail
 
@@ -44,7 +45,7 @@ if [[ -z "$PROFILE" ]]; then
   exit 2
 fi
 "$PYTHON" -m hpcmem.nightly check --run-id "$RUN_ID" --profile "$PROFILE" \
-  --workdir "$WORKDIR" --output-dir "$OUTPUT_DIR" --history "$HISTORY" || exit 2
+  --workdir "$WORKDIR" --output-dir "$OUTPUT_DIR" --history "$HISTORY" -- "$@" || exit 2
 # Run from scrontab, this script is itself a Slurm job: keep its allocation's variables
 # away from the jobs the workflow submits (SLURM_CONF, which names the cluster, stays).
 for variable in $(compgen -e | grep -E '^(SLURM|SBATCH|SRUN)_' | grep -v '^SLURM_CONF$'); do
@@ -52,12 +53,14 @@ for variable in $(compgen -e | grep -E '^(SLURM|SBATCH|SRUN)_' | grep -v '^SLURM
 done
 export PATH="$REPO/.venv/bin:$PATH"
 
+# How to redo what did not finish; the workflow says it too when it ends the run itself.
+export HPCMEM_RERUN_HINT="rerun the nightly with HPCMEM_RUN_ID=$RUN_ID (same profile and arguments)"
+
 # The verdict of a night that produced none: `could not run` and why (JSON and text), and
 # how to redo it; the verdict is named only when it was written.
 could_not_run() {
   echo "nightly: COULD NOT RUN run $RUN_ID: $1" >&2
-  echo "nightly: to redo what did not finish, rerun the nightly with HPCMEM_RUN_ID=$RUN_ID" \
-    "(same profile and arguments)" >&2
+  echo "nightly: to redo what did not finish, $HPCMEM_RERUN_HINT" >&2
   if "$PYTHON" -m hpcmem.nightly could-not-run "$RUN/check" "$RUN_ID" "$1"; then
     echo "nightly: verdict $RUN/check/verdict.txt"
   fi

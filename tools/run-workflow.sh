@@ -6,7 +6,8 @@
 # the workflow prints a short verdict summary (counts, failing and noisy figures) and where
 # the report and the full verdict table are.
 # Exit status: 0 no regression (noisy figures allowed), 1 a regression found by `hpcmem
-# check`, 2 the sweep could not run (a failed job, bad configuration, interrupted).
+# check`, 2 the sweep could not run (a failed job, bad configuration or config file,
+# interrupted).
 # Extra arguments go to snakemake: `-n` (dry run), or `--config run_id=ID` to resume run ID.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +17,8 @@ if [[ ! -x $snakemake ]]; then
   exit 2
 fi
 export PATH="$PWD/.venv/bin:$PATH"
+# the config files snakemake reads before the workflow can check them: one line, exit 2
+.venv/bin/python -m hpcmem.workflow.config_files profiles/local -- "$@" || exit 2
 run_id=$(date -u +%Y%m%dT%H%M%SZ)
 echo "hpcmem: workflow run $run_id (profiles/local, config/config.yaml) on $(nproc) cores"
 echo "hpcmem: resume it if interrupted: tools/run-workflow.sh --config run_id=$run_id"

@@ -3,7 +3,7 @@
 #
 #   benchmarks/gpu/run.sh [tests|bench|all]      (default: all)
 #
-# tests: build + `pytest -m gpu`.
+# tests: build + `pytest -m gpu` (tests/test_integrations_gpu.py runs the examples/ too).
 # bench: build + the benchmark groups in HPCMEM_BENCH_GROUPS (default: all of them, in order):
 #   primitives  copy and prefetch rates, CPU AdamW, recompute-or-offload per block (primitives.json)
 #   budget      0.35B transformer (bf16, 16 x 1024 tokens): cuda, FSDP2 + CPUOffloadPolicy with

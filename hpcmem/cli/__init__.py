@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "aggregate": "aggregate",
     "report": "report",
     "check": "check",
+    "export": "export",
     "preflight": "preflight",
 }
 
@@ -45,8 +46,10 @@ def bad_input(*errors: type[Exception], where: str = "") -> Iterator[None]:
         raise UsageError(f"{where}: {error}" if where else str(error)) from None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every available subcommand."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser with every available subcommand; with ``only``, the other
+    subcommands' modules are not imported (``hpcmem bind`` under a launcher, once per
+    rank, loads no NumPy)."""
     parser = argparse.ArgumentParser(
         prog="hpcmem",
         description="Memory placement for HPC and deep-learning jobs: "
@@ -56,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"hpcmem {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module_name in COMMANDS.items():
+        if only is not None and name != only:
+            subparsers.add_parser(name)
+            continue
         module = importlib.import_module(f"hpcmem.cli.{module_name}")
         sub = subparsers.add_parser(
             name,
@@ -70,8 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``hpcmem`` console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(only=words[0] if words and words[0] in COMMANDS else None)
+    args = parser.parse_args(words)
     try:
         return int(args.handler(args) or 0)
     except BadInputError as error:  # a bad option, an unreadable input, an unusable output

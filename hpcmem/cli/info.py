@@ -1,5 +1,5 @@
-"""What this node offers hpcmem: NUMA nodes, HBW nodes (and how they were found),
-GPUs, the MPI library, memkind, Slurm and a container runtime.
+"""What this node offers hpcmem: NUMA nodes, HBW nodes (and how they were found), the HBW
+placement backend (UMF or memkind), GPUs, the MPI library, Slurm and a container runtime.
 
 Nothing here is required: a missing piece is reported as such, never an error.
 `--json` prints one JSON object with the same content.
@@ -14,7 +14,7 @@ from typing import Any
 from hpcmem.node import topology
 from hpcmem.node.idlist import format_id_list
 
-HELP = "describe this node: NUMA and HBW nodes, GPUs, MPI, memkind, Slurm, containers"
+HELP = "describe this node: NUMA and HBW nodes, HBW backend, GPUs, MPI, Slurm, containers"
 
 GIB = 1 << 30
 
@@ -28,13 +28,22 @@ def _hbw_line(hbw: dict[str, Any]) -> str:
     if "error" in hbw:
         return f"error: {hbw['error']}"
     if not hbw["nodes"]:
-        return "none (no HMAT, memory-only or memkind HBW node; MEMKIND_HBW_NODES unset)"
+        return "none (no HMAT or hwloc HBM/MCDRAM node; HPCMEM_HBW_NODES unset)"
     nodes = format_id_list(hbw["nodes"])
-    if hbw["source"] == topology.HBW_NODES_VARIABLE:
-        how = "declared by MEMKIND_HBW_NODES" + (", emulated on DRAM" if hbw["emulated"] else "")
+    if hbw["source"] in topology.HBW_NODES_VARIABLES:
+        how = f"declared by {hbw['source']}" + (", emulated on DRAM" if hbw["emulated"] else "")
     else:
         how = f"detected by {hbw['source']}"
     return f"{nodes} ({how})"
+
+
+def _backend_line(backend: dict[str, Any]) -> str:
+    if not backend["name"]:
+        return f"not available: {backend['error']}"
+    line = f"{backend['name']} {backend['version']}"
+    if backend.get("highest_bandwidth") is not None:  # UMF's own view of the platform
+        line += f" (its HIGHEST_BANDWIDTH memspace: {format_id_list(backend['highest_bandwidth'])})"
+    return line
 
 
 def render(info: dict[str, Any]) -> str:
@@ -48,8 +57,7 @@ def render(info: dict[str, Any]) -> str:
             f"{total:.1f} GiB ({free:.1f} GiB free)"
         )
     lines.append(f"HBW nodes: {_hbw_line(info['hbw'])}")
-    memkind = info["memkind"]
-    lines.append(f"memkind: {memkind['version'] or 'not available: ' + memkind['error']}")
+    lines.append(f"HBW backend: {_backend_line(info['hbw_backend'])}")
     gpus = info["gpus"]
     lines.append("GPUs: " + ("none" if not gpus else f"{len(gpus)}"))
     for gpu in gpus:

@@ -48,7 +48,8 @@ def snakemake_arguments(args: argparse.Namespace) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the preflight; print its problems (exit 2) or what it checked (exit 0)."""
-    from hpcmem.workflow.preflight import WorkflowStopped, check_profile, run_preflight
+    from hpcmem.workflow.config_files import check_profile
+    from hpcmem.workflow.preflight import WorkflowStopped, run_preflight
 
     check_profile(args.profile or os.environ.get("SNAKEMAKE_PROFILE"), args.configfile)
     try:

@@ -4,15 +4,17 @@ SUMMARY is an `hpcmem aggregate` output folder (or its summary.parquet). The pag
 shows latency and bus bandwidth against message size per op and buffer kind,
 the speedup over NumPy buffers, training step time per memory policy with its
 spread, the failed and skipped points with reasons, the machine metadata, and,
-with --verdict, the result of `hpcmem check --verdict-out`, and with --native, the
-same points run natively against the container (overhead per op and size), and with --osu,
-the side-by-side table of OSU's C collectives and hpcmem's (benchmarks/osu_comparison.py).
-Written atomically.
+with --verdict, the result of `hpcmem check --verdict-out` and, when that check kept a
+history, each judged figure over its last runs (read from that history store); with
+--native, the same points run natively against the container (overhead per op and size);
+with --osu, the side-by-side table of OSU's C collectives and hpcmem's
+(benchmarks/osu_comparison.py). Written atomically.
 """
 
 from __future__ import annotations
 
 import argparse
+import sqlite3
 
 from hpcmem.cli import bad_input
 
@@ -39,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
     from hpcmem.collectives.comparison import html_section, read_comparison
     from hpcmem.draw.html import section
     from hpcmem.outputs import OutputPathError, check_output_file
+    from hpcmem.results.history import HistoryError
+    from hpcmem.results.history_section import history_section, verdict_timelines
     from hpcmem.results.report import write_report
     from hpcmem.results.summary import read_summary
     from hpcmem.results.verdict_file import VerdictError, read_verdict
@@ -47,13 +51,17 @@ def run(args: argparse.Namespace) -> int:
         check_output_file(args.out)
     with bad_input(VerdictError, where="--verdict"):
         verdict = read_verdict(args.verdict) if args.verdict else None
+    with bad_input(VerdictError, HistoryError, sqlite3.Error, OSError, where="--verdict"):
+        timelines = verdict_timelines(verdict) if verdict else None
     with bad_input(FileNotFoundError, ValueError, where="SUMMARY"):
         summary = read_summary(args.summary)
     with bad_input(FileNotFoundError, ValueError, where="--native"):
         native = read_summary(args.native) if args.native else None
     with bad_input(FileNotFoundError, ValueError, where="--osu"):
         osu = read_comparison(args.osu) if args.osu else None
-    extra = [section("Against OSU C", html_section(osu), anchor="osu")] if osu else []
+    extra = [section("History", history_section(verdict, timelines), anchor="history")
+             ] if verdict and timelines is not None else []
+    extra += [section("Against OSU C", html_section(osu), anchor="osu")] if osu else []
     with bad_input(OutputPathError, where="--out"):
         write_report(args.out, summary, verdict, native, extra)
     print(f"hpcmem report: wrote {args.out}")

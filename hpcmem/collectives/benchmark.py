@@ -40,8 +40,9 @@ from hpcmem.collectives.placement import describe, gather_placements, point_plac
 from hpcmem.collectives.record import RunFacts, figure_fields, point_record
 from hpcmem.collectives.slowdown import TestHooks
 from hpcmem.node import applied
-from hpcmem.node.probe import mpi_library
+from hpcmem.node.probe import hbw_backend_info, mpi_library
 from hpcmem.node.state import load_average
+from hpcmem.node.virtual import vm_topology
 
 __all__ = ["exit_code", "run"]
 
@@ -257,6 +258,8 @@ def run(comm: Any, options: Options, emit: Emit) -> list[Record]:
             memory=buffers.memory_settings(),
             native_unavailable=_joined(missing),
             crowded=crowded,
+            hbw_backend=hbw_backend_info(),
+            vm_topology=vm_topology(),
         )
         records: list[Record] = []
         for name in sweep.ops:

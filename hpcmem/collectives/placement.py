@@ -20,14 +20,14 @@ RankPlacements = Sequence[Sequence[dict[str, Any] | None]]
 
 
 def _buffer_placement(array: np.ndarray | None) -> dict[str, Any] | None:
-    """The measured placement of one buffer; None without one or without memkind built."""
+    """The measured placement of one buffer; None without one or without hpcmem._hbw built."""
     if array is None or array.size == 0:
         return None
     from hpcmem import hbw
 
     try:
         return hbw.placement(array).to_record()
-    except hbw.MemkindNotBuiltError:
+    except hbw.BackendNotBuiltError:
         return None
 
 
@@ -62,6 +62,7 @@ def merge_placements(placements: list[dict[str, Any] | None]) -> dict[str, Any]:
         "nodes": dict(sorted(nodes.items(), key=lambda item: int(item[0]))),
         "emulated": any(p["emulated"] for p in measured),
         "hbw_nodes": sorted({node for p in measured for node in p.get("hbw_nodes", [])}),
+        "hbw_sources": sorted({p["source"] for p in measured if p.get("source")}),
         "pages": sum(p.get("pages", 0) for p in measured),
         "untouched": sum(p.get("untouched", 0) for p in measured),
         "policies": dict(sorted(policies.items())),

@@ -2,7 +2,8 @@
 
 A record is :func:`hpcmem.record.provenance.common_fields` plus the point (op, buffer
 kind, dtype, ranks and where they ran, size, iterations), the MPI library and thread level,
-the memory settings and, for a measured point, its figures: every repeat's latency and
+the memory settings, the HBW backend (and the VM topology in a tools/vm guest) and, for a
+measured point, its figures: every repeat's latency and
 bandwidths with their medians at the top (:func:`figure_fields`). Field by field:
 docs/records.md.
 """
@@ -38,6 +39,8 @@ class RunFacts:
     memory: dict[str, Any]  # huge-page settings (hpcmem.collectives.buffers.memory_settings)
     native_unavailable: str | None  # the native loop was asked for, but not built here: why
     crowded: bool  # the ranks outnumbered the free CPUs before the run
+    hbw_backend: dict[str, Any]  # what served the kinds: name and version (or why none)
+    vm_topology: dict[str, Any] | None  # the tools/vm topology this ran in, if any
 
 
 def point_record(
@@ -71,7 +74,10 @@ def point_record(
         mpi_library=run.mpi_library,
         mpi_thread_level=run.thread_level,
         memory=run.memory,
+        hbw_backend=run.hbw_backend,
     )
+    if run.vm_topology is not None:
+        record["vm_topology"] = run.vm_topology
     if slowdown_us is not None:
         record["injected_slowdown_us"] = slowdown_us
     if run.native_unavailable:

@@ -18,6 +18,7 @@ from typing import Any
 from hpcmem.collectives.buffers import BUFFER_KINDS
 from hpcmem.collectives.ops import DTYPES, OPS
 from hpcmem.collectives.options import THREAD_LEVELS
+from hpcmem.hbw_native import BACKENDS
 from hpcmem.node.applied import binding_label
 from hpcmem.record.spec import HIGHER, LOWER, NONNEGATIVE, Benchmark, Coordinate, Metric
 
@@ -83,6 +84,9 @@ COLLECTIVES = Benchmark(
             "injected_slowdown_us": {"type": "number", "exclusiveMinimum": 0},
             "mpi_thread_level": {"enum": list(THREAD_LEVELS)},
             "native_unavailable": {"type": "string"},
+            "hbw_backend": {"type": "object", "required": ["name", "version"],
+                            "properties": {"name": {"enum": [*BACKENDS, None]}}},
+            "vm_topology": {"type": "object", "required": ["name", "note"]},
         },
     },
     metadata={"mpi_libraries": "mpi_library"},

@@ -8,7 +8,8 @@ Bindings (the ``bindings`` axis of the collectives sweep):
     each local rank on its own core (``--physcpubind``), memory local (``--localalloc``).
 ``hbw``
     the rank's CPUs on one node with CPUs (``--cpunodebind``), memory bound to the
-    high-bandwidth nodes (``--membind``); an error when the node has none.
+    high-bandwidth nodes nearest it (``--membind``; all of them where the distances are
+    unknown); an error when the node has none.
 ``dram``
     the rank's CPUs on one node with CPUs, memory bound to that node's DRAM.
 ``interleave``
@@ -34,7 +35,7 @@ from hpcmem.errors import HpcmemError
 from hpcmem.node.applied import BINDING_ENV, NUMACTL_ENV
 from hpcmem.node.idlist import IdListError, format_id_list, parse_id_list
 from hpcmem.node.launcher import local_rank
-from hpcmem.node.topology import HBWNodes, NumaNode, hbw_nodes, numa_nodes
+from hpcmem.node.topology import HBWNodes, NumaNode, hbw_nodes, nearest, numa_nodes
 
 __all__ = [
     "BINDINGS",
@@ -100,7 +101,8 @@ def _builtin(name: str, rank: int, nodes: Sequence[NumaNode], hbw: HBWNodes) -> 
         allowed = sorted(os.sched_getaffinity(0))
         return [f"--physcpubind={allowed[rank % len(allowed)]}", "--localalloc"]
     cpu_nodes = _cpu_nodes(nodes)
-    cpu_node = cpu_nodes[rank % len(cpu_nodes)].id
+    home = cpu_nodes[rank % len(cpu_nodes)]
+    cpu_node = home.id
     bind_cpus = f"--cpunodebind={cpu_node}"
     if name == "dram":
         return [bind_cpus, f"--membind={cpu_node}"]
@@ -109,9 +111,9 @@ def _builtin(name: str, rank: int, nodes: Sequence[NumaNode], hbw: HBWNodes) -> 
     if not hbw.nodes:
         raise BindingUnavailableError(
             "binding 'hbw': this node has no high-bandwidth memory node "
-            "(declare one for emulation with MEMKIND_HBW_NODES=<nodes>, or use binding dram)"
+            "(declare one for emulation with HPCMEM_HBW_NODES=<nodes>, or use binding dram)"
         )
-    return [bind_cpus, f"--membind={format_id_list(hbw.nodes)}"]
+    return [bind_cpus, f"--membind={format_id_list(nearest(home, hbw.nodes))}"]
 
 
 def _explicit(text: str, nodes: Sequence[NumaNode]) -> list[str]:

@@ -1,5 +1,6 @@
-"""What this node offers hpcmem: NUMA nodes, HBW nodes (and how they were found), memkind,
-GPUs, the MPI library, Slurm, a container runtime and the image this process runs in.
+"""What this node offers hpcmem: NUMA nodes, HBW nodes (and how they were found), the HBW
+placement backend (UMF or memkind), GPUs, the MPI library, Slurm, a container runtime and
+the image this process runs in.
 
 Nothing here is required: a missing piece is reported as such, never raised.
 """
@@ -25,8 +26,8 @@ __all__ = [
     "container_info",
     "current_container",
     "gpu_info",
+    "hbw_backend_info",
     "hbw_info",
-    "memkind_info",
     "mpi_info",
     "mpi_library",
     "numa_info",
@@ -79,14 +80,14 @@ def hbw_info() -> dict[str, Any]:
     return {"nodes": list(found.nodes), "source": found.source, "emulated": found.emulated}
 
 
-def memkind_info() -> dict[str, Any]:
-    """The memkind version hpcmem._hbw runs with, or why there is none."""
-    from hpcmem import hbw
+def hbw_backend_info() -> dict[str, Any]:
+    """The backend hpcmem._hbw serves the kinds with (name, version), or why there is none."""
+    from hpcmem import hbw_native
 
     try:
-        return {"version": hbw.memkind_version()}
-    except hbw.MemkindNotBuiltError as error:
-        return {"version": None, "error": str(error)}
+        return hbw_native.backend().to_record()
+    except (hbw_native.BackendNotBuiltError, ValueError) as error:
+        return {"name": None, "version": None, "error": str(error)}
 
 
 def parse_nvidia_smi(text: str) -> list[dict[str, Any]]:
@@ -214,7 +215,7 @@ def collect() -> dict[str, Any]:
         "hpcmem": __version__,
         "numa_nodes": numa_info(),
         "hbw": hbw_info(),
-        "memkind": memkind_info(),
+        "hbw_backend": hbw_backend_info(),
         "gpus": gpu_info(),
         "mpi": mpi_info(),
         "slurm": slurm_info(),

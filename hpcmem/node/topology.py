@@ -1,39 +1,47 @@
-"""NUMA nodes from sysfs, and which of them are high-bandwidth memory (HBW).
+"""NUMA nodes from sysfs, and which of them are high-bandwidth memory (HBW) or DAX KMEM.
 
-HBW nodes are either declared through ``MEMKIND_HBW_NODES`` (libnuma node-list
-syntax, read by memkind at start-up) or detected: by HMAT bandwidth attributes
-(``nodeN/access0/initiators/read_bandwidth`` above every CPU node's), by
-memory-only NUMA nodes that memkind accepts as HBW (KNL MCDRAM and Xeon Max HBM
-in flat mode), or by memkind itself. Declared nodes that are ordinary DRAM nodes
-(for example the only node of a one-node machine) are marked ``emulated``.
+HBW nodes are either declared, by ``HPCMEM_HBW_NODES`` or (memkind's spelling, which the
+workflow's emulation sets) ``MEMKIND_HBW_NODES`` in libnuma node-list syntax, or detected
+from the platform: by HMAT bandwidth attributes (``nodeN/access0/initiators/read_bandwidth``
+above every CPU node's), else by hwloc's ``MCDRAM``/``HBM`` node subtypes. Declared nodes
+that are not detected ones (for example the only node of a one-node machine) are marked
+``emulated``. DAX KMEM nodes (CXL or persistent memory onlined as system RAM) are declared
+by ``HPCMEM_DAX_KMEM_NODES`` or ``MEMKIND_DAX_KMEM_NODES``, or are the target nodes of the
+DAX devices bound to the kernel's ``kmem`` driver.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpcmem.node import hwloc
 from hpcmem.node.idlist import parse_id_list
 
-__all__ = ["HBWNodes", "NumaNode", "hbw_nodes", "numa_nodes"]
+__all__ = ["HBWNodes", "NumaNode", "dax_kmem_nodes", "hbw_nodes", "nearest", "numa_nodes"]
 
 NODE_ROOT = Path("/sys/devices/system/node")
-HBW_NODES_VARIABLE = "MEMKIND_HBW_NODES"
+DAX_KMEM_ROOT = Path("/sys/bus/dax/drivers/kmem")
+#: the variables that declare HBW nodes, the first one set wins
+HBW_NODES_VARIABLES = ("HPCMEM_HBW_NODES", "MEMKIND_HBW_NODES")
+DAX_KMEM_NODES_VARIABLES = ("HPCMEM_DAX_KMEM_NODES", "MEMKIND_DAX_KMEM_NODES")
 #: the CPU ids a sysfs cpulist may name: above any kernel's NR_CPUS (8192 at most today)
 _SYSFS_CPUS = range(1 << 16)
 
 
 @dataclass(frozen=True)
 class NumaNode:
-    """One NUMA node: its CPUs, memory in bytes, and HMAT read bandwidth if known."""
+    """One NUMA node: its CPUs, memory in bytes, HMAT read bandwidth if known, and its
+    distance (SLIT) to every node by id."""
 
     id: int
     cpus: tuple[int, ...]
     memory_total: int
     memory_free: int
     read_bandwidth_MBps: int | None = None
+    distances: Mapping[int, int] = field(default_factory=dict, compare=False)
 
     @property
     def memory_only(self) -> bool:
@@ -73,7 +81,16 @@ def _meminfo(path: Path) -> dict[str, int]:
     return values
 
 
-def _node(path: Path) -> NumaNode:
+def _distances(path: Path, ids: Sequence[int]) -> dict[int, int]:
+    """``nodeN/distance``: one number per online node, in id order ({} when unreadable)."""
+    try:
+        values = [int(word) for word in (path / "distance").read_text().split()]
+    except (OSError, ValueError):
+        return {}
+    return dict(zip(ids, values, strict=False)) if len(values) == len(ids) else {}
+
+
+def _node(path: Path, ids: Sequence[int]) -> NumaNode:
     node_id = int(path.name.removeprefix("node"))
     cpulist = (path / "cpulist").read_text().strip()
     cpus = (
@@ -88,6 +105,7 @@ def _node(path: Path) -> NumaNode:
         memory_total=memory.get("MemTotal", 0),
         memory_free=memory.get("MemFree", 0),
         read_bandwidth_MBps=_read_int(path / "access0" / "initiators" / "read_bandwidth"),
+        distances=_distances(path, ids),
     )
 
 
@@ -99,7 +117,8 @@ def numa_nodes(root: Path = NODE_ROOT) -> list[NumaNode]:
     """
     paths = sorted(root.glob("node[0-9]*"), key=lambda p: int(p.name.removeprefix("node")))
     if paths:
-        return [_node(path) for path in paths]
+        ids = [int(p.name.removeprefix("node")) for p in paths]
+        return [_node(path, ids) for path in paths]
     memory = _meminfo(Path("/proc/meminfo"))
     return [
         NumaNode(
@@ -119,45 +138,63 @@ def _hmat_hbw(nodes: list[NumaNode]) -> tuple[int, ...]:
     return tuple(n.id for n in nodes if (n.read_bandwidth_MBps or 0) > max(dram))
 
 
-def _memkind_hbw() -> tuple[int, ...] | None:
-    """The node memkind places an HBW page on; () when memkind has no HBW; None without memkind."""
-    try:
-        from hpcmem import _hbw
-    except ImportError:
-        return None
-    if _hbw.check_available("hbw") != 0:
-        return ()
-    probe = _hbw.Buffer("hbw", _hbw.page_size(), True)
-    return tuple(sorted(k for k in _hbw.page_nodes(probe.address, probe.nbytes) if k >= 0))
-
-
-def _detect(nodes: list[NumaNode], *, ask_memkind: bool) -> HBWNodes:
+def _detect(nodes: list[NumaNode], root: Path) -> HBWNodes:
     if found := _hmat_hbw(nodes):
         return HBWNodes(found, "hmat", emulated=False)
-    memory_only = tuple(n.id for n in nodes if n.memory_only)
-    memkind = _memkind_hbw() if ask_memkind else None
-    if memory_only and memkind != ():
-        return HBWNodes(memory_only, "memory-only", emulated=False)
-    if memkind:
-        return HBWNodes(memkind, "memkind", emulated=False)
+    # hwloc reads this machine, not a sysfs tree elsewhere
+    if root == NODE_ROOT and (found := hwloc.hbw_nodes()):
+        return HBWNodes(found, "hwloc", emulated=False)
     return HBWNodes((), "none", emulated=False)
+
+
+def _declared(env: Mapping[str, str], variables: Sequence[str]) -> tuple[str, str] | None:
+    """The first of ``variables`` set to something, and its value."""
+    for variable in variables:
+        if value := env.get(variable, "").strip():
+            return variable, value
+    return None
 
 
 def hbw_nodes(environ: Mapping[str, str] | None = None, *, root: Path = NODE_ROOT) -> HBWNodes:
     """The HBW nodes of this machine and how they were found.
 
-    ``MEMKIND_HBW_NODES`` wins when set (``source="MEMKIND_HBW_NODES"``); a node it
-    names that does not exist raises :class:`~hpcmem.node.idlist.IdListError`. It is
-    ``emulated`` when a declared node is not one that HMAT or the memory-only rule
-    detects, i.e. an ordinary DRAM node. Otherwise the source is ``hmat``,
-    ``memory-only``, ``memkind`` or ``none`` (no HBW node).
+    ``HPCMEM_HBW_NODES``, else ``MEMKIND_HBW_NODES``, wins when set (``source`` is the
+    variable); a node it names that does not exist raises
+    :class:`~hpcmem.node.idlist.IdListError`. It is ``emulated`` when a declared node is not
+    one the platform describes as HBW, i.e. an ordinary DRAM node. Otherwise the source is
+    ``hmat``, ``hwloc`` or ``none`` (no HBW node).
     ``environ`` and ``root`` (the sysfs node folder) default to this machine's.
     """
     env = os.environ if environ is None else environ
     nodes = numa_nodes(root)
-    declared = env.get(HBW_NODES_VARIABLE, "").strip()
-    if not declared:
-        return _detect(nodes, ask_memkind=True)
-    parsed = parse_id_list(declared, name=HBW_NODES_VARIABLE, existing=[n.id for n in nodes])
-    detected = _detect(nodes, ask_memkind=False).nodes
-    return HBWNodes(parsed, HBW_NODES_VARIABLE, emulated=not set(parsed) <= set(detected))
+    declared = _declared(env, HBW_NODES_VARIABLES)
+    if declared is None:
+        return _detect(nodes, root)
+    variable, value = declared
+    parsed = parse_id_list(value, name=variable, existing=[n.id for n in nodes])
+    detected = _detect(nodes, root).nodes
+    return HBWNodes(parsed, variable, emulated=not set(parsed) <= set(detected))
+
+
+def dax_kmem_nodes(environ: Mapping[str, str] | None = None, *, root: Path = NODE_ROOT,
+                   kmem: Path = DAX_KMEM_ROOT) -> tuple[tuple[int, ...], str]:
+    """The DAX KMEM nodes and their source: a variable of ``DAX_KMEM_NODES_VARIABLES``,
+    ``kmem`` (the target nodes of the DAX devices the kmem driver onlined) or ``none``."""
+    env = os.environ if environ is None else environ
+    if declared := _declared(env, DAX_KMEM_NODES_VARIABLES):
+        variable, value = declared
+        existing = [n.id for n in numa_nodes(root)]
+        return parse_id_list(value, name=variable, existing=existing), variable
+    targets = sorted({target for device in kmem.glob("dax*")
+                      if (target := _read_int(device / "target_node")) is not None})
+    return (tuple(targets), "kmem") if targets else ((), "none")
+
+
+def nearest(origin: NumaNode, candidates: Sequence[int]) -> tuple[int, ...]:
+    """The ``candidates`` at the smallest distance from ``origin`` (all of them when the
+    distances are unknown)."""
+    known = [n for n in candidates if n in origin.distances]
+    if len(known) < len(candidates) or not known:
+        return tuple(candidates)
+    closest = min(origin.distances[n] for n in known)
+    return tuple(n for n in known if origin.distances[n] == closest)

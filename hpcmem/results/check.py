@@ -30,6 +30,7 @@ from hpcmem.results.judge import Measured, judge
 from hpcmem.results.references import Reference, References
 from hpcmem.results.registry import BENCHMARKS
 from hpcmem.results.summary import Summary
+from hpcmem.results.summary import run_id as summary_run_id
 from hpcmem.results.systems import default_system, point_systems
 from hpcmem.results.verdict import CheckError, CheckResult, Row
 from hpcmem.results.verdict_file import write_document, write_table
@@ -172,7 +173,7 @@ def check(summary: Summary, references: References, system: str | None = None, *
     """
     if last is not None and not 1 <= last <= MAX_LAST:
         raise CheckError(f"{last} is not a whole number from 1 to {MAX_LAST}")
-    run_id = "+".join(sorted(summary.metadata.get("run_ids") or [])) or "unknown"
+    run_id = summary_run_id(summary)
     last = last or references.history_last
     systems = point_systems(summary, system)
     used = sorted(set(systems.values())) or [system or default_system()]
@@ -219,7 +220,8 @@ def conclude(result: CheckResult, summary: Summary, *, append: bool,
 
         runs = []
         for name in sorted({r.system for r in result.rows if r.value is not None}):
-            values = {r.figure: Figure(r.value, r.unit, tuple(r.samples), r.shared_cores)
+            values = {r.figure: Figure(r.value, r.unit, tuple(r.samples), r.shared_cores,
+                                       r.verdict)
                       for r in result.rows if r.value is not None and r.system == name}
             runs.append((_run_info(summary, name, result.run_id, result.verdict), values))
         if result.history_folder is not None and append and runs:

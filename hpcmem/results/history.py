@@ -4,13 +4,15 @@ One database, ``history.sqlite``, in the history folder. A run is identified by
 its ``run_id`` and the ``system:partition`` it ran on; it is appended in one
 transaction (all its figures or none), and appending the same run again changes
 nothing, so re-checking a summary is idempotent. Each figure is stored with its samples
-(every repeat's value) and whether its point shared cores with other work. A figure's
-:class:`Baseline` is taken over the last N runs of the same system, newest first, excluding
-the run being checked: the median of their values, their samples pooled, and how many of
-them shared cores. A store made before samples were kept gains the columns on first use;
-its figures count as one sample each, node state unknown. A stored figure whose value is not
-a finite number, or whose samples are not a JSON list of them, raises :class:`HistoryError`
-naming the store, the run, the figure, the field and the value: a baseline is never taken
+(every repeat's value), whether its point shared cores with other work, and its verdict.
+A figure's :class:`Baseline` is taken over the last N runs of the same system, newest
+first, excluding the run being checked: the median of their values, their samples pooled,
+and how many of them shared cores; its timeline (:meth:`History.timelines`) is each of the
+last runs' value and verdict, for the report. A store made before samples (or verdicts)
+were kept gains the columns on first use; its figures count as one sample each, node state
+and verdict unknown. A stored figure whose value is not a finite number, whose samples are
+not a JSON list of them, or whose verdict is not one, raises :class:`HistoryError` naming
+the store, the run, the figure, the field and the value: a baseline is never taken
 over what cannot be read. A check compares with at most :data:`MAX_LAST` runs.
 """
 
@@ -27,9 +29,10 @@ from typing import Any
 
 from hpcmem.errors import HpcmemError, clip
 from hpcmem.record.samples import SamplesError, finite_number, read_values
+from hpcmem.results.verdict import VERDICTS
 
 __all__ = ["HISTORY_FILE", "MAX_LAST", "Baseline", "Figure", "History", "HistoryError",
-           "RunInfo"]
+           "PastFigure", "RunInfo"]
 
 HISTORY_FILE = "history.sqlite"
 #: the most past runs a check compares with (``--last``, the references' ``history.last``):
@@ -85,7 +88,7 @@ class RunInfo:
 
 
 #: columns of ``figures`` a store made by an earlier version lacks
-_ADDED_COLUMNS = {"samples": "TEXT", "shared_cores": "INTEGER"}
+_ADDED_COLUMNS = {"samples": "TEXT", "shared_cores": "INTEGER", "verdict": "TEXT"}
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,17 @@ class Figure:
     unit: str
     samples: tuple[float, ...] = ()
     shared_cores: bool | None = None
+    #: its verdict in that run (None: stored before verdicts were)
+    verdict: str | None = None
+
+
+@dataclass(frozen=True)
+class PastFigure:
+    """One figure as one run stored it, for its timeline."""
+
+    run_id: str
+    timestamp: str | None
+    figure: Figure
 
 
 @dataclass(frozen=True)
@@ -153,6 +167,30 @@ class History:
                 found.setdefault(figure, []).append(_stored(where, *columns))
         return {figure: _baseline(rows) for figure, rows in found.items()}
 
+    def timelines(self, system: str, figures: Iterable[str], last: int
+                  ) -> dict[str, list[PastFigure]]:
+        """Each of ``figures`` over the newest ``last`` runs on ``system``, oldest first
+        (figures no run has are left out)."""
+        wanted = set(figures)
+        if not self.file.exists() or not wanted:
+            return {}
+        with closing(self._connect()) as db:
+            runs = dict(db.execute(
+                "SELECT run_id, timestamp FROM runs WHERE system = ? "
+                "ORDER BY timestamp DESC, checked_at DESC LIMIT ?", (system, last)).fetchall())
+            order = {run: index for index, run in enumerate(reversed(list(runs)))}
+            found: dict[str, list[PastFigure]] = {}
+            marks = ",".join("?" * len(runs))
+            query = ("SELECT run_id, figure, value, unit, samples, shared_cores, verdict "
+                     f"FROM figures WHERE system = ? AND run_id IN ({marks})")
+            for run, figure, *columns in db.execute(query, (system, *runs)):
+                if figure in wanted:
+                    where = f"{self.file}: run {run!r} on {system}, figure {figure}"
+                    found.setdefault(figure, []).append(
+                        PastFigure(run, runs[run], _stored(where, *columns)))
+        return {figure: sorted(past, key=lambda p: order[p.run_id])
+                for figure, past in found.items()}
+
     def append(self, run: RunInfo, figures: Mapping[str, Figure],
                then: Callable[[bool], None] = lambda appended: None) -> bool:
         """Record ``run`` and its ``figures`` (name -> :class:`Figure`) in one transaction.
@@ -188,7 +226,7 @@ class History:
                     )
                     db.executemany(
                         "INSERT INTO figures (run_id, system, figure, value, unit, samples, "
-                        "shared_cores) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        "shared_cores, verdict) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                         _figure_rows(run, figures.items()),
                     )
                     appended = True
@@ -200,16 +238,21 @@ class History:
         return appended
 
 
-def _stored(where: str, value: Any, unit: str, samples: Any, shared: Any) -> Figure:
+def _stored(where: str, value: Any, unit: str, samples: Any, shared: Any,
+            verdict: Any = None) -> Figure:
     """A stored figure's columns read back (no samples: the value is the one sample);
     HistoryError names ``where``, the field and the value that cannot be read."""
     if not finite_number(value):
         raise HistoryError(f"{where}: value: {clip(repr(value), 60)} is not a finite number")
+    if verdict is not None and verdict not in VERDICTS:
+        raise HistoryError(f"{where}: verdict: {clip(repr(verdict), 60)} is not one of "
+                           f"{', '.join(VERDICTS)}")
     try:
         values = read_values(samples) if samples else [float(value)]
     except SamplesError as error:
         raise HistoryError(f"{where}: samples: {error}") from None
-    return Figure(float(value), unit, tuple(values), None if shared is None else bool(shared))
+    return Figure(float(value), unit, tuple(values), None if shared is None else bool(shared),
+                  verdict)
 
 
 def _baseline(rows: list[Figure]) -> Baseline:
@@ -224,8 +267,8 @@ def _baseline(rows: list[Figure]) -> Baseline:
 
 def _figure_rows(
     run: RunInfo, figures: Iterable[tuple[str, Figure]]
-) -> Iterable[tuple[str, str, str, float, str, str, int | None]]:
+) -> Iterable[tuple[str, str, str, float, str, str, int | None, str | None]]:
     for name, figure in figures:
         shared = None if figure.shared_cores is None else int(figure.shared_cores)
         yield (run.run_id, run.system, name, float(figure.value), figure.unit,
-               json.dumps(list(figure.samples or [figure.value])), shared)
+               json.dumps(list(figure.samples or [figure.value])), shared, figure.verdict)

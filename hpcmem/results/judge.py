@@ -88,6 +88,7 @@ def _against_history(figure: Measured, history: Baseline, references: References
     metric_name = figure.name.rsplit("/", 1)[1]
     tolerances = (references.history_lower, references.history_upper)
     low, high = (None if t is None else history.value * (1 + t) for t in tolerances)
+    row.history_lower_bound, row.history_upper_bound = low, high
     side = _outside(figure.value, low, high)
     if side is None:
         return "PASS", None

@@ -23,16 +23,16 @@ from hpcmem.record.provenance import utc_now
 from hpcmem.results.native_comparison import container_section
 from hpcmem.results.registry import REPORTS
 from hpcmem.results.summary import Summary, benchmark_points
-from hpcmem.results.verdict import tally
+from hpcmem.results.verdict import headline
 
 __all__ = ["render_report", "write_report"]
 
 def _verdict_section(verdict: dict[str, Any]) -> str:
     rows = verdict.get("figures", [])
-    summary = tally(verdict.get("counts", {}))
-    headline = (f'<p>{badge(verdict.get("verdict"))} {html.escape(summary)} — system '
-                f'<code>{html.escape(str(verdict.get("system")))}</code>, checked '
-                f'{html.escape(str(verdict.get("checked_at")))}.</p>')
+    summary = headline(verdict.get("counts", {}))
+    top = (f'<p>{badge(verdict.get("verdict"))} {html.escape(summary)} — system '
+           f'<code>{html.escape(str(verdict.get("system")))}</code>, checked '
+           f'{html.escape(str(verdict.get("checked_at")))}.</p>')
 
     def shaped(items: list[dict[str, Any]]) -> list[list[Any]]:
         return [[r["figure"], r["value"], r["unit"], r.get("spread"), r["reference"],
@@ -43,7 +43,7 @@ def _verdict_section(verdict: dict[str, Any]) -> str:
                "history median", "p", "verdict", "note"]
     kinds = ["key", "num", "text", "num", "num", "num", "num", "num", "num", "raw", "raw"]
     notable = [r for r in rows if r["verdict"] in ("FAIL", "NOISY", "MISSING", "UNJUDGED")]
-    parts = [headline]
+    parts = [top]
     if notable:
         parts.append("<h3>Failures, noisy, missing and unjudged figures</h3>")
         parts.append('<p class="note">NOISY: outside a band, but not told apart from noise '
@@ -55,6 +55,16 @@ def _verdict_section(verdict: dict[str, Any]) -> str:
     parts.append(f"<details><summary>All {len(rows)} checked figures</summary>"
                  f"{table(headers, shaped(rows), kinds)}</details>")
     return section("Regression check", *parts, anchor="verdict")
+
+
+def _left_out_note(summary: Summary, benchmark: str) -> str:
+    """A pointer to the failed and skipped points of ``benchmark``, when it has any."""
+    skipped = summary.skipped
+    count = int((skipped["benchmark"] == benchmark).sum()) if len(skipped) else 0
+    if not count:
+        return ""
+    return (f'<p class="note">{count} {benchmark} point{"s" if count > 1 else ""} failed or '
+            'skipped: see <a href="#problems">Failed, skipped and invalid records</a>.</p>')
 
 
 def _problems_section(summary: Summary) -> str:
@@ -127,7 +137,7 @@ def render_report(summary: Summary, verdict: dict[str, Any] | None = None,
     if verdict is not None:
         parts.append(_verdict_section(verdict))
     for name, reporting in REPORTS.items():
-        body = reporting.section(benchmark_points(points, name))
+        body = reporting.section(benchmark_points(points, name)) + _left_out_note(summary, name)
         parts.append(section(reporting.title, body, anchor=name))
     if native is not None:
         parts.append(container_section(summary, native))
@@ -135,11 +145,13 @@ def render_report(summary: Summary, verdict: dict[str, Any] | None = None,
     parts.append(_problems_section(summary))
     parts.append(_metadata_section(summary))
     runs = ", ".join(summary.metadata.get("run_ids") or []) or "no valid records"
+    judged = f" · {headline(verdict.get('counts', {}))}" if verdict else ""
     return PAGE.substitute(
         version=html.escape(__version__),
         title="hpcmem report",
         badge=badge(verdict.get("verdict")) if verdict else "",
-        subtitle=html.escape(f"run {runs} · {len(points)} points · generated {utc_now()}"),
+        subtitle=html.escape(f"run {runs} · {len(points)} points{judged} · generated "
+                             f"{utc_now()}"),
         body="\n".join(parts),
     )
 

@@ -32,6 +32,7 @@ __all__ = [
     "Summary",
     "benchmark_points",
     "read_summary",
+    "run_id",
 ]
 
 #: summary columns: every benchmark's coordinates and metrics (a benchmark's rows leave the
@@ -61,6 +62,11 @@ class Summary:
     rejected: pd.DataFrame
     metadata: dict[str, Any]
     folder: Path
+
+
+def run_id(summary: Summary) -> str:
+    """The run a summary holds, as its verdict and history name it: its run ids joined."""
+    return "+".join(sorted(summary.metadata.get("run_ids") or [])) or "unknown"
 
 
 def benchmark_points(summary: pd.DataFrame, benchmark: str) -> pd.DataFrame:

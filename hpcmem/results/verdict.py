@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from hpcmem.errors import HpcmemError
 from hpcmem.record.samples import NOISY_SPREAD
 
-__all__ = ["JUDGED", "RUN_VERDICTS", "VERDICTS", "CheckError", "CheckResult", "Row", "tally"]
+__all__ = ["JUDGED", "RUN_VERDICTS", "VERDICTS", "CheckError", "CheckResult", "Row", "headline",
+           "tally"]
 
 #: the verdicts of a figure: a FAIL fails the run, and so does having no judged figure
 VERDICTS = ("PASS", "FAIL", "NOISY", "NEW", "MISSING", "UNJUDGED")
@@ -49,6 +50,10 @@ class Row:
     p_value: float | None = None
     #: whether the point shared cores with other work (None: not measured)
     shared_cores: bool | None = None
+    #: the band around the history's median it was judged against (None: not judged
+    #: against the history, or that side open)
+    history_lower_bound: float | None = None
+    history_upper_bound: float | None = None
 
 
 @dataclass
@@ -83,3 +88,26 @@ class CheckResult:
 def tally(counts: Mapping[str, int]) -> str:
     """Verdict counts as the table, the terminal and the report say them: ``2 pass, 0 fail``."""
     return ", ".join(f"{n} {name.lower()}" for name, n in counts.items())
+
+
+#: the verdicts a headline counts as judged: compared with a reference or history, and
+#: told apart from noise
+CONCLUSIVE = ("PASS", "FAIL")
+
+
+def headline(counts: Mapping[str, int]) -> str:
+    """How much of a run was judged, as the report and the terminal say it first: judged
+    (PASS or FAIL) of all figures, then, where there are any, the failed, new, noisy,
+    missing and unjudged ones.
+
+    >>> headline({"PASS": 6, "FAIL": 0, "NOISY": 0, "NEW": 106, "MISSING": 0, "UNJUDGED": 0})
+    '6 of 112 judged, 106 new'
+    >>> headline({"PASS": 3, "FAIL": 1, "NOISY": 2, "UNJUDGED": 1})
+    '4 of 7 judged (1 failed), 2 noisy, 1 unjudged'
+    """
+    judged = sum(counts.get(name, 0) for name in CONCLUSIVE)
+    failed = f" ({counts['FAIL']} failed)" if counts.get("FAIL") else ""
+    rest = [f"{counts[name]} {name.lower()}" for name in ("NEW", "NOISY", "MISSING", "UNJUDGED")
+            if counts.get(name)]
+    return ", ".join([f"{judged} of {sum(counts.values())} judged{failed}", *rest])
+

@@ -112,7 +112,7 @@ def read_verdict(path: str | os.PathLike[str]) -> dict[str, Any]:
 _TEXT_FIELDS = ("figure", "unit", "note")
 _NUMBER_FIELDS = ("value", "reference", "lower_bound", "upper_bound", "history_median")
 #: fields added later: a file written before them lacks them
-_LATER_NUMBER_FIELDS = ("spread", "p_value")
+_LATER_NUMBER_FIELDS = ("spread", "p_value", "history_lower_bound", "history_upper_bound")
 
 
 def _shown(value: Any) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from hpcmem.results.verdict import tally
+from hpcmem.results.verdict import headline
 
 __all__ = ["MAX_LISTED", "summary_lines"]
 
@@ -30,10 +30,11 @@ def _listed(verdict: str, rows: list[dict[str, Any]], most: int = MAX_LISTED
 
 def summary_lines(verdict: dict[str, Any], *, report: str | None = None,
                   table: str | None = None) -> list[str]:
-    """At most about 20 lines: the verdict and its counts, up to :data:`MAX_LISTED` failing
-    and noisy figures each and half as many unjudged ones, and where the report and the full
-    verdict table are."""
-    counts = tally(verdict.get("counts") or {})
+    """At most about 20 lines: the verdict and how much was judged
+    (:func:`~hpcmem.results.verdict.headline`), up to :data:`MAX_LISTED` failing and noisy
+    figures each and half as many unjudged ones, and where the report and the full verdict
+    table are."""
+    counts = headline(verdict.get("counts") or {})
     lines = [f"hpcmem: {verdict.get('verdict')}: {counts} (system {verdict.get('system')}, "
              f"run {verdict.get('run_id')})"]
     rows = verdict.get("figures") or []

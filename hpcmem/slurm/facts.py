@@ -2,8 +2,9 @@
 
 ``sinfo`` lists the nodes of each partition (CPUs, memory, GPUs, features),
 ``scontrol`` the partitions' limits and the cluster's accounting settings, and
-``sacctmgr`` the user's associations (account, partition, QOS) and the QOS that
-exist. Without accounting (no slurmdbd) the associations are unknown and say why.
+``sacctmgr`` the user's associations (account, partition, QOS, limits, and those of the
+accounts above) and the QOS that exist, with their limits (:mod:`hpcmem.slurm.limits`).
+Without accounting (no slurmdbd) the associations are unknown and say why.
 
 What the commands print is checked as it is read (a site's wrapper scripts and odd Slurm
 versions print other things): output that is not UTF-8 text, or a line or field not in
@@ -17,10 +18,12 @@ import re
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from hpcmem.errors import BadInputError, HpcmemError
-from hpcmem.inputs import decode_text, matching, refused, whole_number
+from hpcmem.inputs import decode_text, refused, whole_number
+from hpcmem.slurm.limits import ASSOCIATION_FIELDS, QOS_FIELDS, Limits, limits_from
+from hpcmem.slurm.values import minutes
 
 __all__ = [
     "Association",
@@ -103,6 +106,8 @@ class PartitionFacts:
     allow_qos: frozenset[str] | None
     deny_qos: frozenset[str]
     nodes: tuple[NodeFacts, ...] = ()
+    #: the partition's own QOS (``QoS=``), whose limits apply to its jobs too
+    qos: str | None = None
 
     @property
     def total_cpus(self) -> int:
@@ -117,6 +122,10 @@ class Association:
     account: str
     partition: str
     qos: frozenset[str]
+    #: the QOS of its jobs that name none (None: Slurm's ``normal``)
+    default_qos: str | None = None
+    #: its limits, then those of each account above it (:func:`~hpcmem.slurm.limits.applying`)
+    limits: tuple[Limits, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,8 @@ class ClusterFacts:
     default_account: str | None = None
     associations: tuple[Association, ...] = ()
     qos: frozenset[str] = frozenset()
+    #: the limits of each QOS, by name
+    qos_limits: dict[str, Limits] = field(default_factory=dict)
     #: no slurmdbd: Slurm checks no account or QOS
     accounting_disabled: bool = False
     #: why ``sacctmgr`` could not list the accounts and QOS, or None
@@ -144,6 +155,15 @@ class ClusterFacts:
     def default_partition(self) -> str | None:
         """The partition of jobs that name none."""
         return next((p.name for p in self.partitions.values() if p.default), None)
+
+    def association(self, account: str | None, partition: str | None) -> Association | None:
+        """The user's association for ``account`` on ``partition`` (else on every
+        partition), or None."""
+        for wanted in (partition, ""):
+            for association in self.associations:
+                if association.account == account and association.partition == wanted:
+                    return association
+        return None
 
     def accounts(self) -> set[str]:
         """Every account the user has an association with."""
@@ -168,20 +188,6 @@ def _names(value: str) -> frozenset[str] | None:
     return frozenset(name.lower() for name in value.split(",") if name)
 
 
-def _minutes(value: str, field: str) -> int | None:
-    """Slurm's ``[days-]hours:minutes:seconds`` (or ``UNLIMITED``) in whole minutes."""
-    if value in ("UNLIMITED", "INFINITE", "NONE", ""):
-        return None
-    days, clock = matching(value, r"(?:([0-9]+)-)?([0-9]+(?::[0-9]+){0,2})", field,
-                           what="a time limit",
-                           accepted="[days-]hours:minutes:seconds, or UNLIMITED").groups()
-    fields = [int(part) for part in clock.split(":")]
-    while len(fields) < 3:
-        fields.insert(0, 0)
-    hours, minutes, seconds = fields
-    return (int(days or 0) * 24 + hours) * 60 + minutes + (1 if seconds else 0)
-
-
 def _key_values(line: str) -> dict[str, str]:
     """``Key=value`` pairs of one ``scontrol show ... -o`` line (values may hold spaces)."""
     pairs = re.split(r"\s+(?=[A-Za-z][\w/:.]*=)", line.strip())
@@ -198,11 +204,12 @@ def partition_facts(line: str) -> PartitionFacts:
         name=entry["PartitionName"],
         state=entry.get("State", "UNKNOWN"),
         default=entry.get("Default") == "YES",
-        max_time_min=_minutes(entry.get("MaxTime", ""), f"{_shown(_PARTITIONS)} MaxTime"),
+        max_time_min=minutes(entry.get("MaxTime", ""), f"{_shown(_PARTITIONS)} MaxTime"),
         allow_accounts=_names(entry.get("AllowAccounts", "ALL")),
         deny_accounts=_names(entry.get("DenyAccounts", "")) or frozenset(),
         allow_qos=_names(entry.get("AllowQos", "ALL")),
         deny_qos=_names(entry.get("DenyQos", "")) or frozenset(),
+        qos=None if entry.get("QoS", "N/A") == "N/A" else entry["QoS"].lower(),
     )
 
 
@@ -245,20 +252,75 @@ def _config() -> dict[str, str]:
     return config
 
 
-def _associations(cluster: str, user: str) -> tuple[tuple[Association, ...], frozenset[str],
-                                                     str | None]:
-    listed = slurm_command("sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}",
-                           f"cluster={cluster}", "format=account,partition,qos")
-    associations = []
-    for line in listed.splitlines():
-        if line.count("|") == 2:
-            account, partition, qos = line.split("|")
-            associations.append(Association(account.lower(), partition,
-                                            frozenset(q for q in qos.lower().split(",") if q)))
-    qos = slurm_command("sacctmgr", "-n", "-P", "show", "qos", "format=name")
-    user_line = slurm_command("sacctmgr", "-n", "-P", "show", "user", user, "format=defaultaccount")
-    default = user_line.strip().lower() or None
-    return tuple(associations), frozenset(q.lower() for q in qos.split()), default
+def _listing(*args: str) -> list[dict[str, str]]:
+    """The lines of ``sacctmgr -n -P ARGS format=FIELDS`` as field -> value (the last
+    argument names the fields)."""
+    fields = args[-1].removeprefix("format=").split(",")
+    command = ("sacctmgr", "-n", "-P", *args)
+    entries = []
+    for line in slurm_command(*command).splitlines():
+        values = line.split("|")
+        if len(values) != len(fields):
+            raise refused(_shown(command), line, f"is not {len(fields)} fields separated "
+                          "by '|'", "|".join(fields))
+        entries.append(dict(zip(fields, values, strict=True)))
+    return entries
+
+
+def _account_limits(cluster: str, accounts: set[str]) -> dict[str, tuple[str, Limits]]:
+    """Each of ``accounts`` and every account above them: its parent and its limits."""
+    found: dict[str, tuple[str, Limits]] = {}
+    while wanted := sorted(accounts - set(found)):
+        listed = _listing("show", "assoc", "where", f"cluster={cluster}",
+                          f"account={','.join(wanted)}",
+                          f"format=Account,User,ParentName,{','.join(ASSOCIATION_FIELDS)}")
+        for entry in (e for e in listed if not e["User"]):
+            account = entry["Account"].lower()
+            found[account] = (entry["ParentName"].lower(), limits_from(
+                f"account {account!r}", entry, "sacctmgr show assoc"))
+        missing = set(wanted) - set(found)
+        found.update((account, ("", Limits(f"account {account!r}"))) for account in missing)
+        accounts = {parent for parent, _ in found.values() if parent}
+    return found
+
+
+def _chain(account: str, accounts: dict[str, tuple[str, Limits]]) -> tuple[Limits, ...]:
+    """The limits of ``account`` and of each account above it, nearest first."""
+    chain, seen = [], set()
+    while account and account not in seen:
+        seen.add(account)
+        parent, limits = accounts[account]
+        chain.append(limits)
+        account = parent
+    return tuple(chain)
+
+
+def _associations(cluster: str, user: str) -> tuple[Association, ...]:
+    """The user's associations on ``cluster``, each with its limits and those above it."""
+    with _reading():
+        listed = _listing("show", "assoc", "where", f"user={user}", f"cluster={cluster}",
+                          f"format=Account,Partition,QOS,DefaultQOS,"
+                          f"{','.join(ASSOCIATION_FIELDS)}")
+        accounts = _account_limits(cluster, {e["Account"].lower() for e in listed})
+        associations = []
+        for entry in listed:
+            account = entry["Account"].lower()
+            own = limits_from(f"the association of user {user!r} with account {account!r}",
+                              entry, "sacctmgr show assoc")
+            associations.append(Association(
+                account, entry["Partition"],
+                frozenset(q for q in entry["QOS"].lower().split(",") if q),
+                default_qos=entry["DefaultQOS"].lower() or None,
+                limits=(own, *_chain(account, accounts))))
+    return tuple(associations)
+
+
+def _qos_limits() -> dict[str, Limits]:
+    """Every QOS of the cluster and its limits."""
+    with _reading():
+        return {(name := entry["Name"].lower()): limits_from(f"QOS {name!r}", entry,
+                                                              "sacctmgr show qos")
+                for entry in _listing("show", "qos", f"format=Name,{','.join(QOS_FIELDS)}")}
 
 
 def cluster_facts(user: str) -> ClusterFacts:
@@ -271,7 +333,11 @@ def cluster_facts(user: str) -> ClusterFacts:
     if config.get("AccountingStorageType", "").endswith("/none"):
         return replace(facts, accounting_disabled=True)
     try:
-        associations, qos, default = _associations(name, user)
+        associations = _associations(name, user)
+        qos = _qos_limits()
+        default = slurm_command("sacctmgr", "-n", "-P", "show", "user", user,
+                                "format=defaultaccount").strip().lower() or None
     except SlurmCommandError as error:
         return replace(facts, accounting_error=str(error))
-    return replace(facts, associations=associations, qos=qos, default_account=default)
+    return replace(facts, associations=associations, qos=frozenset(qos), qos_limits=qos,
+                   default_account=default)

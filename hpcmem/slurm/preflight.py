@@ -1,75 +1,27 @@
-"""Whether a run's Slurm jobs can start: partitions, accounts, QOS and node sizes.
+"""Whether a run's Slurm jobs can start: partitions, accounts, QOS, node sizes and limits.
 
 Each rule's jobs are described by a :class:`JobRequest`, what sbatch would be
-asked for, and each Snakemake group (rules submitted together as one Slurm job) by a
-:class:`GroupRequest`. :func:`check` compares them with what the cluster offers the user
+asked for, each Snakemake group (rules submitted together as one Slurm job) by a
+:class:`GroupRequest`, and the whole run by a :class:`SweepRequest`
+(:mod:`hpcmem.slurm.requests`). :func:`check` compares them with what the cluster offers the user
 (:class:`~hpcmem.slurm.facts.ClusterFacts`) and returns one line per problem,
 naming the profile setting, its value, the rules that use it and what the cluster
-accepts: a job Slurm would reject, or leave pending for ever, is found before
-anything is submitted.
+accepts: a job Slurm would reject, or leave pending for ever, and a run that would queue
+more jobs at once than its QOS or association allows (:mod:`hpcmem.slurm.limit_checks`),
+are found before anything is submitted.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from hpcmem.slurm.facts import ClusterFacts, PartitionFacts
+from hpcmem.slurm.limit_checks import job_findings, limit_chains, sweep_findings
+from hpcmem.slurm.requests import GroupRequest, JobRequest, RunSettings, SweepRequest
 
-__all__ = ["GroupRequest", "JobRequest", "RunSettings", "check", "summary_line"]
-
-
-@dataclass(frozen=True)
-class JobRequest:
-    """What the jobs of one rule ask Slurm for (None: not set, Slurm's default applies)."""
-
-    rule: str
-    partition: str | None = None
-    account: str | None = None
-    #: the job's own ``qos`` resource
-    qos: str | None = None
-    cpus_per_task: int = 1
-    tasks: int = 1
-    nodes: int = 1
-    mem_mb: int | None = None
-    gpus: int = 0
-    runtime_min: int | None = None
-    constraint: str | None = None
-
-
-@dataclass(frozen=True)
-class GroupRequest:
-    """The jobs of one Snakemake group, submitted as one Slurm job."""
-
-    name: str
-    rules: tuple[str, ...]
-    #: each text setting any of its rules sets (partition, account, ...): rule -> value
-    #: (None: that rule leaves it unset); the group can only be submitted with one value
-    text_settings: dict[str, dict[str, str | None]]
-    #: the group job's request, its rules' resources combined as Snakemake combines them
-    #: (runtime summed over consecutive steps); None when it has disagreements
-    combined: JobRequest | None
-
-    @property
-    def label(self) -> str:
-        return f"group {self.name}: {' + '.join(self.rules)}"
-
-    @property
-    def disagreements(self) -> dict[str, dict[str, str | None]]:
-        """The text settings its rules ask different values of."""
-        return {setting: values for setting, values in self.text_settings.items()
-                if len(set(values.values())) > 1}
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """Executor settings that apply to every job of the run."""
-
-    #: ``slurm-qos``: the QOS of every job
-    qos: str | None = None
-    #: ``slurm-no-account``: jobs are submitted without ``-A``
-    no_account: bool = False
+__all__ = ["GroupRequest", "JobRequest", "RunSettings", "SweepRequest", "check",
+           "summary_line"]
 
 
 class _Problems:
@@ -118,11 +70,8 @@ def _effective_account(request: JobRequest, settings: RunSettings, facts: Cluste
 
 def _allowed_qos(facts: ClusterFacts, account: str, partition: str) -> frozenset[str] | None:
     """QOS the user's association for ``account`` on ``partition`` allows; None if none."""
-    for wanted in (partition, ""):
-        for association in facts.associations:
-            if association.account == account and association.partition == wanted:
-                return association.qos
-    return None
+    association = facts.association(account, partition)
+    return association.qos if association else None
 
 
 def _check_partition(request: JobRequest, facts: ClusterFacts, problems: _Problems
@@ -251,39 +200,61 @@ def _check_fit(request: JobRequest, partition: PartitionFacts, problems: _Proble
                      f"partition {name!r}", rule)
 
 
-def _check_group(group: GroupRequest, facts: ClusterFacts, problems: _Problems) -> None:
+def _check_request(request: JobRequest, settings: RunSettings, facts: ClusterFacts,
+                   problems: _Problems) -> None:
+    """Everything about one job: partition, account, QOS, its fit, and the limits on it."""
+    partition = _check_partition(request, facts, problems)
+    account = _check_account(request, settings, facts, partition, problems)
+    _check_qos(request, settings, facts, account, partition, problems)
+    if partition is not None:
+        _check_fit(request, partition, problems)
+    for head, tail in job_findings(request, limit_chains(request, settings, facts, account,
+                                                         partition)):
+        problems.add(head, tail, request.rule)
+
+
+def _check_group(group: GroupRequest, settings: RunSettings, facts: ClusterFacts,
+                 problems: _Problems) -> None:
     """Rules of a group that ask for different text settings (Snakemake cannot submit the
-    group), else what only the combined job does not fit (a runtime summed past MaxTime)."""
+    group), else what only the combined job does not fit (a runtime summed past MaxTime or
+    a QOS's MaxWall)."""
     for setting, values in sorted(group.disagreements.items()):
         asked = "; ".join(f"{rule}: {'unset' if value is None else repr(value)}"
                           for rule, value in sorted(values.items()))
         problems.add(f"{setting}: differs within group {group.name!r} ({asked})",
                      "but a group is one Slurm job: give its rules one value, or run a "
                      "rule on its own (snakemake --groups RULE=NAME)")
-    if group.combined is None:
-        return
-    partition = facts.partitions.get(group.combined.partition or facts.default_partition or "")
-    if partition is not None:  # an unknown partition is its rules' problem already
+    if group.combined is not None:
         found = _Problems()
-        _check_fit(group.combined, partition, found)
+        _check_request(group.combined, settings, facts, found)
         problems.add_new(found, group)
 
 
+def _check_sweep(sweep: SweepRequest, settings: RunSettings, facts: ClusterFacts,
+                 problems: _Problems) -> None:
+    """The run's jobs together against the job count limits that apply to them."""
+    chains = [limit_chains(job, settings, facts, _effective_account(job, settings, facts),
+                           facts.partitions.get(job.partition or facts.default_partition or ""))
+              for job in sweep.jobs]
+    for head, tail in sweep_findings(sweep, chains):
+        problems.add(head, tail)
+
+
 def check(requests: Iterable[JobRequest], settings: RunSettings, facts: ClusterFacts,
-          groups: Iterable[GroupRequest] = ()) -> list[str]:
-    """One line per problem that would keep a job from being accepted or from starting."""
+          groups: Iterable[GroupRequest] = (), sweep: SweepRequest | None = None
+          ) -> list[str]:
+    """One line per problem that would keep a job from being accepted or from starting, or
+    the run's jobs from being queued and run together (``sweep``)."""
     problems = _Problems()
     if facts.accounting_error:
         problems.add("sacctmgr:", f"cannot list the accounts and QOS of user {facts.user!r}: "
                      f"{facts.accounting_error}")
     for request in requests:
-        partition = _check_partition(request, facts, problems)
-        account = _check_account(request, settings, facts, partition, problems)
-        _check_qos(request, settings, facts, account, partition, problems)
-        if partition is not None:
-            _check_fit(request, partition, problems)
+        _check_request(request, settings, facts, problems)
     for group in groups:
-        _check_group(group, facts, problems)
+        _check_group(group, settings, facts, problems)
+    if sweep is not None:
+        _check_sweep(sweep, settings, facts, problems)
     return problems.lines()
 
 

@@ -68,8 +68,7 @@ def section(points: pd.DataFrame) -> str:
     """The training figure and step-time table, or a note when there are no points."""
     figure = training_figure(points)
     if figure is None:
-        return ('<p class="note">No training points in this summary '
-                "(see the skipped points below for why).</p>")
+        return '<p class="note">No training points in this summary.</p>'
     table = folded_frame(step_time_table(points), "Step time table (ms, median over repeats)")
     curve = budget_figure(points)
     return f"{figure}\n{table}" + (f"\n{curve}" if curve else "")

@@ -8,7 +8,8 @@ file and renames it into place, then writes ``NAME-KEY.json`` next to it; only a
 that file counts as built, and ``NAME-KEY.log`` keeps its build log. Builds of one key are
 serialised by a lock. Before a run uses an image it is checked: made for this host, and it
 starts and imports hpcmem here (:data:`PROBE`, whose answer, the image's own library versions,
-the reference keeps).
+the reference keeps). A file given as a prebuilt image is told from one by its SIF header
+(:func:`sif_problem`), which needs no runtime.
 
 The runtime itself is driven by :mod:`hpcmem.workflow.apptainer`; definitions are parsed by
 :mod:`hpcmem.workflow.definitions` (``parse_definition`` is re-exported for callers of this
@@ -58,18 +59,38 @@ __all__ = [
     "image_digest",
     "obtain_image",
     "parse_definition",
+    "sif_problem",
 ]
 
 #: Apptainer's architecture names of Python's platform.machine()
 _ARCHES = {"x86_64": "amd64", "aarch64": "arm64", "i686": "386", "i386": "386",
            "ppc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64"}  # fmt: skip
 _DIGEST_CHUNK = 1 << 20
+#: what every SIF file holds after its 32-byte launch line: the start of the SIF global
+#: header (github.com/apptainer/sif, pkg/sif: hdrMagic), so no runtime is needed to tell one
+SIF_MAGIC = b"SIF_MAGIC\0"
+SIF_MAGIC_OFFSET = 32
 
 
 def host_arch() -> str:
     """This host's architecture as Apptainer names it (amd64, arm64, ...)."""
     machine = platform.machine()
     return _ARCHES.get(machine, machine)
+
+
+def sif_problem(image: str | os.PathLike[str]) -> str | None:
+    """Why the file ``image`` is not a SIF image (its header, read without a runtime), or
+    None when it is one."""
+    try:
+        with open(image, "rb") as handle:
+            handle.seek(SIF_MAGIC_OFFSET)
+            found = handle.read(len(SIF_MAGIC))
+    except OSError as error:
+        return f"cannot read it: {error.strerror or error}"
+    if found != SIF_MAGIC:
+        return (f"its bytes {SIF_MAGIC_OFFSET} to {SIF_MAGIC_OFFSET + len(SIF_MAGIC) - 1} are "
+                f"{found!r}, where every SIF file holds {SIF_MAGIC!r}")
+    return None
 
 
 def image_digest(image: str | os.PathLike[str]) -> str:
@@ -172,13 +193,14 @@ def _locked(lock: Path) -> Iterator[None]:
 #: what it carries (records made in the image name the same versions)
 PROBE = """
 import json, platform, mpi4py, numpy, hpcmem, hpcmem._timing
-from hpcmem.hbw import memkind_version
+from hpcmem.hbw_native import backend
 from hpcmem.node.probe import mpi_library
 release = dict(word.split("=", 1) for word in open("/etc/os-release").read().split() if "=" in word)
+hbw = backend()
 print(json.dumps({
     "os": release.get("VERSION_CODENAME"), "python": platform.python_version(),
     "hpcmem": hpcmem.__version__, "numpy": numpy.__version__, "mpi4py": mpi4py.__version__,
-    "mpi": mpi_library(), "memkind": memkind_version(),
+    "mpi": mpi_library(), "hbw_backend": f"{hbw.name} {hbw.version}",
 }))
 """
 

@@ -11,8 +11,9 @@
   on this host runs natively instead, and one line says why. So ``auto`` never turns a
   run that works natively into a failing one.
 
-A definition that does not parse, or a prebuilt image that is missing or made for another
-architecture, is bad input in both ``auto`` and ``true``: it stops the run before any job.
+A definition that does not parse, or a prebuilt image that is missing, not a SIF file (its
+header is read without a runtime) or made for another architecture, is bad input in both
+``auto`` and ``true``: it stops the run before any job.
 
 Jobs in an image get ``HPCMEM_CONTAINER_*`` variables, which
 :func:`hpcmem.node.probe.current_container` records (image, digest, runtime and its
@@ -43,6 +44,7 @@ from hpcmem.workflow.container_images import (
     host_arch,
     image_arch,
     parse_definition,
+    sif_problem,
 )
 from hpcmem.workflow.wheelhouse import check_pip_source, pip_source
 
@@ -208,9 +210,24 @@ def _spec(settings: Mapping[str, Any], kind: str, source_dir: Path) -> ImageSpec
     )
 
 
+def _check_prebuilt(spec: ImageSpec) -> None:
+    """A prebuilt image must be a SIF file, with or without a runtime on this host."""
+    if spec.prebuilt is None:
+        return
+    kind = "gpu" if spec.gpu else "cpu"
+    if not spec.prebuilt.is_file():
+        raise ContainerError(f"container.{kind}_image: {spec.prebuilt}: no such image file")
+    problem = sif_problem(spec.prebuilt)
+    if problem:
+        raise ContainerError(
+            f"container.{kind}_image: {spec.prebuilt} is not a SIF image ({problem}): give "
+            f"one made by `apptainer build` or `singularity build`, or null to build one "
+            f"from container.{kind}_definition")
+
+
 def _check_spec(spec: ImageSpec, runtime: str) -> None:
-    """Bad input stops here: a definition that does not parse, a prebuilt image that is
-    missing or made for another architecture."""
+    """Bad input stops here: a definition that does not parse, a prebuilt image made for
+    another architecture."""
     kind = "gpu" if spec.gpu else "cpu"
     if spec.prebuilt is None:
         try:
@@ -219,9 +236,10 @@ def _check_spec(spec: ImageSpec, runtime: str) -> None:
         except ContainerError as error:
             raise ContainerError(f"container.{kind}_definition: {error}") from None
         return
-    if not spec.prebuilt.is_file():
-        raise ContainerError(f"container.{kind}_image: {spec.prebuilt}: no such image file")
-    arch = image_arch(runtime, spec.prebuilt)
+    try:
+        arch = image_arch(runtime, spec.prebuilt)
+    except ContainerError as error:
+        raise ContainerError(f"container.{kind}_image: {error}") from None
     if arch != host_arch():
         raise ContainerError(
             f"container.{kind}_image: {spec.prebuilt} is built for {arch}, this host runs "
@@ -246,6 +264,9 @@ def resolve_container(
     settings = config.get("container") or {}
     mode = _enabled(settings.get("enabled", "auto"))
     cpu, gpu = (_spec(settings, kind, Path(source_dir)) for kind in ("cpu", "gpu"))
+    if mode:
+        _check_prebuilt(cpu)
+        _check_prebuilt(gpu)
     runtime = find_runtime(path) if mode else None
     if mode is True and runtime is None:
         raise ContainerError(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,9 +127,12 @@ def _check_header(header: dict[str, str], where: str) -> None:
 
 def parse_definition(path: str | os.PathLike[str]) -> Definition:
     """Parse a definition file as Apptainer does, far enough to refuse what it would refuse:
-    no ``Bootstrap`` header, an unknown agent, an unknown section. Errors name ``FILE:LINE``."""
+    no ``Bootstrap`` header, an unknown agent, an unknown section. Errors name ``FILE:LINE``.
+    A path that is not a regular file (a device, a pipe) is refused unread."""
     source = Path(path)
     try:
+        if not stat.S_ISREG(source.stat().st_mode):  # a device or a pipe: read for ever
+            raise ContainerError(f"{source}: not a regular file (a definition is text)")
         text = source.read_text()
     except (OSError, UnicodeDecodeError) as error:
         raise ContainerError(f"{source}: cannot read the definition ({error})") from None

@@ -20,7 +20,9 @@ With any other executor every point runs on this one machine: a point of more th
 node (``collectives.nodes``) stops the run before any job starts.
 
 With ``HPCMEM_PREFLIGHT_REPORT=FILE`` (what ``hpcmem preflight`` sets) the run writes
-the preflight's findings to FILE as JSON and stops before submitting anything.
+the preflight's findings to FILE as JSON and stops before submitting anything. With
+``HPCMEM_RERUN_HINT=TEXT`` (what ``tools/nightly.sh`` sets) :func:`on_error` says TEXT for
+how to redo the rest, instead of ``rerun the same command with --config run_id=...``.
 """
 
 from __future__ import annotations
@@ -32,15 +34,28 @@ import signal
 from dataclasses import dataclass, replace
 from typing import Any
 
+from hpcmem.inputs import refused
 from hpcmem.record.jsonl import atomic_open
 from hpcmem.slurm.facts import SlurmCommandError, cluster_facts, gpu_count
-from hpcmem.slurm.preflight import GroupRequest, JobRequest, RunSettings, check, summary_line
+from hpcmem.slurm.preflight import (
+    GroupRequest,
+    JobRequest,
+    RunSettings,
+    SweepRequest,
+    check,
+    summary_line,
+)
 from hpcmem.slurm.watchdog import StuckJob, Watchdog
 
-__all__ = ["PREFLIGHT_REPORT", "job_request", "on_error", "on_start"]
+__all__ = ["PREFLIGHT_REPORT", "RERUN_HINT", "job_request", "on_error", "on_start",
+           "rerun_hint"]
 
 #: environment variable: write the preflight's findings here as JSON and submit nothing
 PREFLIGHT_REPORT = "HPCMEM_PREFLIGHT_REPORT"
+#: environment variable: how to redo the rest of an ended run, said by what started it
+#: (tools/nightly.sh: ``rerun the nightly with HPCMEM_RUN_ID=...``)
+RERUN_HINT = "HPCMEM_RERUN_HINT"
+_HINT_LIMIT = 300
 #: seconds between two looks of the watchdog at the run's jobs
 WATCH_INTERVAL = 10.0
 
@@ -134,6 +149,21 @@ def _group_requests(workflow: Any) -> list[GroupRequest]:
     return groups
 
 
+def _sweep(workflow: Any) -> SweepRequest:
+    """Every Slurm job this run submits (a group is one), what each waits for, and
+    ``jobs:``, the most Snakemake keeps queued at once."""
+    submitted = _submitted(workflow)
+    unit = {job: workflow.dag.get_job_group(job) or job for job in submitted}
+    index = {job: i for i, job in enumerate(dict.fromkeys(unit.values()))}
+    first = {index[unit[job]]: job for job in reversed(submitted)}
+    needs: list[set[int]] = [set() for _ in index]
+    for job in submitted:
+        needs[index[unit[job]]].update(index[unit[dep]] for dep in workflow.dag.dependencies[job]
+                                       if dep in unit and unit[dep] is not unit[job])
+    return SweepRequest(tuple(job_request(first[i]) for i in range(len(index))),
+                        tuple(map(frozenset, needs)), workflow.resource_settings.nodes)
+
+
 def _settings(workflow: Any) -> RunSettings:
     executor = workflow.executor_settings
     return RunSettings(qos=_text(getattr(executor, "qos", None)),
@@ -161,7 +191,8 @@ def _preflight(workflow: Any, logger: Any, executor: str) -> None:
     requests, settings = _requests(workflow), _settings(workflow)
     try:
         facts = cluster_facts(getpass.getuser())
-        problems = check(requests, settings, facts, _group_requests(workflow))
+        problems = check(requests, settings, facts, _group_requests(workflow),
+                         _sweep(workflow))
     except SlurmCommandError as error:
         facts, problems = None, [f"slurm: the cluster did not answer: {error}"]
     summary = summary_line(requests, settings, facts) if facts and not problems else None
@@ -231,6 +262,21 @@ def on_start(workflow: Any, logger: Any) -> None:
     signal.signal(signal.SIGINT, _on_signal)
     Watchdog(_executor_job_name(workflow), lambda stuck: _on_stuck(stuck, logger),
              WATCH_INTERVAL).start()
+
+
+def rerun_hint(default: str) -> str:
+    """How :func:`on_error` says to redo the rest: the caller's :data:`RERUN_HINT`, else
+    ``default`` (the command line's own). Read when the workflow starts, so that a hint
+    that is not one line of printable text is refused before any job, naming the
+    variable."""
+    hint = os.environ.get(RERUN_HINT)
+    if hint is None:
+        return default
+    if not (hint.isprintable() and 0 < len(hint) <= _HINT_LIMIT):
+        raise refused(RERUN_HINT, hint, "is not one line of printable text",
+                      f"1 to {_HINT_LIMIT} printable characters: how to redo the rest of "
+                      "an ended run")
+    return hint
 
 
 def on_error(logger: Any, rerun_hint: str) -> None:

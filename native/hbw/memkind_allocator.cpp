@@ -1,8 +1,11 @@
-// The Allocator interface implemented with memkind kinds.
+// The memkind backend: each kind is one of memkind's static kinds. memkind finds its HBW
+// and DAX KMEM nodes itself, from MEMKIND_HBW_NODES and MEMKIND_DAX_KMEM_NODES when set;
+// the nodes hpcmem found are handed to it through those variables before its first use.
+#include <hbwmalloc.h>
 #include <memkind.h>
 
 #include <array>
-#include <cstring>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "allocator.hpp"
@@ -41,55 +44,62 @@ class MemkindAllocator final : public Allocator {
   memkind_t* kind_;
 };
 
-using Table = std::array<MemkindAllocator, 5>;
+// "0,2,5": libnuma's node-list syntax, as memkind reads its variables.
+std::string node_list(const std::vector<unsigned>& nodes) {
+  std::string out;
+  for (unsigned node : nodes) out += (out.empty() ? "" : ",") + std::to_string(node);
+  return out;
+}
 
-Table& table() {
-  // Never destroyed: arrays may be freed by NumPy after static destructors would run.
-  static Table* kinds = new Table{
+void hand_over(const char* variable, const std::vector<unsigned>& nodes) {
+  if (!nodes.empty()) setenv(variable, node_list(nodes).c_str(), 1);
+}
+
+class MemkindBackend final : public Backend {
+ public:
+  explicit MemkindBackend(const Nodes& nodes) {
+    hand_over("MEMKIND_HBW_NODES", nodes.hbw);
+    hand_over("MEMKIND_DAX_KMEM_NODES", nodes.dax_kmem);
+  }
+
+  const std::string& name() const noexcept override { return name_; }
+
+  std::string version() const override {
+    const int v = memkind_get_version();  // major * 1000000 + minor * 1000 + patch
+    return std::to_string(v / 1000000) + "." + std::to_string(v / 1000 % 1000) + "." +
+           std::to_string(v % 1000);
+  }
+
+  Allocator& allocator(const std::string& name) override {
+    for (auto& kind : kinds_) {
+      if (kind.name() == name) return kind;
+    }
+    throw std::invalid_argument("memkind backend has no kind '" + name + "'");
+  }
+
+  int verify_hbw(void* address, std::size_t bytes) noexcept override {
+    return hbw_verify_memory_region(address, bytes, 0);
+  }
+
+  std::optional<std::vector<unsigned>> highest_bandwidth_nodes() const override {
+    return std::nullopt;  // memkind ranks no nodes for its callers
+  }
+
+ private:
+  std::string name_ = "memkind";
+  std::array<MemkindAllocator, 5> kinds_{
       MemkindAllocator("dram", &MEMKIND_DEFAULT),
       MemkindAllocator("hbw", &MEMKIND_HBW),
       MemkindAllocator("hbw_preferred", &MEMKIND_HBW_PREFERRED),
       MemkindAllocator("hbw_interleave", &MEMKIND_HBW_INTERLEAVE),
       MemkindAllocator("dax_kmem", &MEMKIND_DAX_KMEM),
   };
-  return *kinds;
-}
-
-constexpr std::size_t kAlignment = 64;  // a cache line: enough for every NumPy dtype
+};
 
 }  // namespace
 
-const std::vector<std::string>& kind_names() {
-  static const std::vector<std::string>* names = [] {
-    auto* out = new std::vector<std::string>;
-    for (const auto& kind : table()) out->push_back(kind.name());
-    return out;
-  }();
-  return *names;
-}
-
-Allocator& allocator(const std::string& name) {
-  for (auto& kind : table()) {
-    if (kind.name() == name) return kind;
-  }
-  std::string valid;
-  for (const auto& known : kind_names()) valid += (valid.empty() ? "" : ", ") + known;
-  throw std::invalid_argument("kind '" + name + "' is not one of " + valid);
-}
-
-std::string backend_version() {
-  const int v = memkind_get_version();  // major * 1000000 + minor * 1000 + patch
-  return std::to_string(v / 1000000) + "." + std::to_string(v / 1000 % 1000) + "." +
-         std::to_string(v % 1000);
-}
-
-Buffer::Buffer(Allocator& kind, std::size_t bytes, bool zero)
-    : kind_(kind), size_(bytes), data_(kind.allocate(bytes == 0 ? 1 : bytes, kAlignment)) {
-  if (data_ == nullptr) {
-    throw AllocationError("memkind kind '" + kind.name() + "': cannot allocate " +
-                          std::to_string(bytes) + " bytes");
-  }
-  if (zero) std::memset(data_, 0, size_);
+std::unique_ptr<Backend> make_memkind_backend(const Nodes& nodes) {
+  return std::make_unique<MemkindBackend>(nodes);
 }
 
 }  // namespace hpcmem::hbw

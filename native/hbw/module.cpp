@@ -1,7 +1,8 @@
-// hpcmem._hbw: Python bindings of the memkind allocator, NEP-49 handlers and placement.
+// hpcmem._hbw: Python bindings of the placement backends, NEP-49 handlers and placement.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <stdexcept>
 #include <system_error>
 
 #include "allocator.hpp"
@@ -12,7 +13,7 @@ namespace py = pybind11;
 using namespace hpcmem::hbw;
 
 PYBIND11_MODULE(_hbw, m) {
-  m.doc() = "memkind buffers, NEP-49 NumPy handlers and page placement (see hpcmem.hbw)";
+  m.doc() = "UMF or memkind buffers, NEP-49 NumPy handlers and page placement (see hpcmem.hbw)";
   import_numpy();
 
   py::register_exception_translator([](std::exception_ptr p) {
@@ -20,6 +21,10 @@ PYBIND11_MODULE(_hbw, m) {
       if (p) std::rethrow_exception(p);
     } catch (const AllocationError& e) {
       PyErr_SetString(PyExc_MemoryError, e.what());
+    } catch (const std::invalid_argument& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const std::logic_error& e) {  // configure() twice, or not at all
+      PyErr_SetString(PyExc_RuntimeError, e.what());
     } catch (const std::system_error& e) {
       py::object error = py::reinterpret_borrow<py::object>(PyExc_OSError)(
           e.code().value(), e.what());
@@ -28,13 +33,28 @@ PYBIND11_MODULE(_hbw, m) {
   });
 
   m.attr("KINDS") = py::tuple(py::cast(kind_names()));
-  m.def("memkind_version", &backend_version, "The memkind version, e.g. '1.14.0'.");
+  m.attr("BACKENDS") = py::tuple(py::cast(backend_names()));
+  m.def(
+      "configure",
+      [](const std::string& name, std::vector<unsigned> hbw, std::vector<unsigned> local_hbw,
+         std::vector<unsigned> dax_kmem) {
+        configure(name, Nodes{std::move(hbw), std::move(local_hbw), std::move(dax_kmem)});
+      },
+      py::arg("backend"), py::arg("hbw"), py::arg("local_hbw"), py::arg("dax_kmem"),
+      "Make `backend` (one of BACKENDS) serve every kind, bound to these nodes; once per process.");
+  m.def(
+      "backend", [] { return py::make_tuple(backend().name(), backend().version()); },
+      "The configured backend's name and version, e.g. ('umf', '1.2.0').");
+  m.def(
+      "highest_bandwidth_nodes", [] { return backend().highest_bandwidth_nodes(); },
+      "The nodes the backend ranks highest in bandwidth (UMF's HIGHEST_BANDWIDTH memspace), "
+      "or None when it has no view.");
   m.def(
       "check_available", [](const std::string& kind) { return allocator(kind).check_available(); },
-      py::arg("kind"), "0 when `kind` can allocate on this machine, else memkind's error code.");
+      py::arg("kind"), "0 when `kind` can allocate on this machine, else the backend's error code.");
 
   py::class_<Buffer>(m, "Buffer", py::buffer_protocol(),
-                     "Bytes of one memkind kind, freed by that kind when the last reference dies.")
+                     "Bytes of one kind, freed by that kind when the last reference dies.")
       .def(py::init([](const std::string& kind, std::size_t nbytes, bool zero) {
              return new Buffer(allocator(kind), nbytes, zero);
            }),
@@ -60,6 +80,11 @@ PYBIND11_MODULE(_hbw, m) {
         "Pages of the range per NUMA node (negative keys: -errno of pages not placed).");
   m.def("page_policies", &page_policies, py::arg("address"), py::arg("nbytes"),
         "Pages of the range per memory policy, spelled as in /proc/self/numa_maps.");
-  m.def("verify_hbw", &verify_hbw, py::arg("address"), py::arg("nbytes"),
-        "hbw_verify_memory_region: 0 when every page is on an HBW node, -1 when not.");
+  m.def(
+      "verify_hbw",
+      [](std::uintptr_t address, std::size_t nbytes) {
+        return backend().verify_hbw(reinterpret_cast<void*>(address), nbytes);
+      },
+      py::arg("address"), py::arg("nbytes"),
+      "The backend's own check: 0 when every page is on an HBW node, -1 when not, else errno.");
 }

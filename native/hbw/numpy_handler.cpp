@@ -39,7 +39,8 @@ void handler_free(void* ctx, void* p, std::size_t /*bytes*/) {
 
 PyDataMem_Handler* make_handler(Allocator& kind) {
   auto* h = new PyDataMem_Handler{};  // never freed: arrays keep pointing at it
-  std::snprintf(h->name, sizeof h->name, "hpcmem_memkind_%s", kind.name().c_str());
+  std::snprintf(h->name, sizeof h->name, "hpcmem_%s_%s", backend().name().c_str(),
+                kind.name().c_str());
   h->version = 1;
   h->allocator = {&kind, handler_malloc, handler_calloc, handler_realloc, handler_free};
   return h;

@@ -11,7 +11,7 @@ namespace hpcmem::hbw {
 void import_numpy();
 
 /// A capsule named "mem_handler" holding the PyDataMem_Handler of `kind`; its name is
-/// "hpcmem_memkind_<kind>". The handler lives as long as the process.
+/// "hpcmem_<backend>_<kind>" (hpcmem_umf_hbw). The handler lives as long as the process.
 pybind11::capsule handler(Allocator& kind);
 
 /// PyDataMem_SetHandler: install `capsule` (None: NumPy's default) in the current

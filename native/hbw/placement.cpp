@@ -2,7 +2,6 @@
 // moving it; get_mempolicy(2) with MPOL_F_ADDR reports the policy of each mapping.
 #include "placement.hpp"
 
-#include <hbwmalloc.h>
 #include <numa.h>
 #include <numaif.h>
 #include <unistd.h>
@@ -132,10 +131,6 @@ std::map<std::string, std::size_t> page_policies(std::uintptr_t address, std::si
   const std::size_t total = (end - first) / page;
   if (mapped < total) counts["unmapped"] += total - mapped;
   return counts;
-}
-
-int verify_hbw(std::uintptr_t address, std::size_t bytes) noexcept {
-  return hbw_verify_memory_region(reinterpret_cast<void*>(address), bytes, 0);
 }
 
 }  // namespace hpcmem::hbw

@@ -25,8 +25,4 @@ std::map<int, std::size_t> page_nodes(std::uintptr_t address, std::size_t bytes)
 /// per mapping. Throws std::system_error when the kernel refuses the query.
 std::map<std::string, std::size_t> page_policies(std::uintptr_t address, std::size_t bytes);
 
-/// hbw_verify_memory_region: 0 when every page of the range is on a high-bandwidth
-/// node, -1 when some page is not, EINVAL or EFAULT when it cannot tell.
-int verify_hbw(std::uintptr_t address, std::size_t bytes) noexcept;
-
 }  // namespace hpcmem::hbw

@@ -24,6 +24,12 @@
 #   HPCMEM_SLURM_QOS         a QOS created besides Slurm's "normal" and allowed to root; the
 #                            default QOS stays "normal" (default: none created)
 #   HPCMEM_SLURM_ENFORCE     AccountingStorageEnforce (default: none, nothing enforced)
+#   HPCMEM_SLURM_MAX_TIME    every partition's MaxTime: minutes, [days-]hours:minutes:seconds
+#                            or INFINITE (default INFINITE)
+#   HPCMEM_SLURM_DEFAULT_TIME  every partition's DefaultTime, the same forms (default: none,
+#                            a job without --time gets MaxTime)
+#   HPCMEM_SLURM_QOS_LIMITS  sacctmgr limits of HPCMEM_SLURM_QOS, space-separated, e.g.
+#                            "MaxWall=30 MaxTRESPerJob=cpu=2 MaxSubmitJobsPU=20" (default none)
 #   HPCMEM_SLURM_NODES       nodes, 1-8 (default 1). With more than one, the cluster lives in
 #                            network namespaces of its own (tools/slurm/netns.sh): the head
 #                            (login node, controller, slurmdbd, MariaDB) and node1..nodeN, each
@@ -32,7 +38,11 @@
 # A site-like cluster, as production clusters are set up (jobs need a valid account, QOS
 # and partition, and limits are enforced):
 #   HPCMEM_SLURM_PARTITION=batch,hbm HPCMEM_SLURM_ACCOUNT=hpc HPCMEM_SLURM_QOS=bench \
-#   HPCMEM_SLURM_ENFORCE=associations,limits,qos tools/slurm/cluster.sh start
+#   HPCMEM_SLURM_ENFORCE=associations,limits,qos HPCMEM_SLURM_MAX_TIME=30 \
+#   HPCMEM_SLURM_QOS_LIMITS="MaxTRESPerJob=cpu=2" tools/slurm/cluster.sh start
+# A start with other settings than those of the running cluster, or whose configuration
+# differs from its slurm.conf (a hand edit), is refused naming what differs (exit 2):
+# slurmctld keeps what it started with, so stop the cluster and start it again.
 #
 # Several clusters may run on one machine, each with its own DIR and ports. They share one
 # munged on the default socket (Slurm 22.05 ignores AuthInfo=socket= on its connections to
@@ -57,6 +67,9 @@ PARTITION="${HPCMEM_SLURM_PARTITION:-debug}"
 QOS="${HPCMEM_SLURM_QOS:-}"
 ENFORCE="${HPCMEM_SLURM_ENFORCE:-}"
 NODES="${HPCMEM_SLURM_NODES:-1}"
+MAX_TIME="${HPCMEM_SLURM_MAX_TIME:-INFINITE}"
+DEFAULT_TIME="${HPCMEM_SLURM_DEFAULT_TIME:-}"
+QOS_LIMITS="${HPCMEM_SLURM_QOS_LIMITS:-}"
 CTLD_PORT="${HPCMEM_SLURM_PORT:-16817}"
 MYSQL_PORT="${HPCMEM_SLURM_MYSQL_PORT:-16306}"
 for port in "$CTLD_PORT" "$MYSQL_PORT"; do
@@ -74,6 +87,15 @@ done
   { echo "cluster.sh: error: HPCMEM_SLURM_ENFORCE=$ENFORCE: a list like associations,limits,qos" >&2; exit 2; }
 [[ "$NODES" =~ ^[1-8]$ ]] ||
   { echo "cluster.sh: error: HPCMEM_SLURM_NODES=$NODES: a number of nodes in 1-8" >&2; exit 2; }
+TIME_FORM='^(INFINITE|UNLIMITED|[0-9]+|([0-9]+-)?[0-9]+(:[0-9]+){1,2}|[0-9]+-[0-9]+)$'
+for setting in "HPCMEM_SLURM_MAX_TIME=$MAX_TIME" "HPCMEM_SLURM_DEFAULT_TIME=$DEFAULT_TIME"; do
+  [[ -z "${setting#*=}" && "$setting" == *DEFAULT_TIME=* || "${setting#*=}" =~ $TIME_FORM ]] ||
+    { echo "cluster.sh: error: $setting: minutes, [days-]hours:minutes:seconds or INFINITE" >&2; exit 2; }
+done
+[[ "$QOS_LIMITS" =~ ^([A-Za-z]+=[A-Za-z0-9=,/:._-]+( |$))*$ ]] ||
+  { echo "cluster.sh: error: HPCMEM_SLURM_QOS_LIMITS=$QOS_LIMITS: sacctmgr limits, e.g. \"MaxWall=30 MaxTRESPerJob=cpu=2\"" >&2; exit 2; }
+[[ -z "$QOS_LIMITS" || -n "$QOS" ]] ||
+  { echo "cluster.sh: error: HPCMEM_SLURM_QOS_LIMITS needs HPCMEM_SLURM_QOS, the QOS they limit" >&2; exit 2; }
 SLURMD_PORT=$((CTLD_PORT + 1))
 DBD_PORT=$((CTLD_PORT + 2))
 HOST="$(hostname -s)"
@@ -151,7 +173,9 @@ wait_for() {
   done
 }
 
+# Render $1.in into $2 (default STATE/etc/$1).
 render() {
+  local target="${2:-$STATE/etc/$1}"
   sed -e "s|@STATE@|$STATE|g" -e "s|@HOST@|$HOST|g" -e "s|@ADDR@|$ADDR|g" \
     -e "s|@CLUSTER@|$CLUSTER|g" \
     -e "s|@CTLD_PORT@|$CTLD_PORT|g" -e "s|@SLURMD_PORT@|$SLURMD_PORT|g" \
@@ -162,8 +186,8 @@ render() {
     -e "s|@PARTITION_LINES@|$PARTITION_LINES|g" \
     -e "s|@TMP_FS@|$TMP_FS|g" -e "s|@CTLD_HOST@|$CTLD_HOST|g" \
     -e "s|@SLURMD_TIMEOUT@|$SLURMD_TIMEOUT|g" \
-    "$HERE/$1.in" >"$STATE/etc/$1.tmp"
-  mv "$STATE/etc/$1.tmp" "$STATE/etc/$1"
+    "$HERE/$1.in" >"$target.tmp"
+  mv "$target.tmp" "$target"
 }
 
 check_tools() {
@@ -184,20 +208,14 @@ check_tools() {
 settings() {
   local setting
   for setting in CLUSTER=$CLUSTER ACCOUNT=$ACCOUNT PARTITION=$PARTITION QOS=$QOS \
-    ENFORCE=$ENFORCE NODES=$NODES PORT=$CTLD_PORT MYSQL_PORT=$MYSQL_PORT; do
+    ENFORCE=$ENFORCE NODES=$NODES PORT=$CTLD_PORT MYSQL_PORT=$MYSQL_PORT \
+    MAX_TIME=$MAX_TIME DEFAULT_TIME=$DEFAULT_TIME QOS_LIMITS="$QOS_LIMITS"; do
     printf 'export HPCMEM_SLURM_%s=%q\n' "${setting%%=*}" "${setting#*=}"
   done
 }
 
-# Configuration files, generated once per state dir from this machine.
-configure() {
-  mkdir -p "$STATE"/{etc,run/slurm,log,state,spool,munge} "$MYSQL_DIR"
-  # STATE/mysql is always where MariaDB's files are seen from: the folder, or a link to it
-  [[ "$MYSQL_DIR" == "$STATE/mysql" ]] || ln -sfn "$MYSQL_DIR" "$STATE/mysql"
-  chmod 700 "$STATE/munge" "$STATE/etc"
-  if [[ ! -s "$STATE/etc/db.password" ]]; then
-    (umask 077 && head -c 18 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' >"$STATE/etc/db.password")
-  fi
+# The lines of slurm.conf that come from this machine and the settings.
+describe_nodes() {
   # `slurmd -C` describes this machine (CPUs, sockets, cores, memory): every node has its
   # CPUs (the nodes of a multi-node cluster share them) and a share of its memory, with a
   # little kept spare.
@@ -221,10 +239,28 @@ configure() {
   nodes="$(IFS=,; echo "${NODE_NAMES[*]}")"
   PARTITION_LINES=""
   for name in ${PARTITION//,/ }; do
-    PARTITION_LINES+="PartitionName=$name Nodes=$nodes Default=$default MaxTime=INFINITE State=UP\\n"
+    PARTITION_LINES+="PartitionName=$name Nodes=$nodes Default=$default MaxTime=$MAX_TIME"
+    PARTITION_LINES+="${DEFAULT_TIME:+ DefaultTime=$DEFAULT_TIME} State=UP\\n"
     default=NO
   done
+}
+
+# Configuration files, generated from this machine and the settings.
+configure() {
+  mkdir -p "$STATE"/{etc,run/slurm,log,state,spool,munge} "$MYSQL_DIR"
+  # STATE/mysql is always where MariaDB's files are seen from: the folder, or a link to it
+  [[ "$MYSQL_DIR" == "$STATE/mysql" ]] || ln -sfn "$MYSQL_DIR" "$STATE/mysql"
+  chmod 700 "$STATE/munge" "$STATE/etc"
+  if [[ ! -s "$STATE/etc/db.password" ]]; then
+    (umask 077 && head -c 18 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' >"$STATE/etc/db.password")
+  fi
+  describe_nodes
   ((NODES == 1)) || write_hosts
+  local edits
+  if [[ -s "$STATE/etc/slurm.conf" ]] && ! edits="$(differences)"; then
+    log "slurm.conf (stopped) differed from what the settings make; written anew:"
+    echo "$edits" >&2
+  fi
   render slurm.conf
   render slurmdbd.conf
   render cgroup.conf
@@ -333,6 +369,10 @@ register_cluster() {
   if [[ -z "$(sacctmgr_list qos "$QOS" format=name)" ]]; then
     sacctmgr -i add qos "$QOS" >/dev/null
   fi
+  if [[ -n "$QOS_LIMITS" ]]; then
+    # shellcheck disable=SC2086  # one word per limit
+    sacctmgr -i modify qos "$QOS" set $QOS_LIMITS >/dev/null
+  fi
   if ! sacctmgr_list assoc user=root account="$ACCOUNT" format=qos | tr ',' '\n' | grep -qx "$QOS"; then
     sacctmgr -i modify user root where account="$ACCOUNT" set QOS+="$QOS" >/dev/null
   fi
@@ -399,13 +439,51 @@ start_daemons() {
   wait_for sacct sacct -n -X -S now-1hours
 }
 
+# The lines in which STATE/etc/slurm.conf differs from what the settings make (diff's
+# "<" for the file's, ">" for the settings'), at most 20; fails when there are any.
+differences() {
+  local wanted="$STATE/etc/slurm.conf.wanted" lines
+  render slurm.conf "$wanted"
+  lines="$(diff "$STATE/etc/slurm.conf" "$wanted" | grep '^[<>]' | head -n 20 || true)"
+  rm -f "$wanted"
+  [[ -z "$lines" ]] || { echo "$lines"; return 1; }
+}
+
+# The settings a running cluster was started with that these differ from, one a line.
+changed_settings() {
+  local running line
+  running="$(cat "$STATE/etc/settings.env")"
+  while read -r line; do
+    grep -qxF -- "$line" <<<"$running" && continue
+    local name="${line#export }"
+    name="${name%%=*}"
+    local was
+    was="$(grep "^export $name=" <<<"$running" || echo "$name=")"
+    echo "  $name: running with ${was#*=}, asked for ${line#*=}"
+  done < <(settings)
+}
+
+# A running cluster keeps the configuration it started with: refuse to change it.
+refuse_changes() {
+  local changed=""
+  [[ ! -s "$STATE/etc/settings.env" ]] || changed="$(changed_settings)"
+  if [[ -z "$changed" ]]; then
+    describe_nodes
+    changed="$(differences)" && return 0
+    changed="$(sed -e 's/^< /  slurm.conf has:    /' -e 's/^> /  settings make:     /' <<<"$changed")"
+  fi
+  log "error: the cluster in $STATE runs with another configuration; slurmctld keeps the" \
+    "one it started with:"
+  echo "$changed" >&2
+  log "stop it and start it again to change it (its jobs are cancelled):" \
+    "$0 stop $STATE && $0 start $STATE"
+  exit 2
+}
+
 do_start() {
   check_tools
-  if daemon_pid slurmctld >/dev/null && [[ -s "$STATE/etc/settings.env" ]] &&
-    [[ "$(settings)" != "$(cat "$STATE/etc/settings.env")" ]]; then
-    log "error: the cluster in $STATE runs with other settings ($STATE/etc/settings.env):" \
-      "stop it first"
-    exit 2
+  if daemon_pid slurmctld >/dev/null; then
+    refuse_changes
   fi
   configure
   local begin=$SECONDS

@@ -1,10 +1,13 @@
 # Records -> summary (pandas) -> regression verdict -> HTML report. On a cluster these steps
 # are one job (group summarise): they take seconds, and each job of its own would wait in the
-# queue and for the executor's next status check.
+# queue and for the executor's next status check. Each step's errors go to its log and to
+# the terminal (hpcmem/workflow/step_output.py): a full disk that keeps the log empty still
+# shows why the step failed.
 
 import glob
 
 from hpcmem.workflow import outcome
+from hpcmem.workflow.step_output import logged
 
 
 rule aggregate_results:
@@ -22,7 +25,8 @@ rule aggregate_results:
     params:
         hpcmem=get_hpcmem,
     shell:
-        "{params.hpcmem:q} aggregate {input.records:q} --out {output.summary:q} > {log:q} 2>&1"
+        logged("{params.hpcmem:q} aggregate {input.records:q} --out {output.summary:q}")
+        + "; exit $status"
 
 
 rule check_regressions:
@@ -48,11 +52,10 @@ rule check_regressions:
         # Exit status 1 is a verdict (a regression), not a failure of this rule: it is kept in
         # {output.status} and turned into the workflow's exit status by report_verdict below.
         # Status 2 (bad input) and above fail the rule.
-        "status=0; {params.hpcmem:q} check {input.summary:q} --references {input.references:q}"
-        " --history {params.history:q} --verdict-out {output.verdict_json:q}"
-        " --table-out {output.verdict:q} > {log:q} 2>&1 || status=$?;"
-        " if [ $status -gt 1 ]; then cat {log:q} >&2; exit $status; fi;"
-        " echo $status > {output.status:q}"
+        logged("{params.hpcmem:q} check {input.summary:q} --references {input.references:q}"
+               " --history {params.history:q} --verdict-out {output.verdict_json:q}"
+               " --table-out {output.verdict:q}")
+        + "; if [ $status -gt 1 ]; then exit $status; fi; echo $status > {output.status:q}"
 
 
 # The native comparison points (images in use): a summary of their own for the report.
@@ -84,8 +87,9 @@ rule render_report:
         hpcmem=get_hpcmem,
         native=lambda wildcards, input: ["--native", input.native] if input.native else [],
     shell:
-        "{params.hpcmem:q} report {input.summary:q} --verdict {input.verdict:q}"
-        " {params.native:q} --out {output.report:q} > {log:q} 2>&1"
+        logged("{params.hpcmem:q} report {input.summary:q} --verdict {input.verdict:q}"
+               " {params.native:q} --out {output.report:q}")
+        + "; exit $status"
 
 
 onsuccess:

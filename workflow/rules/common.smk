@@ -1,6 +1,7 @@
 # Config loading and validation, wildcard constraints, and the small get_ helpers. What they
-# compute lives in hpcmem/workflow/: config_checks, points (one job per point; a point's
-# folder, options and key come from its benchmark's spec), commands, containers, outcome.
+# compute lives in hpcmem/workflow/: config_schema, config_checks, run_lock, points (one job
+# per point; a point's folder, options and key come from its benchmark's spec), commands,
+# containers, outcome. A refusal before any job is one line and exit 2 (refusal.py).
 
 import contextlib
 import datetime
@@ -10,7 +11,6 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
-from snakemake.utils import validate
 
 from hpcmem.collectives.spec import COLLECTIVES
 from hpcmem.errors import HpcmemError
@@ -18,8 +18,11 @@ from hpcmem.record.provenance import git_sha
 from hpcmem.train.spec import TRAIN
 from hpcmem.workflow import commands
 from hpcmem.workflow.config_checks import check_config
+from hpcmem.workflow.config_schema import validate_config
 from hpcmem.workflow.containers import container_binds, resolve_container
 from hpcmem.workflow.points import collectives_points, point_layout, train_points
+from hpcmem.workflow.refusal import refuse_bad_input
+from hpcmem.workflow.run_lock import hold_run_folder
 
 
 @contextlib.contextmanager
@@ -31,8 +34,8 @@ def stop_on_error(prefix=""):
         raise WorkflowError(f"{prefix}{error}") from None
 
 
-validate(config, schema="../schemas/config.schema.yaml")
-with stop_on_error():
+with refuse_bad_input():
+    validate_config(config, os.path.join(workflow.basedir, "schemas", "config.schema.yaml"))
     check_config(config)
 if config["run_id"] is None:
     config["run_id"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d")
@@ -41,6 +44,9 @@ FOLDERS = {spec.name: [spec.folder(point) for point in points(config)]
            for spec, points in ((COLLECTIVES, collectives_points), (TRAIN, train_points))}
 #: every output of this run lives under RUN
 RUN = os.path.join(config["output_dir"], config["run_id"])
+#: this run's lock on RUN, held until snakemake exits (None: this invocation runs no job)
+with refuse_bad_input():  # one run per run folder at a time, before anything is built
+    RUN_LOCK = hold_run_folder(workflow, RUN)
 #: the repository holding pyproject.toml and native/ (what build_wheel builds)
 SOURCE_DIR = os.path.dirname(workflow.basedir)
 #: the interpreter running snakemake; the per-run environment is layered over it
@@ -56,7 +62,7 @@ if not GIT_SHA:
 #: where the benchmark jobs run: in images (run_collectives and run_train call `apptainer
 #: exec` themselves, one container per rank) or natively; resolved before any job is
 #: submitted. Do not add `--sdm apptainer`: it would wrap the jobs' own `apptainer exec`.
-with stop_on_error("config "):
+with refuse_bad_input("config "):
     CONTAINERS = resolve_container(config, source_dir=SOURCE_DIR,
                                    binds=container_binds(os.getcwd(), config["output_dir"]))
 logger.info(f"hpcmem: {CONTAINERS.reason}")

@@ -10,8 +10,12 @@ onstart:
     slurm_run.on_start(workflow, logger)
 
 
-onerror:
-    slurm_run.on_error(
-        logger,
-        f"rerun the same command with --config run_id={config['run_id']} to redo the rest",
+#: how to redo the rest of an ended run: the caller's (HPCMEM_RERUN_HINT), else this command's
+with refuse_bad_input():
+    RERUN_HINT = slurm_run.rerun_hint(
+        f"rerun the same command with --config run_id={config['run_id']} to redo the rest"
     )
+
+
+onerror:
+    slurm_run.on_error(logger, RERUN_HINT)

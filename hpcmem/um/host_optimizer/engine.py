@@ -219,10 +219,16 @@ class HostOptimizer:
         self.ledger.h2d += tensor_bytes(self.host.masters[index])
 
     # -- the optimizer step ---------------------------------------------------------------
-    def step(self, closure: Any = None) -> None:
-        """Finish the step: what backward left, the worker, the weights' last copy."""
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """Finish the step: what backward left, the worker, the weights' last copy.
+
+        ``closure`` (torch.optim's: a forward and backward, returning the loss, as Lightning
+        passes it) runs first, once; its loss is returned.
+        """
+        loss = None
         if closure is not None:
-            raise BudgetError("offload host_optimizer: optimizer.step(closure) is not supported")
+            with self._torch.enable_grad():
+                loss = closure()
         if self._micro == 0:
             self.host.sync(self.optimizer.param_groups)
         for bucket in self.buckets:
@@ -242,6 +248,7 @@ class HostOptimizer:
         self.transport.synchronize()
         self.ledger.stepped(done)
         self._begin_step()
+        return loss
 
     def _begin_step(self) -> None:
         self._micro = 0

@@ -5,8 +5,8 @@ chunk of streamed parameters, fetch parameter, gradient and optimizer state, run
 optimizer's own step on that chunk alone, and write parameter and state back to their homes
 (the gradient is spent). The next chunk is fetched while one steps and the last one is
 written back. Optimizer state made lazily at the first step gets its home then. Any
-optimizer whose update is per parameter works (all of ``torch.optim`` but LBFGS, whose
-``step(closure)`` is refused).
+optimizer whose update is per parameter works (all of ``torch.optim`` but LBFGS, which
+evaluates its closure several times a step and is refused); a closure runs once, first.
 
 A parameter whose state is larger than a chunk (a tied embedding, under a small budget) is
 stepped in slices of rows when the optimizer's update is elementwise (``SLICEABLE``): each
@@ -85,6 +85,13 @@ class ChunkedStep:
         counters: Counters,
         device_scope: Callable[[], AbstractContextManager[None]],
     ) -> None:
+        import torch
+
+        if isinstance(optimizer, torch.optim.LBFGS):
+            raise BudgetError(
+                "gpu_budget: LBFGS is not supported (it evaluates its closure several times a "
+                "step; the budget mode steps parameters a chunk at a time, once)"
+            )
         self.optimizer = optimizer
         self.params = params
         self.arena = arena
@@ -100,15 +107,18 @@ class ChunkedStep:
         self._wrapper = self.step
         optimizer.step = self._wrapper
 
-    def step(self, closure: Any = None) -> None:
-        """Step every parameter: resident ones in place, streamed ones chunk by chunk."""
-        if closure is not None:
-            raise BudgetError(
-                "gpu_budget: optimizer.step(closure) is not supported (the budget mode steps "
-                "parameters a chunk at a time; use an optimizer that needs no closure)"
-            )
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """Step every parameter: resident ones in place, streamed ones chunk by chunk.
+
+        ``closure`` (torch.optim's: a forward and backward, returning the loss) runs first,
+        once; its loss is returned.
+        """
         import torch
 
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
         with torch._C.DisableTorchFunction(), self.device_scope():
             members = [p for group in self.optimizer.param_groups for p in group["params"]]
             streamed = []
@@ -123,6 +133,7 @@ class ChunkedStep:
             if in_place:
                 self._step_only(in_place)
             self._stream(self._units(chunks(streamed, self.chunk_bytes)))
+        return loss
 
     def _units(self, groups: list[list[Entry]]) -> list[list[tuple[Entry, slice | None]]]:
         """Each group as (entry, rows) units; an entry larger than the limit alone, sliced."""

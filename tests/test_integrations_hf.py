@@ -1,0 +1,98 @@
+"""``UnifiedMemoryTrainer`` on the CPU (hpcmem.integrations.hf with the CPU stand-in of
+``UnifiedMemory``): where it attaches, scopes and closes, training under a budget that agrees
+with a plain ``transformers.Trainer``, and the settings a budget refuses."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from cpu_memory import CpuMemory  # noqa: E402
+
+from hpcmem.integrations.hf import UnifiedMemoryTrainer  # noqa: E402
+from hpcmem.um import BudgetError  # noqa: E402
+
+STEPS = 3
+MICRO_BATCHES = 2
+BUDGET = 2**30
+
+
+def _model():
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=32, use_cache=False,
+        bos_token_id=0, eos_token_id=0))
+
+
+def _data():
+    tokens = torch.randint(256, (STEPS * MICRO_BATCHES * 4, 32),
+                           generator=torch.Generator().manual_seed(1))
+    return [{"input_ids": row, "labels": row} for row in tokens]
+
+
+def _arguments(tmp_path, **overrides):
+    settings = {"output_dir": str(tmp_path), "max_steps": STEPS, "per_device_train_batch_size": 4,
+                "gradient_accumulation_steps": MICRO_BATCHES, "learning_rate": 1e-3,
+                "logging_steps": 1, "save_strategy": "no", "report_to": [], "max_grad_norm": 0.0,
+                "use_cpu": True, "disable_tqdm": True, "seed": 0, **overrides}
+    return transformers.TrainingArguments(**settings)
+
+
+def _train(tmp_path, memory=None, **overrides):
+    """The logged losses, the weights after training, the trainer."""
+    kwargs = {"model": _model(), "args": _arguments(tmp_path, **overrides),
+              "train_dataset": _data()}
+    if memory is None:
+        trainer = transformers.Trainer(**kwargs)
+    else:
+        trainer = UnifiedMemoryTrainer(**kwargs, memory=memory)
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    return losses, [p.detach().float() for p in trainer.model.parameters()], trainer
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    losses, weights, _ = _train(tmp_path_factory.mktemp("plain"))
+    return losses, weights
+
+
+def test_under_a_budget_it_trains_as_the_plain_trainer(tmp_path, reference):
+    memory = CpuMemory(gpu_budget=BUDGET)
+    losses, weights, trainer = _train(tmp_path, memory)
+    # never moved by Trainer or accelerate; attached at the first step, one scope per
+    # micro-batch, closed at the end (the fp32 weights back in the model)
+    assert memory.events == ["attach", *["activations"] * (STEPS * MICRO_BATCHES), "close"]
+    assert trainer.accelerator.device_placement is False
+    offload = trainer.memory_stats["offload"]
+    assert (offload["strategy"], offload["micro_batches"]) == ("host_optimizer", MICRO_BATCHES)
+    assert losses == pytest.approx(reference[0], rel=1e-4)
+    for ours, plain in zip(weights, reference[1], strict=True):
+        torch.testing.assert_close(ours, plain, rtol=1e-4, atol=1e-6)
+
+
+def test_without_a_budget_the_model_is_moved_inside_the_params_scope(tmp_path, reference):
+    memory = CpuMemory()
+    losses, _, _ = _train(tmp_path, memory)
+    assert memory.events[:2] == ["params", "attach"]
+    assert memory.events[2:] == ["activations"] * (STEPS * MICRO_BATCHES) + ["close"]
+    assert losses == reference[0]
+
+
+def test_gradient_clipping_under_the_host_optimizer_is_refused_and_the_memory_closed(tmp_path):
+    memory = CpuMemory(gpu_budget=BUDGET)
+    with pytest.raises(BudgetError, match=r"max_grad_norm=1\.0"):
+        _train(tmp_path, memory, max_grad_norm=1.0)
+    assert memory.events == ["attach", "close"]
+
+
+def test_checkpoints_and_evaluation_under_a_budget_are_refused(tmp_path):
+    with pytest.raises(BudgetError, match="save_strategy"):
+        UnifiedMemoryTrainer(model=_model(), args=_arguments(tmp_path, save_strategy="steps"),
+                             memory=CpuMemory(gpu_budget=BUDGET))
+    trainer = UnifiedMemoryTrainer(model=_model(), args=_arguments(tmp_path),
+                                   eval_dataset=_data()[:4], memory=CpuMemory(gpu_budget=BUDGET))
+    with pytest.raises(BudgetError, match="evaluation"):
+        trainer.evaluate()

@@ -1,0 +1,108 @@
+"""``UnifiedMemoryStrategy`` on the CPU (hpcmem.integrations.lightning with the CPU stand-in
+of ``UnifiedMemory``): where it attaches, scopes and closes, training under both budget
+strategies (through ``optimizer.step(closure)``) that agrees with a plain Lightning fit, and
+the settings a budget refuses."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("lightning")
+import lightning.pytorch as pl  # noqa: E402
+from cpu_memory import CpuMemory  # noqa: E402
+
+from hpcmem.integrations.lightning import UnifiedMemoryStrategy  # noqa: E402
+from hpcmem.train.models import TransformerShape  # noqa: E402
+from hpcmem.train.networks import build  # noqa: E402
+from hpcmem.um import BudgetError, Offload  # noqa: E402
+
+STEPS = 3
+MICRO_BATCHES = 2
+#: 1 MiB parameters (the embedding, the MLPs): what the streaming strategy streams
+SHAPE = TransformerShape(n_layers=2, d_model=256, n_heads=4, seq_len=32, vocab=1024)
+BUDGET = 2**30
+
+
+class LanguageModel(pl.LightningModule):
+    """hpcmem's transformer, its losses recorded."""
+
+    def __init__(self, validate: bool = False) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = build(SHAPE)
+        self.losses: list[float] = []
+        if validate:
+            self.validation_step = lambda batch, index: self.net({"tokens": batch[0]})
+
+    def training_step(self, batch, index):
+        loss = self.net({"tokens": batch[0]})
+        self.losses.append(loss.item())
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+
+def _data():
+    tokens = torch.randint(SHAPE.vocab, (STEPS * MICRO_BATCHES * 4, SHAPE.seq_len + 1),
+                           generator=torch.Generator().manual_seed(1))
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(tokens), batch_size=4)
+
+
+def _fit(memory=None, offload=None, validate=False, **settings):
+    """The losses and the weights after fitting, and the strategy."""
+    strategy = (UnifiedMemoryStrategy(memory, offload, device="cpu") if memory is not None
+                else "auto")
+    trainer = pl.Trainer(**{
+        "accelerator": "cpu", "strategy": strategy, "max_steps": STEPS,
+        "accumulate_grad_batches": MICRO_BATCHES, "enable_checkpointing": False,
+        "logger": False, "enable_progress_bar": False, "enable_model_summary": False,
+        "num_sanity_val_steps": 0, **settings})
+    module = LanguageModel(validate)
+    trainer.fit(module, _data(), _data() if validate else None)
+    return module.losses, [p.detach().float() for p in module.parameters()], strategy
+
+
+@pytest.fixture(scope="module")
+def reference():
+    losses, weights, _ = _fit()
+    return losses, weights
+
+
+#: the host steps with PyTorch's fused CPU kernel, which rounds otherwise: within a tenth of
+#: one step's update (the learning rate) of the weights; the stream steps as plain AdamW
+@pytest.mark.parametrize(("strategy", "tolerance"), [("host_optimizer", 1e-4), ("stream", 0.0)])
+def test_under_a_budget_it_fits_as_plain_lightning(reference, strategy, tolerance):
+    memory = CpuMemory(gpu_budget=BUDGET if strategy == "host_optimizer" else 16 * 2**20)
+    losses, weights, ours = _fit(memory, Offload(strategy))
+    # never moved, attached as training starts; each micro-batch's forward and
+    # backward in one scope; batches in the inputs scope; closed at the end
+    assert memory.events == ["attach", *["inputs", "activations"] * (STEPS * MICRO_BATCHES),
+                             "close"]
+    assert ours.memory_stats["offload"]["strategy"] == strategy
+    assert ours.memory_stats["offload"]["bytes_h2d"] > 0
+    assert losses == pytest.approx(reference[0], rel=tolerance)
+    for mine, plain in zip(weights, reference[1], strict=True):
+        torch.testing.assert_close(mine, plain, rtol=tolerance, atol=tolerance)
+
+
+def test_without_a_budget_the_model_is_moved_inside_the_params_scope(reference):
+    memory = CpuMemory()
+    losses, _, _ = _fit(memory)
+    assert memory.events[:2] == ["params", "attach"]
+    assert memory.events[-1] == "close"
+    assert memory.events.count("activations") == STEPS * MICRO_BATCHES
+    assert losses == reference[0]
+
+
+@pytest.mark.parametrize(("settings", "refused"), [
+    ({"enable_checkpointing": True}, "checkpoints"),
+    ({"gradient_clip_val": 1.0}, r"gradient_clip_val=1\.0"),
+    ({"validate": True}, "validation"),
+])
+def test_settings_a_budget_cannot_honour_are_refused_and_the_memory_closed(settings, refused):
+    memory = CpuMemory(gpu_budget=BUDGET)
+    with pytest.raises(BudgetError, match=refused):
+        _fit(memory, **settings)
+    assert memory.events[-1] == "close"

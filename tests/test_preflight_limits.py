@@ -1,0 +1,77 @@
+"""Limits as Slurm applies them, without a cluster: an association inherits the ``Max``
+limits it leaves unset from the nearest account above and is bound by every ``Grp`` limit
+above; a run's jobs are queued at once wave by wave (the DAG's levels), at most ``jobs:``."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpcmem.errors import BadInputError
+from hpcmem.slurm.limit_checks import job_findings, sweep_findings
+from hpcmem.slurm.limits import Limits, applying
+from hpcmem.slurm.requests import JobRequest, SweepRequest
+from hpcmem.slurm.values import minutes, tres
+
+OWN = Limits("the association", counts={"MaxJobs": 4})
+ACCOUNT = Limits("account 'physics'", tres={"GrpTRES": {"cpu": 8}}, counts={"MaxJobs": 2},
+                 max_wall_min=60)
+ABOVE = Limits("account 'science'", tres={"GrpTRES": {"cpu": 4}})
+CHAIN = (OWN, ACCOUNT, ABOVE)
+
+
+def test_max_limits_come_from_the_nearest_setter_and_grp_limits_from_every_one() -> None:
+    assert applying(CHAIN, "MaxJobs") == [OWN]
+    assert applying(CHAIN, "MaxWall") == [ACCOUNT]
+    assert applying(CHAIN, "GrpTRES") == [ACCOUNT, ABOVE]
+
+
+def test_a_job_is_held_to_every_group_limit_above_it() -> None:
+    found = list(job_findings(JobRequest("build", cpus_per_task=6, runtime_min=90), [CHAIN]))
+    assert found == [
+        ("cpus_per_task: 6", "asks for 6 CPUs per job, more than account 'science' allows "
+                             "(GrpTRES=cpu=4)"),
+        ("runtime: 90", "minutes is longer than account 'physics' allows (MaxWall=60 minutes)")]
+
+
+def test_points_after_one_build_are_queued_together_up_to_jobs() -> None:
+    # build -> 4 points -> summarise
+    needs = (frozenset(), *[frozenset({0})] * 4, frozenset({1, 2, 3, 4}))
+    jobs = tuple(JobRequest(f"job{i}") for i in range(6))
+    assert SweepRequest(jobs, needs).waves() == [[0], [1, 2, 3, 4], [5]]
+    limits = [[(Limits("QOS 'bench'", counts={"MaxSubmitJobsPU": 3}),)]] * 6
+    assert list(sweep_findings(SweepRequest(jobs, needs, most_at_once=3), limits)) == []
+    [(setting, problem)] = sweep_findings(SweepRequest(jobs, needs, most_at_once=50), limits)
+    assert setting == "jobs: 50"
+    assert problem.startswith("lets 4 Slurm jobs be queued at once (the run submits 6, at most "
+                              "4 at a time), more than QOS 'bench' allows (MaxSubmitJobsPU=3)")
+
+
+@pytest.mark.parametrize(("text", "amounts"), [
+    ("cpu=2,mem=4G,node=1", {"cpu": 2, "mem": 4096, "node": 1}),
+    ("mem=512K,gres/gpu=1", {"mem": 1, "gres/gpu": 1}), ("", {})])
+def test_tres_lists_read_as_slurm_prints_them(text: str, amounts: dict[str, int]) -> None:
+    assert tres(text, "MaxTRESPerJob") == amounts
+
+
+def test_times_read_as_sacctmgr_prints_them() -> None:
+    assert [minutes(t, "MaxWall") for t in ("00:10:00", "2-03:05:00", "10", "UNLIMITED")] \
+        == [10, 3065, 10, None]
+    with pytest.raises(BadInputError, match="MaxWall: '1h' is not a time limit"):
+        minutes("1h", "MaxWall")
+
+
+def test_memory_nodes_and_gpus_per_job_and_per_node() -> None:
+    qos = Limits("QOS 'gpu'", tres={"MaxTRESPerNode": {"cpu": 2, "mem": 2000, "gres/gpu": 1},
+                                    "MaxTRESPerJob": {"node": 1, "mem": 6000}})
+    request = JobRequest("train", tasks=4, nodes=2, cpus_per_task=2, mem_mb=4000, gpus=4)
+    assert sorted(job_findings(request, [(qos,)])) == [
+        ("gpu: 4", "asks for 2 GPUs per node, more than QOS 'gpu' allows "
+                   "(MaxTRESPerNode=gres/gpu=1)"),
+        ("mem_mb: 4000", "asks for 4000 MB of memory per node, more than QOS 'gpu' allows "
+                         "(MaxTRESPerNode=mem=2000M)"),
+        ("mem_mb: 4000 x nodes: 2", "asks for 8000 MB of memory per job, more than QOS 'gpu' "
+                                    "allows (MaxTRESPerJob=mem=6000M)"),
+        ("nodes: 2", "asks for 2 nodes per job, more than QOS 'gpu' allows "
+                     "(MaxTRESPerJob=node=1)"),
+        ("tasks: 2 x cpus_per_task: 2", "asks for 4 CPUs per node, more than QOS 'gpu' allows "
+                                        "(MaxTRESPerNode=cpu=2)")]

@@ -1,0 +1,163 @@
+"""QOS and association limits in the preflight, on the site-like test cluster.
+
+Each limit a site sets (sacctmgr: a QOS's MaxTRESPerJob, MaxWall, MaxSubmitJobsPU,
+MinTRESPerJob; an association's MaxJobs; an account's GrpTRES), exceeded by a rule, a
+group or the whole sweep, is refused by `hpcmem preflight` in under 5 s: one line per
+problem naming the setting, the limit and the value, exit 2, nothing submitted (neither
+sacct nor squeue knows a job from the run's folder). Each case has a QOS or an account of
+its own, so no limit reaches another test.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from pathlib import Path
+
+import pytest
+from slurm_cluster import SlurmCluster
+from slurm_site import checkout_workdir, ensure, preflight, site_profile, submitted_from
+
+pytestmark = pytest.mark.slurm
+
+SWEEP = {
+    "container": {"enabled": False},
+    "collectives": {"ops": ["allreduce"], "buffers": ["numpy"], "tasks_per_node": [2],
+                    "bindings": ["cores"], "emulate_hbw": "0"},
+    "train": {"enabled": False},
+}  # fmt: skip
+#: three points: three collectives jobs can be queued at once
+THREE_POINTS = {**SWEEP, "collectives": {**SWEEP["collectives"],
+                                         "ops": ["allreduce", "bcast", "gather"]}}
+#: the most seconds a refusal may take: CPU time of the preflight and what it runs (the
+#: wall time on a quiet machine, which another test suite on the same 2 cores stretches)
+MOST_SECONDS = 5
+
+
+def _children_cpu_seconds() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def limited_account(cluster: SlurmCluster, account: str, qos: str | None,
+                    own: tuple[str, ...] = (), above: tuple[str, ...] = ()) -> None:
+    """An account holding root, with ``own`` limits on root's association and ``above``
+    on the account's; root may use QOS ``qos`` there."""
+    ensure(cluster, "account", account, f"Description={account}", f"Organization={account}")
+    listed = cluster.run("sacctmgr", "-n", "-P", "list", "assoc", "user=root",
+                         f"account={account}", "format=account")
+    if not listed.stdout.strip():
+        added = cluster.run("sacctmgr", "-i", "add", "user", "root", f"Account={account}")
+        assert added.returncode == 0, added.stderr
+    for kind, settings in (("user", (*own, *([f"QOS+={qos}"] if qos else []))),
+                           ("account", above)):
+        where = ("root", "where", f"account={account}") if kind == "user" else (account,)
+        if settings:
+            changed = cluster.run("sacctmgr", "-i", "modify", kind, *where, "set", *settings)
+            assert changed.returncode == 0, changed.stderr
+
+
+def limited_qos(cluster: SlurmCluster, name: str, *limits: str) -> None:
+    """A QOS with ``limits`` (set again when it exists)."""
+    ensure(cluster, "qos", name)
+    changed = cluster.run("sacctmgr", "-i", "modify", "qos", name, "set", *limits)
+    assert changed.returncode == 0, changed.stderr
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return checkout_workdir(tmp_path_factory.mktemp("limits-work"))
+
+
+def refused(cluster: SlurmCluster, profile: Path, workdir: Path) -> list[str]:
+    """The preflight's problem lines; it must refuse in time and submit nothing."""
+    since = time.strftime("%Y-%m-%dT%H:%M:%S")
+    began, began_cpu = time.monotonic(), _children_cpu_seconds()
+    result = preflight(cluster, profile, workdir)
+    took, took_cpu = time.monotonic() - began, _children_cpu_seconds() - began_cpu
+    print(f"the preflight took {took:.1f}s ({took_cpu:.1f}s of CPU)")
+    assert result.returncode == 2, result.stdout
+    assert took_cpu < MOST_SECONDS, f"the preflight took {took_cpu:.1f}s of CPU"
+    assert submitted_from(cluster, workdir, since) == []
+    *problems, closing = result.stdout.splitlines()
+    assert closing == f"hpcmem preflight: {len(problems)} problem(s): fix them before submitting"
+    return [line.removeprefix("hpcmem preflight: ") for line in problems]
+
+
+QOS_CASES = {
+    "MaxTRESPerJob": (("MaxTRESPerJob=cpu=1",), SWEEP, [
+        "cpus_per_task: 2 (rule build_wheel) asks for 2 CPUs per job, more than QOS 'limcpu' "
+        "allows (MaxTRESPerJob=cpu=1)",
+        "tasks: 2 x cpus_per_task: 1 (rule run_collectives) asks for 2 CPUs per job, more "
+        "than QOS 'limcpu' allows (MaxTRESPerJob=cpu=1)"]),
+    "MaxWall": (("MaxWall=10",), SWEEP, [
+        "runtime: 30 (rule build_wheel) minutes is longer than QOS 'limwall' allows "
+        "(MaxWall=10 minutes)",
+        "runtime: 20 (rules aggregate_results, run_collectives) minutes is longer than QOS "
+        "'limwall' allows (MaxWall=10 minutes)",
+        "runtime: 40 (group build: build_wheel + install_wheel) minutes is longer than QOS "
+        "'limwall' allows (MaxWall=10 minutes)",
+        "runtime: 35 (group summarise: aggregate_results + check_regressions + render_report) "
+        "minutes is longer than QOS 'limwall' allows (MaxWall=10 minutes)"]),
+    "MinTRESPerJob": (("MinTRESPerJob=cpu=2",), SWEEP, [
+        "cpus_per_task: 1 (rules aggregate_results, check_regressions, install_wheel, "
+        "render_report) asks for 1 CPU per job, fewer than QOS 'limmin' requires "
+        "(MinTRESPerJob=cpu=2)"]),
+    "MaxSubmitJobsPU": (("MaxSubmitJobsPU=2",), THREE_POINTS, [
+        "jobs: 50 lets 3 Slurm jobs be queued at once (the run submits 5, at most 3 at a "
+        "time), more than QOS 'limsubmit' allows (MaxSubmitJobsPU=2): sbatch refuses the jobs "
+        "past it; set jobs: 2 or fewer"]),
+}
+QOS_NAMES = {"MaxTRESPerJob": "limcpu", "MaxWall": "limwall", "MinTRESPerJob": "limmin",
+             "MaxSubmitJobsPU": "limsubmit"}
+
+
+@pytest.mark.parametrize("limit", list(QOS_CASES))
+def test_a_qos_limit_exceeded_is_refused_naming_it(
+    slurm_cluster: SlurmCluster, workdir: Path, tmp_path: Path, limit: str
+) -> None:
+    settings, sweep, lines = QOS_CASES[limit]
+    qos = QOS_NAMES[limit]
+    limited_qos(slurm_cluster, qos, *settings)
+    limited_account(slurm_cluster, "limqos", qos)
+    profile = site_profile(tmp_path / "hpcmem", slurm_cluster, sweep, **{
+        "slurm-qos": qos, "default-resources__slurm_account": "limqos",
+        "set-resources__build_wheel__cpus_per_task": 2})
+    assert sorted(refused(slurm_cluster, profile, workdir)) == sorted(lines)
+
+
+def test_jobs_within_max_submit_jobs_pass(slurm_cluster: SlurmCluster, workdir: Path,
+                                          tmp_path: Path) -> None:
+    limited_qos(slurm_cluster, "limsubmit", "MaxSubmitJobsPU=2")
+    limited_account(slurm_cluster, "limqos", "limsubmit")
+    profile = site_profile(tmp_path / "hpcmem", slurm_cluster, THREE_POINTS, jobs=2, **{
+        "slurm-qos": "limsubmit", "default-resources__slurm_account": "limqos"})
+    result = preflight(slurm_cluster, profile, workdir)
+    assert result.returncode == 0, result.stdout
+
+
+def test_an_association_max_jobs_exceeded_by_the_sweep_is_refused(
+    slurm_cluster: SlurmCluster, workdir: Path, tmp_path: Path
+) -> None:
+    limited_account(slurm_cluster, "limjobs", None, own=("MaxJobs=1",))
+    profile = site_profile(tmp_path / "hpcmem", slurm_cluster, THREE_POINTS, **{
+        "slurm-qos": "normal", "default-resources__slurm_account": "limjobs"})
+    assert refused(slurm_cluster, profile, workdir) == [
+        "jobs: 50 lets 3 Slurm jobs be running at once (the run submits 5, at most 3 at a "
+        "time), more than the association of user 'root' with account 'limjobs' allows "
+        "(MaxJobs=1): the jobs past it pend; set jobs: 1 or fewer"]
+
+
+def test_an_account_grp_tres_a_job_exceeds_is_refused(
+    slurm_cluster: SlurmCluster, workdir: Path, tmp_path: Path
+) -> None:
+    # set on the account, not on root's association: it applies from above
+    limited_account(slurm_cluster, "limgrp", None, above=("GrpTRES=cpu=1",))
+    profile = site_profile(tmp_path / "hpcmem", slurm_cluster, SWEEP, **{
+        "slurm-qos": "normal", "default-resources__slurm_account": "limgrp",
+        "set-resources__build_wheel__cpus_per_task": 2})
+    assert sorted(refused(slurm_cluster, profile, workdir)) == [
+        "cpus_per_task: 2 (rule build_wheel) asks for 2 CPUs per job, more than account "
+        "'limgrp' allows (GrpTRES=cpu=1)",
+        "tasks: 2 x cpus_per_task: 1 (rule run_collectives) asks for 2 CPUs per job, more "
+        "than account 'limgrp' allows (GrpTRES=cpu=1)"]

@@ -1,0 +1,176 @@
+"""Everything the VM tests check, run once inside a tools/vm guest with no HBW override.
+
+    python tools/vm/guest/checks.py OUT.json
+
+It writes one JSON object that tests/test_vm_topologies.py asserts on:
+
+``info``      ``hpcmem info --json``: the NUMA and HBW nodes and the backend
+``kinds``     per backend built in and per CPU node (the process bound there by numactl),
+              where the pages of a written array of each kind landed
+``plan``      ``mpirun -n 4 hpcmem bind hbw -- hpcmem collectives`` on hbw buffers: per
+              rank the numactl arguments the plan gave and what the kernel applied (CPUs,
+              memory policy), and where the pages were
+``matrix``    per memory node: one ``hpcmem collectives`` run (MPI's MPMD form) with ranks
+              on every CPU node and every rank's buffers bound to that memory node, so the
+              runs cover the seed's buffer location x processor location; summarised from
+              the records
+``record``    one full record of the matrix, as written
+
+Guest work runs 10-20x slower than on a host, so the children are few and those that can
+run at once (one per CPU node) do.
+
+The subcommand ``kinds`` is what its children run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+MiB = 1 << 20
+#: cleared for every check: the platform, not a declaration, must name the HBW nodes
+OVERRIDES = ("HPCMEM_HBW_NODES", "MEMKIND_HBW_NODES", "HPCMEM_HBW_BACKEND")
+#: a few small sizes, few iterations: the points must run and validate, not be figures
+POINTS = ["--min-size", "8", "--max-size", "64", "--iterations", "5", "--warmup", "1",
+          "--native-loop", "off"]
+
+
+def environment(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in OVERRIDES}
+    return {**env, **extra}
+
+
+def run_all(commands: list[list[str]], **extra: str) -> list[str]:
+    """Run ``commands`` at once; their outputs, or RuntimeError naming the first that failed."""
+    children = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=environment(**extra)) for c in commands]
+    outputs = [child.communicate(timeout=300) for child in children]
+    for command, child, (_, stderr) in zip(commands, children, outputs, strict=True):
+        if child.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)}: exit {child.returncode}\n{stderr[-3000:]}")
+    return [stdout for stdout, _ in outputs]
+
+
+def run(command: list[str], **extra: str) -> str:
+    return run_all([command], **extra)[0]
+
+
+def kinds() -> dict[str, Any]:
+    """Child: where each kind's pages land for this process (bound by numactl)."""
+    from hpcmem import hbw
+
+    out: dict[str, Any] = {"backend": hbw.backend().to_record(),
+                           "cpus": sorted(os.sched_getaffinity(0))}
+    for kind in ("dram", "hbw", "hbw_preferred", "hbw_interleave"):
+        array = hbw.zeros(4 * MiB, "uint8", kind=kind)
+        out[kind] = hbw.placement(array).to_record()
+        out[kind]["verify"] = hbw.verify(array)
+    return out
+
+
+def _cpu_nodes(info: dict[str, Any]) -> list[int]:
+    return [n["id"] for n in info["numa_nodes"] if n["cpus"]]
+
+
+def _kinds_everywhere(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    from hpcmem import _hbw
+
+    found = {}
+    nodes = _cpu_nodes(info)
+    for backend in _hbw.BACKENDS:
+        commands = [["numactl", f"--cpunodebind={node}", sys.executable, __file__, "kinds"]
+                    for node in nodes]
+        for node, out in zip(nodes, run_all(commands, HPCMEM_HBW_BACKEND=backend), strict=True):
+            found[f"{backend}/cpu{node}"] = json.loads(out)
+    return found
+
+
+def _records(output: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in output.read_text().splitlines()]
+
+
+def _plan(folder: Path) -> dict[str, Any]:
+    output = folder / "plan.jsonl"
+    run(["mpirun", "-n", "4", "hpcmem", "bind", "hbw", "--", "hpcmem", "collectives",
+         "--op", "allreduce", "--buffer", "hbw", *POINTS,
+         "--output", str(output)])
+    records = _records(output)
+    ranks = records[0]["binding"]["per_rank"]
+    return {
+        "ranks": [{key: rank[key] for key in ("local_rank", "numactl", "cpus", "mempolicy")}
+                  for rank in ranks],
+        "statuses": sorted({r["status"] for r in records}),
+        "validated": all(r.get("validated") for r in records),
+        "placement": {r["buffer"]: r["placement"] for r in records},
+    }
+
+
+def _node_of(info: dict[str, Any], cpus: list[int]) -> list[int]:
+    """The NUMA nodes holding ``cpus``."""
+    return sorted({n["id"] for n in info["numa_nodes"] for c in cpus if c in n["cpus"]})
+
+
+def _matrix(info: dict[str, Any], folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    cells: dict[str, Any] = {}
+    sample: dict[str, Any] = {}
+    cpu_nodes = _cpu_nodes(info)
+    per_node = max(1, 2 // len(cpu_nodes))  # two ranks in all, at least one per CPU node
+    for memory_node in (n["id"] for n in info["numa_nodes"]):
+        output = folder / f"matrix-{memory_node}.jsonl"
+        contexts: list[str] = []
+        for cpu_node in cpu_nodes:
+            numactl = [f"--cpunodebind={cpu_node}", f"--membind={memory_node}"]
+            contexts += [":", "-n", str(per_node), "-x", f"HPCMEM_NUMACTL_ARGS={' '.join(numactl)}",
+                         "numactl", *numactl, "hpcmem", "collectives",
+                         "--op", "allreduce,bcast,gather", "--buffer", "numpy", *POINTS,
+                         "--output", str(output)]
+        run(["mpirun", *contexts[1:]], HPCMEM_BINDING="custom")
+        records = _records(output)
+        sample = records[-1]
+        ranks = [rank for r in records for rank in r["binding"]["per_rank"]]
+        cells[str(memory_node)] = {
+            "records": len(records),
+            "statuses": sorted({r["status"] for r in records}),
+            "validated": all(r.get("validated") for r in records),
+            "nodes": sorted({n for r in records for n in r["placement"]["nodes"]}),
+            "rank_nodes": sorted({tuple(_node_of(info, rank["cpus"])) for rank in ranks}),
+            "rank_mempolicies": sorted({json.dumps(rank["mempolicy"]) for rank in ranks}),
+            "emulated": sorted({r["placement"]["emulated"] for r in records}),
+            "hbw_sources": sorted({s for r in records for s in r["placement"]["hbw_sources"]}),
+            "vm_topology": sorted({r.get("vm_topology", {}).get("name", "") for r in records}),
+            "hbw_backend": sorted({r["hbw_backend"]["name"] for r in records}),
+        }
+    return cells, sample
+
+
+def main(out: str) -> None:
+    started = time.monotonic()
+    seconds: dict[str, float] = {}
+
+    def timed(name: str, call):
+        begun = time.monotonic()
+        value = call()
+        seconds[name] = round(time.monotonic() - begun, 1)
+        return value
+
+    scratch = Path("/tmp/hpcmem-vm-checks")
+    info = timed("info", lambda: json.loads(run(["hpcmem", "info", "--json"])))
+    result: dict[str, Any] = {"info": info}
+    result["kinds"] = timed("kinds", lambda: _kinds_everywhere(info))
+    scratch.mkdir(parents=True, exist_ok=True)
+    result["plan"] = timed("plan", lambda: _plan(scratch))
+    result["matrix"], result["record"] = timed("matrix", lambda: _matrix(info, scratch))
+    result["seconds"] = {**seconds, "total": round(time.monotonic() - started, 1)}
+    Path(out).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "kinds":
+        print(json.dumps(kinds()))
+    else:
+        main(sys.argv[1])
