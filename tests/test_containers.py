@@ -24,6 +24,7 @@ from hpcmem.collectives.container_report import overhead_table
 from hpcmem.results.aggregate import aggregate
 from hpcmem.results.native_comparison import container_section
 from hpcmem.results.summary import read_summary
+from hpcmem.workflow.apptainer import runtime_version
 from hpcmem.workflow.container_images import (
     ContainerError,
     ImageRef,
@@ -35,11 +36,12 @@ from hpcmem.workflow.container_images import (
     sif_problem,
 )
 from hpcmem.workflow.containers import (
+    DEFAULT_DEBIAN,
     DEFAULT_GPU_BASE,
     DEFAULT_MIRROR,
     resolve_container,
-    runtime_version,
 )
+from hpcmem.workflow.wheelhouse import RELEASES, WHEELHOUSE_MOUNT
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
@@ -47,20 +49,50 @@ SCHEMA = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").r
 NO_REGISTRY = "registry.invalid/hpcmem/none:1"
 
 
-def test_cpu_definition_bootstraps_from_debian_with_the_hosts_mpi_stack() -> None:
+#: the source tree both images copy in and build hpcmem from
+SOURCE_TREE = ["pyproject.toml", "requirements.txt", "README.md", "native", "hpcmem"]
+
+
+def stage_headers(definition) -> list[str]:
+    """The header of each stage of a multi-stage definition."""
+    return re.findall(r"^Bootstrap:.*?(?=^%)", definition.text, re.MULTILINE | re.DOTALL)
+
+
+def test_cpu_definition_builds_hpcmem_in_a_build_stage_and_runs_it_in_a_run_stage() -> None:
     definition = parse_definition(REPO / "containers" / "hpcmem-cpu.def")
-    header = definition.text.split("%", 1)[0]
-    assert re.search(r"^Bootstrap: debootstrap$", header, re.MULTILINE)
-    assert re.search(r"^MirrorURL: \{\{ MIRROR \}\}$", header, re.MULTILINE)
-    include = re.search(r"^Include: (.*)$", header, re.MULTILINE)[1].split()
-    assert {"openmpi-bin", "libpmix2", "libmemkind0", "numactl", "hwloc"} <= set(include)
+    build, run = stage_headers(definition)
+    for header in (build, run):
+        assert re.search(r"^Bootstrap: debootstrap\nOSVersion: \{\{ DEBIAN \}\}\n"
+                         r"MirrorURL: \{\{ MIRROR \}\}$", header, re.MULTILINE)  # fmt: skip
+    assert "Stage: build" in build and "Stage: run" in run
+    post_build, post_run = definition.scripts("post", {})
+    for package in ("build-essential", "cmake", "python3-dev", "libmemkind-dev",
+                    "libnuma-dev", "libopenmpi-dev"):  # fmt: skip
+        assert package in post_build and package not in run + post_run
+    include = re.search(r"^Include: (.*)$", run, re.MULTILINE)[1].split()
+    assert {"python3", "openmpi-bin", "numactl", "hwloc"} <= set(include)
+    assert "libnuma1" in include  # what _hbw loads (libumf.so and its libhwloc are pip's)
+    assert not {"gcc", "g++", "build-essential", "cmake"} & set(include)
+    assert "--no-build-isolation --no-deps /opt/hpcmem/src" in post_build  # built in the image
+    assert "%files from build\n    /opt/venv /opt/venv" in definition.text
     assert definition.arguments["MIRROR"] == DEFAULT_MIRROR
-    assert SCHEMA["properties"]["container"]["properties"]["mirror"]["default"] == DEFAULT_MIRROR
-    assert definition.files_sources({"WHEELHOUSE": "/w"}) == ["/w"]  # this run's wheels
-    assert "--no-index" in definition.text  # nothing but the wheelhouse is installed by pip
+    assert definition.arguments["DEBIAN"] == DEFAULT_DEBIAN == "bookworm"
+    container = SCHEMA["properties"]["container"]["properties"]
+    assert container["mirror"]["default"] == DEFAULT_MIRROR
+    assert container["debian"]["default"] == DEFAULT_DEBIAN
+    assert container["debian"]["enum"] == list(RELEASES)
+    assert definition.files_sources({}) == [*SOURCE_TREE[:2], "containers/cpu-packages.txt",
+                                            *SOURCE_TREE[2:]]  # fmt: skip
+    # pip reads the wheelhouse alone when one is bound, else the index
+    assert f"if ls {WHEELHOUSE_MOUNT}/*.whl >/dev/null 2>&1; then\n        set -- --no-index " \
+           f"--find-links {WHEELHOUSE_MOUNT}" in post_build  # fmt: skip
+    makefile_mpi4py = re.search(r"mpi4py==[\d.]+", (REPO / "Makefile").read_text())[0]
+    packages = (REPO / "containers" / "cpu-packages.txt").read_text()
+    assert re.findall(r"^mpi4py==[\d.]+", packages, re.MULTILINE) == [makefile_mpi4py]
+    assert re.search(r"^umf$", packages, re.MULTILINE)  # hpcmem._hbw's default backend
 
 
-def test_gpu_definition_keeps_a_cuda_base_and_builds_a_matching_open_mpi() -> None:
+def test_gpu_definition_builds_torch_and_the_um_library_on_a_cuda_base() -> None:
     definition = parse_definition(REPO / "containers" / "hpcmem.def")
     assert re.search(r"^Bootstrap: docker\nFrom: \{\{ BASE \}\}$", definition.text, re.MULTILINE)
     assert definition.arguments["BASE"] == DEFAULT_GPU_BASE
@@ -68,13 +100,41 @@ def test_gpu_definition_keeps_a_cuda_base_and_builds_a_matching_open_mpi() -> No
     assert SCHEMA["properties"]["container"]["properties"]["gpu_base"]["default"] == (
         DEFAULT_GPU_BASE
     )
-    assert f"OMPI_VERSION={host_open_mpi()}" in definition.text
-    assert "--with-pmix=" in definition.text and "--with-cuda=/usr/local/cuda" in definition.text
+    assert definition.arguments["OMPI_VERSION"] == host_open_mpi()
+    (post,) = definition.scripts("post", {})
+    assert "--with-pmix=" in post and "--with-cuda=/usr/local/cuda" in post
     makefile_mpi4py = re.search(r"mpi4py==[\d.]+", (REPO / "Makefile").read_text())[0]
-    assert f"--no-binary mpi4py {makefile_mpi4py}" in definition.text
-    sources = definition.files_sources({})
-    assert sources == ["pyproject.toml", "requirements.txt", "README.md", "native", "hpcmem"]
-    assert all((REPO / path).exists() for path in sources)  # relative to the repository
+    assert f"--no-binary mpi4py {makefile_mpi4py}" in post
+    assert "-r /opt/hpcmem/src/requirements.txt" in post  # torch at its pin
+    assert re.search(r"^torch==", (REPO / "requirements.txt").read_text(), re.MULTILINE)
+    assert "import torch, hpcmem._hbw, hpcmem._um" in definition.text  # the UM library built
+    assert definition.files_sources({}) == SOURCE_TREE
+    assert all((REPO / path).exists() for path in SOURCE_TREE)  # relative to the repository
+
+
+@pytest.mark.parametrize(("name", "values"), [
+    ("hpcmem-cpu.def", {"DEBIAN": "bookworm"}), ("hpcmem-cpu.def", {"DEBIAN": "trixie"}),
+    ("hpcmem.def", {"BASE": DEFAULT_GPU_BASE}),
+    ("hpcmem.def", {"BASE": "nvcr.io/nvidia/cuda:12.8.1-devel-ubuntu24.04",
+                    "OMPI_VERSION": "5.0.7"}),
+])  # fmt: skip
+def test_definitions_render_to_valid_shell(name: str, values: dict, tmp_path: Path) -> None:
+    definition = parse_definition(REPO / "containers" / name)
+    definition.check_arguments(values)
+    rendered = definition.render(values)
+    assert "{{" not in rendered and all(value in rendered for value in values.values())
+    for number, script in enumerate(definition.scripts("post", values)):
+        path = tmp_path / f"post{number}.sh"
+        path.write_text(script)
+        checked = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        assert checked.returncode == 0, (name, number, checked.stderr)
+
+
+@pytest.mark.parametrize("value", ["x\nBootstrap: scratch", "a b", "", "tab\there"])
+def test_a_build_argument_that_would_break_the_definition_is_refused(value: str) -> None:
+    definition = parse_definition(REPO / "containers" / "hpcmem.def")
+    with pytest.raises(ContainerError, match=r"build argument BASE=.* is not one word"):
+        definition.check_arguments({"BASE": value})
 
 
 #: (definition text, what the error says after FILE:LINE)
@@ -158,6 +218,14 @@ def test_bad_definition_or_prebuilt_image_stops_at_resolution(apptainer: str, tm
     missing = tmp_path / "missing.sif"
     with pytest.raises(ContainerError, match=rf"^container.gpu_image: {missing}: no such image"):
         resolve_container({"container": {"gpu_image": str(missing)}}, source_dir=REPO)
+    broken = {"container": {"gpu_base": "cuda:12 x"}}  # a value the schema would refuse too
+    with pytest.raises(ContainerError, match=r"^container.gpu_definition: .*build argument BASE"):
+        resolve_container(broken, source_dir=REPO)
+    for key, value, message in [("wheelhouse", tmp_path / "none", "no such folder"),
+                                ("wheelhouse", tmp_path, "holds no wheel"),
+                                ("pip_index", f"file://{tmp_path}/none", "no such folder")]:
+        with pytest.raises(ContainerError, match=rf"^container.{key}: .*{message}"):
+            resolve_container({"container": {key: str(value)}}, source_dir=REPO)
 
 
 @pytest.mark.parametrize(("content", "found"), [
@@ -227,29 +295,51 @@ def wheel(path: Path, members: dict[str, bytes], year: int) -> Path:
     return path
 
 
-def test_cache_key_follows_definition_arguments_and_wheel_content(tmp_path: Path) -> None:
+def source_copy(folder: Path) -> Path:
+    """A copy of what the CPU definition's %files take from the repository."""
+    for source in parse_definition(REPO / "containers" / "hpcmem-cpu.def").files_sources({}):
+        if (REPO / source).is_dir():
+            shutil.copytree(REPO / source, folder / source, ignore=shutil.ignore_patterns(
+                "__pycache__"))  # fmt: skip
+        else:
+            (folder / source).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / source, folder / source)
+    return folder
+
+
+def test_cache_key_follows_definition_arguments_sources_and_wheelhouse(tmp_path: Path) -> None:
     definition = parse_definition(REPO / "containers" / "hpcmem-cpu.def")
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    members = {"hpcmem/__init__.py": b"x = 1\n", "hpcmem-0.1.dist-info/RECORD": b"r\n"}
-    wheel(wheels / "hpcmem-0.1-py3-none-any.whl", members, 2020)
-    args = {"MIRROR": DEFAULT_MIRROR, "WHEELHOUSE": str(wheels)}
-    key = cache_key(definition, args, REPO)
+    members = {"numpy/__init__.py": b"x = 1\n", "numpy-2.0.dist-info/RECORD": b"r\n"}
+    wheel(wheels / "numpy-2.0-py3-none-any.whl", members, 2020)
+    args, binds = {"MIRROR": DEFAULT_MIRROR}, [f"{wheels}:{WHEELHOUSE_MOUNT}:ro"]
+    key = cache_key(definition, args, REPO, binds)
     assert re.fullmatch(r"[0-9a-f]{16}", key)
+    assert cache_key(definition, args, REPO) != key  # no wheelhouse: another image
 
-    wheel(wheels / "hpcmem-0.1-py3-none-any.whl", members, 2024)  # rebuilt, same content
-    assert cache_key(definition, args, REPO) == key
+    context = source_copy(tmp_path / "src")
+    assert cache_key(definition, args, context, binds) == key  # the same sources elsewhere
+    (context / "native" / "hbw" / "module.cpp").write_text("// changed\n")
+    assert cache_key(definition, args, context, binds) != key
+
+    wheel(wheels / "numpy-2.0-py3-none-any.whl", members, 2024)  # rebuilt, same content
+    assert cache_key(definition, args, REPO, binds) == key
     copy = shutil.copytree(wheels, tmp_path / "copy")  # the same wheels in another folder
-    assert cache_key(definition, {**args, "WHEELHOUSE": str(copy)}, REPO) == key
-    wheel(wheels / "hpcmem-0.1-py3-none-any.whl", {**members, "hpcmem/new.py": b""}, 2024)
-    changed = cache_key(definition, args, REPO)
+    assert cache_key(definition, args, REPO, [f"{copy}:{WHEELHOUSE_MOUNT}:ro"]) == key
+    wheel(wheels / "numpy-2.0-py3-none-any.whl", {**members, "numpy/new.py": b""}, 2024)
+    changed = cache_key(definition, args, REPO, binds)
     assert changed != key
-    assert cache_key(definition, {**args, "MIRROR": "http://mirror/debian"}, REPO) != changed
+    assert cache_key(definition, {**args, "MIRROR": "http://mirror/debian"}, REPO,
+                     binds) != changed  # fmt: skip
+    assert cache_key(definition, {**args, "DEBIAN": "trixie"}, REPO, binds) != changed
     other = tmp_path / "other.def"
     other.write_text(definition.text + "\n%labels\n    changed yes\n")
-    assert cache_key(parse_definition(other), args, REPO) != changed
-    with pytest.raises(ContainerError, match="%files source /nowhere does not exist"):
-        cache_key(definition, {**args, "WHEELHOUSE": "/nowhere"}, REPO)
+    assert cache_key(parse_definition(other), args, REPO, binds) != changed
+    with pytest.raises(ContainerError, match="bound folder /nowhere does not exist"):
+        cache_key(definition, args, REPO, [f"/nowhere:{WHEELHOUSE_MOUNT}:ro"])
+    with pytest.raises(ContainerError, match=r"%files source pyproject\.toml does not exist"):
+        cache_key(definition, args, tmp_path / "wheels", binds)
 
 
 def test_exec_command_runs_each_rank_in_the_image_with_its_provenance(tmp_path: Path) -> None:
@@ -287,7 +377,7 @@ def test_an_unreachable_mirror_fails_the_build_naming_its_log(apptainer: str, tm
     definition = parse_definition(REPO / "containers" / "hpcmem-cpu.def")
     log_path = tmp_path / "build.log"
     images = tmp_path / "images"
-    args = {"MIRROR": NO_MIRROR, "WHEELHOUSE": str(REPO / "containers")}
+    args = {"MIRROR": NO_MIRROR}
     with open(log_path, "w") as log, pytest.raises(ContainerError) as error:
         obtain_image("hpcmem-cpu", definition, args, image_dir=images, runtime=apptainer,
                      runtime_version=runtime_version(apptainer), context=REPO, log=log,

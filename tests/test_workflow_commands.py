@@ -95,6 +95,7 @@ def test_an_image_is_built_from_its_definition_with_its_arguments(tmp_path: Path
     assert plan.build_options("hpcmem", "/src") == [
         "--name", "hpcmem", "--definition", str(REPO / "containers" / "hpcmem.def"),
         "--image-dir", str(tmp_path), "--runtime", "/usr/bin/apptainer", "--context", "/src",
-        "--build-arg", "BASE=nvidia/cuda:12.6.3-devel-ubuntu22.04", "--gpu"]  # fmt: skip
-    assert plan.build_options("hpcmem-cpu", "/src")[-2:] == [
-        "--build-arg", "MIRROR=http://deb.debian.org/debian"]
+        "--build-arg", "BASE=nvidia/cuda:12.6.3-devel-ubuntu24.04", "--gpu"]  # fmt: skip
+    assert plan.build_options("hpcmem-cpu", "/src")[-6:] == [
+        "--build-arg", "MIRROR=http://deb.debian.org/debian", "--build-arg", "DEBIAN=bookworm",
+        "--download-wheels", "bookworm"]  # this host's pip makes the image's wheelhouse

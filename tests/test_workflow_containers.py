@@ -1,7 +1,9 @@
 """The workflow in Apptainer images, for real: on the local profile and on the test Slurm
 cluster (`srun --mpi=pmix apptainer exec IMAGE hpcmem bind ... hpcmem collectives ...`), with
-the CPU image of the session (tests/container_image.py); what container.enabled does when the
-image cannot be built, and on a host without a runtime (tests/container_image.py masks it).
+the suite's CPU image, Debian 13 on this Debian 12 host (tests/container_image.py); that the
+host's wheel cannot serve there and the image's own build does; what container.enabled does
+when the image cannot be built, and on a host without a runtime (tests/container_image.py
+masks it).
 """
 
 from __future__ import annotations
@@ -13,13 +15,18 @@ import re
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
 from container_image import (
+    IMAGE_CACHE,
+    IMAGE_DEBIAN,
+    IMAGE_PYTHON,
     NO_MIRROR,
     BuiltImage,
     host_open_mpi,
+    image_settings,
     leftovers,
     snakemake,
     without_runtime,
@@ -30,8 +37,9 @@ from slurm_site import site_profile
 
 from hpcmem.record.jsonl import read_records
 from hpcmem.results.schema import validate_record
+from hpcmem.workflow.apptainer import ContainerError, execute, runtime_version
 from hpcmem.workflow.container_images import ImageRef, host_arch
-from hpcmem.workflow.containers import DEFAULT_MIRROR, runtime_version
+from hpcmem.workflow.containers import resolve_container
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = Path("results", "e2e")
@@ -102,12 +110,10 @@ def build_script(*options: str, cwd: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=900, cwd=cwd)  # fmt: skip
 
 
-def test_failed_build_auto_runs_natively_true_stops(apptainer: str, cpu_image: BuiltImage,
-                                                   tmp_path: Path) -> None:  # fmt: skip
+def test_failed_build_auto_runs_natively_true_stops(apptainer: str, tmp_path: Path) -> None:
     options = ["--name", "hpcmem-cpu", "--definition", str(REPO / "containers" / "hpcmem-cpu.def"),
                "--image-dir", str(tmp_path / "images"), "--runtime", apptainer, "--context",
-               str(REPO), "--build-arg", f"MIRROR={NO_MIRROR}", "--wheelhouse",
-               str(cpu_image.workdir / "results" / "e2e" / "build" / "wheelhouse"),
+               str(REPO), "--build-arg", f"MIRROR={NO_MIRROR}",
                "--log", str(tmp_path / "build.log")]  # fmt: skip
     auto = build_script(*options, "--out", str(tmp_path / "auto.json"), cwd=tmp_path)
     assert auto.returncode == 0, auto.stderr
@@ -125,36 +131,56 @@ def test_failed_build_auto_runs_natively_true_stops(apptainer: str, cpu_image: B
     assert leftovers(tmp_path / "images") == []
 
 
-def test_the_cpu_image_is_built_once_and_runs_the_hosts_stack(
+def test_the_suite_image_is_debian_13_built_inside_itself(
     apptainer: str, cpu_image: BuiltImage, tmp_path: Path
 ) -> None:
     ref = cpu_image.ref
-    assert ref.built and ref.build_seconds > 0 and ref.arch == host_arch() == "amd64"
     image = Path(ref.image)
-    assert image.name == f"hpcmem-cpu-{ref.key}.sif"
-    assert json.loads(image.with_suffix(".json").read_text())["digest"] == ref.digest
-    assert ref.runtime_version == runtime_version(apptainer)
-    assert f"hpcmem: image hpcmem-cpu: {image} (built in " in cpu_image.output
+    assert image.parent == IMAGE_CACHE.absolute() and image.name == f"hpcmem-cpu-{ref.key}.sif"
+    assert ref.arch == host_arch() == "amd64" and ref.runtime_version == runtime_version(apptainer)
+    stamp = ImageRef.read(image.with_suffix(".json"))
+    assert stamp.digest == ref.digest and stamp.built and stamp.build_seconds > 0
+    how = f"built in {ref.build_seconds} s" if ref.built else "cached"
+    assert f"hpcmem: image hpcmem-cpu: {image} ({how}, {ref.digest})" in cpu_image.output
+    # its own release, Python and MPI, not the host's (Debian 12, 3.11, Open MPI 4.1)
+    libraries = ref.libraries
+    assert libraries["os"] == IMAGE_DEBIAN and libraries["python"].startswith(f"{IMAGE_PYTHON}.")
+    assert libraries["mpi"].startswith("Open MPI v5.") and host_open_mpi().startswith("4.")
+    assert libraries["hpcmem"] == importlib.metadata.version("hpcmem")
+    for package in ("numpy", "mpi4py"):  # what the native jobs run, at the same pins
+        assert libraries[package] == importlib.metadata.version(package)
+    assert libraries["hbw_backend"] == f"umf {importlib.metadata.version('umf')}"  # the default
+    assert ref.labels["org.opencontainers.image.title"] == "hpcmem-cpu"
+    # the extensions link the image's own libraries; no compiler is left in the run stage
+    linked = execute(apptainer, image, ["sh", "-c", "ldd /opt/venv/lib/python3*/site-packages/"
+                                        "hpcmem/_hbw*.so /opt/venv/lib/python3*/site-packages/"
+                                        "hpcmem/_timing*.so"])  # fmt: skip
+    # both placement backends: pip's libumf (and the libhwloc it loads) in the venv, found
+    # through _hbw's RUNPATH, and Debian 12's memkind
+    assert re.search(r"libumf\.so\.1 => /opt/venv/lib/\S+/libumf\.so\.1 ", linked), linked
+    assert re.search(r"libhwloc\.so\.15 => /opt/venv/lib/\S+/libhwloc\.so\.15 ", linked), linked
+    assert re.search(r"libmemkind\.so\.0 => /\S+/libmemkind\.so\.0", linked), linked
+    assert re.search(r"libmpi\.so\.40 => /\S+/libmpi\.so\.40", linked), linked
+    assert "not found" not in linked
+    # `hpcmem info` in the image: the backend serving the kinds, and the image it runs in
+    info = json.loads(execute(apptainer, image, ["hpcmem", "info", "--json"]))
+    backend = info["hbw_backend"]
+    assert f"{backend['name']} {backend['version']}" == libraries["hbw_backend"]
+    assert info["mpi"]["mpi4py"] == libraries["mpi4py"]
+    assert info["container"]["inside"] == str(image)
+    with pytest.raises(ContainerError, match="exited"):
+        execute(apptainer, image, ["sh", "-c", "command -v gcc cc c++ cmake"])
+    # pip read nothing but the session's wheelhouse (the build log is kept with the image)
+    log = image.with_suffix(".log").read_text()
+    assert "--no-index --find-links /opt/hpcmem/wheelhouse" in log
+    assert "Looking in indexes" not in log and "Looking in links: /opt/hpcmem/wheelhouse" in log
 
-    inside = subprocess.run([apptainer, "exec", str(image), "hpcmem", "info", "--json"],
-                            capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
-    info = json.loads(inside.stdout)
-    assert info["mpi"]["library"].startswith(f"Open MPI v{host_open_mpi()},")
-    assert info["mpi"]["mpi4py"] == importlib.metadata.version("mpi4py")
-    assert info["hbw_backend"]["version"] and info["container"]["inside"] == str(image)
-    numpy = subprocess.run([apptainer, "exec", str(image), "python", "-c",
-                            "import numpy; print(numpy.__version__)"], capture_output=True,
-                           text=True, check=True)  # fmt: skip
-    assert numpy.stdout.strip() == importlib.metadata.version("numpy")
-
-    # the same definition and wheel again: the cached image, not a second build
+    # the same definition, arguments, sources and wheels again: the cached image; from the
+    # repository root, as `make run` runs it, so the check must not import the source tree
+    config = {"container": image_settings(cpu_image.wheelhouse)}
+    options = resolve_container(config, source_dir=REPO).build_options("hpcmem-cpu", str(REPO))
     started = time.monotonic()
-    again = build_script("--name", "hpcmem-cpu", "--definition",
-                         str(REPO / "containers" / "hpcmem-cpu.def"), "--image-dir",
-                         str(image.parent), "--runtime", apptainer, "--context", str(REPO),
-                         "--build-arg", f"MIRROR={DEFAULT_MIRROR}", "--wheelhouse",
-                         str(cpu_image.workdir / "results" / "e2e" / "build" / "wheelhouse"),
-                         "--out", str(tmp_path / "again.json"), cwd=tmp_path)  # fmt: skip
+    again = build_script(*options, "--out", str(tmp_path / "again.json"), cwd=REPO)
     assert again.returncode == 0, again.stderr
     assert again.stderr == f"hpcmem: image hpcmem-cpu: {image} (cached, {ref.digest})\n"
     assert time.monotonic() - started < 60
@@ -165,8 +191,7 @@ def test_the_cpu_image_is_built_once_and_runs_the_hosts_stack(
 def local_run(cpu_image: BuiltImage, tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The sweep in the session's image on the local profile (container.enabled: auto)."""
     work = workdir_with(tmp_path_factory.mktemp("local-images"), **copy.deepcopy(SWEEP),
-                        container={"enabled": "auto",
-                                   "image_dir": str(Path(cpu_image.ref.image).parent)})  # fmt: skip
+                        container=image_settings(cpu_image.wheelhouse, enabled="auto"))
     result = snakemake(work)
     return {"work": work, "result": result}
 
@@ -186,6 +211,7 @@ def test_local_run_uses_the_cached_image_and_records_it(cpu_image: BuiltImage, l
         "runtime_version": image.runtime_version}, sort_keys=True)}  # fmt: skip
     for record in inside:
         assert record["status"] == "ok" and record["validated"]
+        assert record["mpi_library"] == image.libraries["mpi"]  # the image's Open MPI 5
         for rank in record["binding"]["per_rank"]:  # numactl in the image, measured in the rank
             assert rank["numactl"] == ["--cpunodebind=0", "--membind=0"]
             assert rank["mempolicy"] == {"mode": "bind", "nodes": [0]}
@@ -208,6 +234,39 @@ def test_local_run_compares_the_same_points_natively(local_run) -> None:
            r'<td>(\w+)</td><td class="num">(\d+)</td>')
     rows = re.findall(row, section)
     assert sorted(rows) == sorted((b, str(s)) for b in ("hbw", "numpy") for s in SIZES)
+
+
+#: loads one extension module from its file, as an import of it would
+LOAD = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("hpcmem._hbw", sys.argv[1])
+spec.loader.exec_module(importlib.util.module_from_spec(spec))
+print("loaded", sys.argv[1])
+"""
+
+
+def test_the_hosts_wheel_cannot_serve_in_the_image_its_own_build_does(
+    apptainer: str, cpu_image: BuiltImage, local_run
+) -> None:
+    work, image = local_run["work"], cpu_image.ref.image
+    (wheel,) = (work / RUN / "build" / "wheelhouse").glob("hpcmem-*.whl")  # the native jobs'
+    assert "-cp311-cp311-linux_x86_64" in wheel.name
+    refused = subprocess.run([apptainer, "exec", "--cleanenv", "--bind", str(work), image, "pip",
+                              "install",
+                              "--dry-run", "--no-deps", "--no-index", str(wheel)],
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert refused.returncode != 0
+    assert "is not a supported wheel on this platform" in refused.stderr, refused.stderr
+    unpacked = work / "host-wheel"
+    with zipfile.ZipFile(wheel) as archive:
+        (member,) = [m for m in archive.namelist() if m.startswith("hpcmem/_hbw.")]
+        extension = archive.extract(member, unpacked)
+    with pytest.raises(ContainerError) as error:  # the host's build, loaded by Python 3.13
+        execute(apptainer, image, ["python", "-c", LOAD, extension], binds=[str(work)])
+    assert re.search(r"exited 1: ImportError: .*(3\.11|undefined symbol)", str(error.value))
+    own = execute(apptainer, image, ["sh", "-c", 'python -c "$0" /opt/venv/lib/python3*/'
+                                     'site-packages/hpcmem/_hbw.*.so', LOAD])  # fmt: skip
+    assert re.match(r"loaded \S+/_hbw\.cpython-313-x86_64-linux-gnu\.so$", own), own
 
 
 def test_auto_runs_natively_when_the_image_cannot_be_built(apptainer: str, tmp_path: Path):
@@ -249,8 +308,7 @@ def test_slurm_runs_collectives_in_the_image_with_srun_pmix(
     sweep = copy.deepcopy(SWEEP)  # one point: HBW buffers, each rank on its own core
     sweep["collectives"].update(buffers=["hbw"], bindings=["cores"])
     image = cpu_image.ref
-    sweep["container"] = {"enabled": True, "image_dir": str(Path(image.image).parent),
-                          "compare_native": False}  # native: on the local profile
+    sweep["container"] = image_settings(cpu_image.wheelhouse, compare_native=False)
     work = workdir_with(tmp_path / "work")
     profile = site_profile(tmp_path / "profile", slurm_cluster, sweep,
                            **{"set-resources__run_collectives__mpi": "srun --mpi=pmix"})
@@ -269,6 +327,7 @@ def test_slurm_runs_collectives_in_the_image_with_srun_pmix(
     assert sorted(r["size_bytes"] for r in found) == SIZES
     assert {r["container"]["digest"] for r in found} == {image.digest}
     assert {r["container"]["runtime_version"] for r in found} == {image.runtime_version}
+    assert {r["mpi_library"] for r in found} == {image.libraries["mpi"]}  # PMIx 5 under 4.2
     (job_id,) = {r["slurm_job_id"] for r in found}
     steps = slurm_cluster.run("sacct", "-n", "-P", "-j", job_id, "-o", "JobID,NTasks,State")
     assert [f"{job_id}.0", "2", "COMPLETED"] in [

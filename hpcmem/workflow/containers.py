@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpcmem.workflow.apptainer import exec_command
 from hpcmem.workflow.container_images import (
     ContainerError,
     ImageRef,
@@ -46,8 +46,10 @@ from hpcmem.workflow.container_images import (
     parse_definition,
     sif_problem,
 )
+from hpcmem.workflow.wheelhouse import check_pip_source, pip_source
 
 __all__ = [
+    "DEFAULT_DEBIAN",
     "DEFAULT_GPU_BASE",
     "DEFAULT_MIRROR",
     "RUNTIMES",
@@ -57,15 +59,16 @@ __all__ = [
     "container_binds",
     "find_runtime",
     "resolve_container",
-    "runtime_version",
 ]
 
 #: container runtimes, in order of preference (Apptainer also installs `singularity`)
 RUNTIMES = ("apptainer", "singularity")
 #: the Debian mirror the CPU image bootstraps from (config container.mirror)
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
+#: the Debian release of the CPU image (config container.debian)
+DEFAULT_DEBIAN = "bookworm"
 #: the base image of the GPU image (config container.gpu_base)
-DEFAULT_GPU_BASE = "nvidia/cuda:12.6.3-devel-ubuntu22.04"
+DEFAULT_GPU_BASE = "nvidia/cuda:12.6.3-devel-ubuntu24.04"
 _INSTALL_HINT = "install Apptainer (https://apptainer.org/docs/admin/main/installation.html)"
 
 
@@ -85,29 +88,19 @@ def find_runtime(path: str | None = None) -> str | None:
     return None
 
 
-def runtime_version(runtime: str) -> str:
-    """The runtime's version (``1.4.5`` of ``apptainer version 1.4.5``); raises
-    :class:`ContainerError` when it does not run."""
-    try:
-        out = subprocess.run([runtime, "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise ContainerError(f"{runtime} --version: {error}") from None
-    words = out.stdout.split()
-    if out.returncode != 0 or not words:
-        message = (out.stderr or out.stdout).strip().splitlines()
-        raise ContainerError(f"{runtime} --version failed: {message[-1] if message else ''}")
-    return words[-1]
-
-
 @dataclass(frozen=True)
 class ImageSpec:
-    """One image the workflow may run in: built from ``definition``, or ``prebuilt``."""
+    """One image the workflow may run in: built from ``definition`` (``build_binds`` mounted
+    while it builds; with ``download_wheels``, a wheelhouse this host's pip makes for that
+    Debian release), or ``prebuilt``."""
 
     name: str
     definition: Path
     build_args: Mapping[str, str]
     prebuilt: Path | None
     gpu: bool
+    build_binds: tuple[str, ...] = ()
+    download_wheels: str | None = None
 
 
 @dataclass(frozen=True)
@@ -151,6 +144,10 @@ class ContainerPlan:
                    source_dir]  # fmt: skip
         for arg, value in spec.build_args.items():
             options += ["--build-arg", f"{arg}={value}"]
+        for bind in spec.build_binds:
+            options += ["--bind", bind]
+        if spec.download_wheels:
+            options += ["--download-wheels", spec.download_wheels]
         if spec.prebuilt:
             options += ["--prebuilt", str(spec.prebuilt)]
         return options + (["--gpu"] if spec.gpu else []) + (["--required"] if self.required
@@ -177,14 +174,9 @@ class ContainerPlan:
         """
         if image.image is None:
             return [*launcher, *command]
-        words = [*launcher, image.runtime or str(self.runtime), "exec"]
-        if image.gpu:
-            words.append("--nv")
-        for bind in self.binds:
-            words += ["--bind", bind]
-        for name, value in image.environment().items():
-            words += ["--env", f"{name}={value}"]
-        return [*words, image.image, *command]
+        return exec_command(image.runtime or str(self.runtime), image.image, command,
+                            binds=self.binds, env=image.environment(), nv=image.gpu,
+                            launcher=launcher)  # fmt: skip
 
 
 def _enabled(value: Any) -> bool | str:
@@ -199,10 +191,13 @@ def _spec(settings: Mapping[str, Any], kind: str, source_dir: Path) -> ImageSpec
     gpu = kind == "gpu"
     default = "containers/hpcmem.def" if gpu else "containers/hpcmem-cpu.def"
     definition = source_dir / settings.get(f"{kind}_definition", default)
+    release = None if gpu else settings.get("debian", DEFAULT_DEBIAN)
+    pip = pip_source(settings, release)
     if gpu:
-        build_args = {"BASE": settings.get("gpu_base", DEFAULT_GPU_BASE)}
+        build_args = {**pip.build_args, "BASE": settings.get("gpu_base", DEFAULT_GPU_BASE)}
     else:
-        build_args = {"MIRROR": settings.get("mirror", DEFAULT_MIRROR)}
+        build_args = {**pip.build_args, "MIRROR": settings.get("mirror", DEFAULT_MIRROR),
+                      "DEBIAN": str(release)}  # fmt: skip
     prebuilt = settings.get(f"{kind}_image")
     return ImageSpec(
         name="hpcmem" if gpu else "hpcmem-cpu",
@@ -210,6 +205,8 @@ def _spec(settings: Mapping[str, Any], kind: str, source_dir: Path) -> ImageSpec
         build_args=build_args,
         prebuilt=Path(prebuilt).absolute() if prebuilt else None,
         gpu=gpu,
+        build_binds=pip.binds,
+        download_wheels=pip.download,
     )
 
 
@@ -235,7 +232,7 @@ def _check_spec(spec: ImageSpec, runtime: str) -> None:
     if spec.prebuilt is None:
         try:
             definition = parse_definition(spec.definition)
-            definition.check_arguments(spec.build_args, workflow=("WHEELHOUSE",))
+            definition.check_arguments(spec.build_args)
         except ContainerError as error:
             raise ContainerError(f"container.{kind}_definition: {error}") from None
         return
@@ -279,6 +276,7 @@ def resolve_container(
     if runtime is None:
         how = ("no apptainer or singularity on PATH, " if mode else "") + "running natively"
     else:
+        check_pip_source(settings)
         _check_spec(cpu, runtime)
         _check_spec(gpu, runtime)
         how = f"running in images through {runtime}" + (

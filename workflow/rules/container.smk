@@ -1,15 +1,15 @@
 # Apptainer/Singularity images: one job per image a benchmark runs in, only when
 # container.enabled resolves to a runtime (the benchmark rules ask for them through
-# benchmark_inputs). The CPU image (collectives) installs this run's wheel, the GPU image
-# (training) builds the source tree. Images are cached in container.image_dir under a key of
-# what they are made of, so a run rebuilds one only when its definition or wheel changed;
+# benchmark_inputs). Both images build hpcmem from the source tree inside themselves (the CPU
+# image for the collectives, the GPU image for training), so the job needs no wheel of the
+# host's. Images are cached in container.image_dir under a key of what they are made of, so a
+# run rebuilds one only when its definition, build arguments or sources changed;
 # RUN/build/images/NAME.json says which image this run uses, or why it runs natively (auto).
 
 
 rule build_container:
     input:
         definition=lambda wildcards: str(CONTAINERS.image(wildcards.image).definition),
-        wheelhouse=rules.build_wheel.output.wheelhouse,
     output:
         ref=f"{RUN}/build/images/{{image}}.json",
     container:
@@ -23,4 +23,4 @@ rule build_container:
     threads: 2
     shell:
         "{params.python:q} {params.script:q} {params.options:q}"
-        " --wheelhouse {input.wheelhouse:q} --log {log:q} --out {output.ref:q}"
+        " --log {log:q} --out {output.ref:q}"

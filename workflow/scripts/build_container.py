@@ -1,56 +1,33 @@
 """Get one image for this run: reuse the cached build, build it, or use the prebuilt one;
 then write the run's reference to it (``RUN/build/images/NAME.json``).
 
-The CPU image installs hpcmem from this run's wheel: the wheelhouse handed to the build holds
-that wheel and the wheels of the packages the benchmarks import in the image, at the versions
-installed here, so the image runs what the native jobs run. With ``--required`` (container.
-enabled: true) a failure exits 1 naming the build log; otherwise (auto) the reference says the
-benchmarks run natively and why, one line on stderr says so, and the job succeeds.
+The images build hpcmem from the source tree (``--context``) inside themselves; ``--bind``
+mounts a folder while an image builds (the wheelhouse pip installs from), and
+``--download-wheels RELEASE`` makes that wheelhouse first with this host's pip, for the
+Python of that Debian release (hpcmem/workflow/wheelhouse.py). With ``--required``
+(container.enabled: true) a failure exits 1 naming the build log; otherwise (auto) the
+reference says the benchmarks run natively and why, one line on stderr says so, and the job
+succeeds.
 
     python build_container.py --name NAME --definition DEF --image-dir DIR --runtime RUNTIME
-        --context REPO --wheelhouse DIR [--build-arg K=V ...] [--prebuilt SIF] [--gpu]
-        [--required] --log LOG --out REF.json
+        --context REPO [--build-arg K=V ...] [--bind SRC:DEST:ro ...]
+        [--download-wheels RELEASE] [--prebuilt SIF] [--gpu] [--required] --log LOG --out REF
+
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
-import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import TextIO
 
 from hpcmem.record.jsonl import atomic_open
-from hpcmem.workflow.container_images import (
-    ContainerError,
-    ImageRef,
-    checked_image,
-    obtain_image,
-    parse_definition,
-)
-from hpcmem.workflow.containers import runtime_version
-
-#: what `hpcmem bind` and `hpcmem collectives` import in the CPU image, besides hpcmem
-IMAGE_PACKAGES = ("numpy", "mpi4py", "umf")  # umf: libumf.so, which hpcmem._hbw links
-
-
-def image_wheelhouse(wheelhouse: Path, into: Path, log: TextIO) -> None:
-    """``into`` gets this run's hpcmem wheel and binary wheels of :data:`IMAGE_PACKAGES` at
-    the versions installed in the environment running the workflow."""
-    wheels = sorted(wheelhouse.glob("hpcmem-*.whl"))
-    if len(wheels) != 1:
-        raise ContainerError(f"{wheelhouse}: expected one hpcmem wheel, found {len(wheels)}")
-    shutil.copy2(wheels[0], into)
-    pins = [f"{name}=={importlib.metadata.version(name)}" for name in IMAGE_PACKAGES]
-    command = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary", ":all:",
-               "--no-deps", "--dest", str(into), *pins]  # fmt: skip
-    log.write("+ " + " ".join(command) + "\n")
-    log.flush()
-    if subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode != 0:
-        raise ContainerError(f"pip download {' '.join(pins)} failed (see the build log)")
+from hpcmem.workflow.apptainer import runtime_version
+from hpcmem.workflow.container_images import ContainerError, ImageRef, checked_image, obtain_image
+from hpcmem.workflow.definitions import parse_definition
+from hpcmem.workflow.wheelhouse import WHEELHOUSE_MOUNT, download_wheels
 
 
 def obtain(args: argparse.Namespace, log: TextIO) -> ImageRef:
@@ -60,25 +37,28 @@ def obtain(args: argparse.Namespace, log: TextIO) -> ImageRef:
         ref = ImageRef(name=args.name, gpu=args.gpu, image=args.prebuilt, runtime=args.runtime,
                        runtime_version=version, log=args.log)  # fmt: skip
         return checked_image(ref, log)
-    definition = parse_definition(args.definition)
     values = dict(value.split("=", 1) for value in args.build_arg)
     with tempfile.TemporaryDirectory(prefix="hpcmem-wheelhouse-") as wheels:
-        if definition.uses("WHEELHOUSE"):
-            image_wheelhouse(Path(args.wheelhouse), Path(wheels), log)
-            values["WHEELHOUSE"] = wheels
-        return obtain_image(args.name, definition, values, image_dir=args.image_dir,
-                            runtime=args.runtime, runtime_version=version,
-                            context=args.context, log=log, log_path=args.log,
-                            gpu=args.gpu)  # fmt: skip
+        binds = list(args.bind)
+        if args.download_wheels:
+            download_wheels(Path(wheels), args.download_wheels, source_dir=Path(args.context),
+                            log=log)  # fmt: skip
+            binds.append(f"{wheels}:{WHEELHOUSE_MOUNT}:ro")
+        return obtain_image(args.name, parse_definition(args.definition), values,
+                            image_dir=args.image_dir, runtime=args.runtime,
+                            runtime_version=version, context=args.context, log=log,
+                            log_path=args.log, gpu=args.gpu, binds=binds)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     """Write the reference; exit 1 only when the image is required and cannot be had."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for option in ("--name", "--definition", "--image-dir", "--runtime", "--context",
-                   "--wheelhouse", "--log", "--out"):  # fmt: skip
+    for option in ("--name", "--definition", "--image-dir", "--runtime", "--context", "--log",
+                   "--out"):  # fmt: skip
         parser.add_argument(option, required=option in ("--name", "--runtime", "--out"))
     parser.add_argument("--build-arg", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--bind", action="append", default=[], metavar="SRC:DEST:ro")
+    parser.add_argument("--download-wheels", metavar="RELEASE")
     parser.add_argument("--prebuilt")
     parser.add_argument("--gpu", action="store_true")
     parser.add_argument("--required", action="store_true")
