@@ -157,10 +157,14 @@ def test_the_workflow_runs_the_preflight_before_its_first_submission(
     result = run_logged([str(BIN / "snakemake"), "--profile", str(profile),
                          "--snakefile", str(REPO / "workflow" / "Snakefile"),
                          "--directory", str(workdir)], slurm_cluster, cwd=workdir)  # fmt: skip
-    assert result.returncode == 1, result.stdout
-    assert ("hpcmem preflight: slurm_partition: 'hbm2' (rule run_collectives) is not a "
-            "partition of cluster 'hpcmem' (partitions: batch, hbm)") in result.stdout
-    assert "hpcmem preflight: 1 problem(s) above: nothing was submitted" in result.stdout
+    # refused as bad input: exit 2, its lines last, no traceback
+    assert result.returncode == 2, result.stdout
+    assert result.stdout.splitlines()[-2:] == [
+        "hpcmem preflight: slurm_partition: 'hbm2' (rule run_collectives) is not a partition "
+        "of cluster 'hpcmem' (partitions: batch, hbm)",
+        "hpcmem preflight: 1 problem(s) above: nothing was submitted; fix the profile (or the "
+        "sweep) and run again"]
+    assert not re.search(r"Traceback|Error\b|File \"", result.stdout), result.stdout
     assert "has been submitted" not in result.stdout
     assert submitted_from(slurm_cluster, workdir, since) == []
     assert not list((workdir / ".snakemake" / "locks").glob("*"))
