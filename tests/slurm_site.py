@@ -5,6 +5,8 @@ site's sweep next to it.
 
 from __future__ import annotations
 
+import html
+import re
 import shutil
 import subprocess
 import sys
@@ -17,8 +19,8 @@ from slurm_cluster import SlurmCluster
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
-__all__ = ["BIN", "REPO", "checkout_workdir", "ensure", "preflight", "run_logged",
-           "site_profile", "submitted_from"]
+__all__ = ["BIN", "REPO", "checkout_workdir", "drawn_jobs", "ensure", "preflight",
+           "run_logged", "site_profile", "submitted_from"]
 
 
 def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -117,3 +119,11 @@ def ensure(cluster: SlurmCluster, kind: str, name: str, *settings: str) -> None:
     if not listed.stdout.strip():
         added = cluster.run("sacctmgr", "-i", "add", kind, name, *settings)
         assert added.returncode == 0, added.stderr
+
+
+def drawn_jobs(page: str) -> list[list[str]]:
+    """The rows of a report's table of Slurm jobs, each cell as text; [] without one."""
+    found = re.search(r"<h3>Slurm jobs \(\d+\)</h3>.*?<tbody>(.*?)</tbody>", page, re.S)
+    rows = re.findall(r"<tr>(.*?)</tr>", found[1], re.S) if found else []
+    return [[html.unescape(re.sub(r"<[^>]+>", "", cell))
+             for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)] for row in rows]

@@ -11,6 +11,8 @@ slurm executor, :func:`on_start`
   the run (one line per problem and exit status 2, as :mod:`hpcmem.workflow.refusal`
   refuses bad input) when a partition, account or QOS is unknown or not the user's, a job
   does not fit a node of its partition, or a group's rules disagree;
+* notes each job it submits, with its Slurm job id, in the run's journal of jobs (the
+  report's job table: :mod:`hpcmem.workflow.submissions`);
 * makes SIGTERM (a time limit, ``scancel`` of the job driving the workflow) act like
   Ctrl-C: Snakemake cancels its jobs and exits instead of waiting for them;
 * starts the :class:`~hpcmem.slurm.watchdog.Watchdog`, which ends the run (as Ctrl-C
@@ -48,6 +50,7 @@ from hpcmem.slurm.preflight import (
 )
 from hpcmem.slurm.watchdog import StuckJob, Watchdog
 from hpcmem.workflow.refusal import REFUSED, refuse
+from hpcmem.workflow.submissions import note_submissions
 
 __all__ = ["PREFLIGHT_REPORT", "RERUN_HINT", "job_request", "on_error", "on_start",
            "rerun_hint"]
@@ -230,11 +233,10 @@ def _on_stuck(stuck: list[StuckJob], logger: Any) -> None:
     os.kill(os.getpid(), signal.SIGINT)
 
 
-def _executor_job_name(workflow: Any) -> str:
-    """The job name the slurm executor gives every job of this run (its run id; the
-    plugin's own status queries select the run's jobs by it). Snakemake has no public
-    accessor for the executor: a plugin without ``run_uuid`` fails here, loudly."""
-    return workflow.scheduler._executor.run_uuid
+def _executor(workflow: Any) -> Any:
+    """The slurm executor plugin's instance running this workflow's jobs. Snakemake has no
+    public accessor for it: a Snakemake without one fails here, loudly."""
+    return workflow.scheduler._executor
 
 
 def _one_node_only(workflow: Any, executor: str) -> None:
@@ -248,18 +250,22 @@ def _one_node_only(workflow: Any, executor: str) -> None:
             "profile with `executor: slurm`")
 
 
-def on_start(workflow: Any, logger: Any) -> None:
-    """``onstart``: preflight, then SIGTERM as Ctrl-C and the watchdog (slurm executor);
-    without Slurm, a multi-node point stops the run before any job."""
+def on_start(workflow: Any, logger: Any, journal: str) -> None:
+    """``onstart``: preflight, then each submission noted in ``journal``
+    (:mod:`hpcmem.workflow.submissions`), SIGTERM as Ctrl-C and the watchdog (slurm
+    executor); without Slurm, a multi-node point is refused before any job."""
     plugin = workflow.executor_plugin
     executor = plugin.name if plugin is not None else "local"
     _preflight(workflow, logger, executor)
     if executor != "slurm":
         _one_node_only(workflow, executor)
         return
+    note_submissions(_executor(workflow), journal, logger)
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    Watchdog(_executor_job_name(workflow), lambda stuck: _on_stuck(stuck, logger),
+    # the job name the executor gives every job of this run (its run id; the plugin's own
+    # status queries select the run's jobs by it): a plugin without one fails here, loudly
+    Watchdog(_executor(workflow).run_uuid, lambda stuck: _on_stuck(stuck, logger),
              WATCH_INTERVAL).start()
 
 
