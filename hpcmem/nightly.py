@@ -7,7 +7,8 @@ workflow's config schema accepts it, reads the profile's files and the ``--confi
 files of SNAKEMAKE_ARGS as Snakemake would (:mod:`hpcmem.workflow.config_files`), and
 probes (leaving nothing) that the run's and the history's folders can be written: a
 refused one is one line naming its environment variable or option, exit 2, and nothing is
-created. ``python -m hpcmem.nightly could-not-run FOLDER RUN_ID REASON``
+created; so is a run id whose run folder another run of the workflow holds, saying to
+set another HPCMEM_RUN_ID. ``python -m hpcmem.nightly could-not-run FOLDER RUN_ID REASON``
 writes ``verdict.json`` and ``verdict.txt`` there atomically; an unwritable folder is
 one line, exit 2, so that the script never names a verdict it did not write.
 """
@@ -54,10 +55,11 @@ def _writable(folder: Path, variable: str) -> None:
 def check_settings(run_id: str, profile: str, workdir: str, output_dir: str,
                    history: str, snakemake_args: Sequence[str] = ()) -> None:
     """Raise BadInputError naming the environment variable of the first value the nightly
-    cannot use, or the first config file of ``snakemake_args`` (what the nightly passes on
-    to snakemake) that cannot be read; nothing is created (folders are probed with a file
-    that is removed)."""
+    cannot use (a run id whose folder another run holds too), or the first config file of
+    ``snakemake_args`` (what the nightly passes on to snakemake) that cannot be read;
+    nothing is created (folders are probed with a file that is removed)."""
     from hpcmem.workflow.config_files import check_profile, given_configfiles
+    from hpcmem.workflow.run_lock import held_by
 
     matching(run_id, RUN_ID, "HPCMEM_RUN_ID", what="a run id",
              accepted="1 to 64 letters, digits, '.', '_' or '-', the first a letter or digit")
@@ -66,6 +68,9 @@ def check_settings(run_id: str, profile: str, workdir: str, output_dir: str,
                       "an existing folder: where the sweep runs (default: the checkout)")
     run = _inside_workdir(output_dir, Path(workdir), "HPCMEM_OUTPUT_DIR") / run_id
     store = _inside_workdir(history, Path(workdir), "HPCMEM_NIGHTLY_HISTORY")
+    if (holder := held_by(run)) is not None:
+        raise refused("HPCMEM_RUN_ID", run_id, f"is running: its folder {run} is in use "
+                      f"({holder})", "another HPCMEM_RUN_ID, or wait for that run to end")
     check_profile(profile, given_configfiles(snakemake_args), field="HPCMEM_PROFILE")
     _writable(run, "HPCMEM_OUTPUT_DIR")
     _writable(store, "HPCMEM_NIGHTLY_HISTORY")

@@ -1,5 +1,6 @@
-"""Pytest plugin: the ``slurm_cluster`` fixture, a real one-node Slurm cluster, and
-``multinode_cluster``, a real two-node one.
+"""Pytest plugin: the ``slurm_cluster`` fixture, a real one-node Slurm cluster,
+``small_cluster``, a second one set up as a small site, and ``multinode_cluster``, a real
+two-node one.
 
 The cluster (munged, MariaDB, slurmdbd, slurmctld, slurmd) is started by
 ``tools/slurm/cluster.sh`` under ``.slurm/`` for the session and stopped at its
@@ -11,6 +12,10 @@ so jobs with an unknown partition, account or QOS are refused or never start.
 Concurrent pytest sessions on one machine share the cluster: each holds a lease,
 and the last one out stops it. When a test that uses the cluster fails, its report
 lists the daemon logs.
+
+The small site (same site settings, under ``.slurm/small-site/`` on ports of its own) has
+2-CPU nodes, partitions with a MaxTime of 30 minutes and a DefaultTime of 5, and its QOS
+bench limited (MaxWall 20 minutes, 1 CPU per job, 3 jobs queued per user).
 
 The two-node cluster (same site settings, under ``.slurm-multinode/``) lives in network
 namespaces that ``cluster.sh`` makes: its clients run in the head namespace
@@ -46,8 +51,20 @@ SITE = {
     "HPCMEM_SLURM_QOS_LIMITS": "MaxWall=240 MaxSubmitJobsPU=100",
 }
 
-__all__ = ["MULTINODE", "SITE", "SlurmCluster", "cluster_command", "multinode_cluster",
-           "pid_alive", "slurm_cluster"]
+#: a second one-node cluster, a small site (its own state dir and ports): 2-CPU nodes, a
+#: MaxTime of 30 minutes, a DefaultTime of 5 and limits on its QOS (bench; normal has none)
+SMALL_STATE_DIR = STATE_DIR / "small-site"
+SMALL_SITE = {
+    "HPCMEM_SLURM_PORT": str(int(os.environ.get("HPCMEM_SLURM_PORT", "16817")) + 6),
+    "HPCMEM_SLURM_MYSQL_PORT": str(int(os.environ.get("HPCMEM_SLURM_MYSQL_PORT", "16306")) + 2),
+    "HPCMEM_SLURM_CPUS": "2",
+    "HPCMEM_SLURM_MAX_TIME": "30",
+    "HPCMEM_SLURM_DEFAULT_TIME": "5",
+    "HPCMEM_SLURM_QOS_LIMITS": "MaxWall=20 MaxTRESPerJob=cpu=1 MaxSubmitJobsPU=3",
+}
+
+__all__ = ["MULTINODE", "SITE", "SMALL_SITE", "SlurmCluster", "cluster_command",
+           "multinode_cluster", "pid_alive", "slurm_cluster", "small_cluster"]
 
 
 @dataclass(frozen=True)
@@ -166,6 +183,13 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
 
 
 @pytest.fixture(scope="session")
+def small_cluster() -> Iterator[SlurmCluster]:
+    """Start (or join) the small site's cluster (:data:`SMALL_SITE`) for the session."""
+    with _session_cluster(SMALL_STATE_DIR, SMALL_SITE):
+        yield SlurmCluster(SMALL_STATE_DIR)
+
+
+@pytest.fixture(scope="session")
 def multinode_cluster() -> Iterator[SlurmCluster]:
     """Start (or join) the site-like two-node test cluster (node1, node2) for the session."""
     env = {"HPCMEM_SLURM_NODES": str(MULTINODE)}
@@ -179,7 +203,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """On a failed test that used the cluster, list the daemon logs in its report."""
     report = yield
     funcargs = getattr(item, "funcargs", {})
-    cluster = funcargs.get("slurm_cluster") or funcargs.get("multinode_cluster")
+    cluster = next((funcargs[name] for name in ("slurm_cluster", "small_cluster",
+                                                "multinode_cluster") if name in funcargs), None)
     if report.failed and isinstance(cluster, SlurmCluster):
         paths = "\n".join(str(path) for path in cluster.logs)
         report.sections.append(("Slurm daemon logs", paths))

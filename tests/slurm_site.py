@@ -5,6 +5,8 @@ site's sweep next to it.
 
 from __future__ import annotations
 
+import html
+import re
 import shutil
 import subprocess
 import sys
@@ -17,8 +19,8 @@ from slurm_cluster import SlurmCluster
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
-__all__ = ["BIN", "REPO", "checkout_workdir", "ensure", "preflight", "run_logged",
-           "site_profile", "submitted_from"]
+__all__ = ["BIN", "REPO", "checkout_workdir", "drawn_jobs", "ensure", "preflight",
+           "run_logged", "site_profile", "submitted_from"]
 
 
 def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -33,25 +35,31 @@ def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def site_profile(folder: Path, cluster: SlurmCluster, sweep: dict[str, Any],
-                 **changes: Any) -> Path:
+                 unedited: bool = False, **changes: Any) -> Path:
     """A copy of profiles/slurm in ``folder`` with its SITE lines set for ``cluster``, the
-    site's ``sweep`` as its sweep.yaml, then ``changes`` (dotted keys, ``__`` for ``.``)."""
+    site's ``sweep`` as its sweep.yaml, then ``changes`` (dotted keys, ``__`` for ``.``).
+    The SITE names (partitions, account, QOS; no GPU) are always the cluster's; the
+    resource figures are made to let the test cluster's one node run the jobs side by side
+    (the build on all its CPUs, small training jobs), unless ``unedited``: the template's."""
     shutil.copytree(REPO / "profiles" / "slurm", folder)
     profile = yaml.safe_load((folder / "config.yaml").read_text())
-    cpus = int(cluster.run("sinfo", "-h", "-p", cluster.partition, "-o", "%c").stdout.split()[0])
     site = {
         "slurm-qos": cluster.qos,
         "slurm-init-seconds-before-status-checks": 2,  # a small, quiet cluster
         "retries": 0,
         "default-resources.slurm_partition": cluster.partition,
         "default-resources.slurm_account": cluster.account,
-        "set-resources.build_wheel.cpus_per_task": cpus,
         "set-resources.run_collectives.slurm_partition": cluster.other_partition,
         "set-resources.run_train.slurm_partition": cluster.partition,
         "set-resources.run_train.gpu": 0,
-        "set-resources.run_train.cpus_per_task": 1,
-        "set-resources.run_train.mem_mb": 2000,
     }
+    if not unedited:
+        cpus = cluster.run("sinfo", "-h", "-p", cluster.partition, "-o", "%c").stdout.split()
+        site.update({
+            "set-resources.build_wheel.cpus_per_task": int(cpus[0]),
+            "set-resources.run_train.cpus_per_task": 1,
+            "set-resources.run_train.mem_mb": 2000,
+        })
     site.update({key.replace("__", "."): value for key, value in changes.items()})
     for dotted, value in site.items():
         # profile keys hold dashes and dots: only resources are nested
@@ -111,3 +119,11 @@ def ensure(cluster: SlurmCluster, kind: str, name: str, *settings: str) -> None:
     if not listed.stdout.strip():
         added = cluster.run("sacctmgr", "-i", "add", kind, name, *settings)
         assert added.returncode == 0, added.stderr
+
+
+def drawn_jobs(page: str) -> list[list[str]]:
+    """The rows of a report's table of Slurm jobs, each cell as text; [] without one."""
+    found = re.search(r"<h3>Slurm jobs \(\d+\)</h3>.*?<tbody>(.*?)</tbody>", page, re.S)
+    rows = re.findall(r"<tr>(.*?)</tr>", found[1], re.S) if found else []
+    return [[html.unescape(re.sub(r"<[^>]+>", "", cell))
+             for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)] for row in rows]

@@ -2,13 +2,16 @@
 output and history folders, working directory, profile) is checked before anything is
 made: one line naming the variable, exit 2, nothing created anywhere (not two levels up
 for HPCMEM_RUN_ID=../../escape). A read-only output folder is named, and no verdict is
-claimed that was not written. No cluster: all of this happens before snakemake starts."""
+claimed that was not written. A run id whose run a workflow still runs is refused naming
+HPCMEM_RUN_ID (not the workflow's run_id). No cluster: all of this happens before
+snakemake starts."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +22,7 @@ import yaml
 from hostile_inputs import ALIAS_BOMB
 
 from hpcmem.nightly import INSIDE_PATH, RUN_ID
+from hpcmem.workflow.run_lock import take_run_lock
 
 REPO = Path(__file__).resolve().parents[1]
 NIGHTLY = REPO / "tools" / "nightly.sh"
@@ -185,3 +189,21 @@ def test_settings_it_can_use_pass_and_nothing_is_made(site: Path) -> None:
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert set(site.rglob("*")) == before
+
+
+def test_a_run_id_whose_run_is_running_is_refused_naming_hpcmem_run_id(site: Path) -> None:
+    # the workflow would say `give this run another run_id`: the nightly takes HPCMEM_RUN_ID
+    run = site / "a" / "b" / "work" / "results" / "held"
+    lock = take_run_lock(run)
+    try:
+        before = set(site.rglob("*"))
+        done = nightly(site, HPCMEM_RUN_ID="held")
+        assert set(site.rglob("*")) == before
+    finally:
+        lock.release()
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(
+        f"nightly: HPCMEM_RUN_ID: 'held' is running: its folder {run} is in use (snakemake "
+        f"process {os.getpid()} on {socket.gethostname()}, since "), done.stderr
+    assert done.stderr.endswith(") (accepted: another HPCMEM_RUN_ID, or wait for that run to "
+                                "end)\n"), done.stderr

@@ -52,3 +52,14 @@ def test_what_a_rule_already_gets_is_not_said_again_for_its_group() -> None:
     assert check(rules, RunSettings(), FACTS, [group]) == [
         "cpus_per_task: 8 (rule aggregate_results) is more CPUs than a node of partition "
         "'batch' has (at most 4)"]
+
+
+def test_two_groups_past_maxtime_by_the_same_minutes_are_each_named() -> None:
+    rules, group = summarise(dict.fromkeys(RULES, 25), dict.fromkeys(RULES, "batch"))
+    build = GroupRequest("build", ("build_wheel", "install_wheel"), {}, JobRequest(
+        "group build", partition="batch", runtime_min=75))
+    assert check(rules, RunSettings(), FACTS, [build, group]) == [
+        f"runtime: 75 (group {name}) minutes is longer than partition 'batch' allows "
+        "(MaxTime 60 minutes)"
+        for name in ("build: build_wheel + install_wheel",
+                     "summarise: aggregate_results + check_regressions + render_report")]

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import base64
+import html
 import json
+import os
 import re
 import struct
 import subprocess
 from pathlib import Path
 
 import pytest
+from slurm_site import drawn_jobs
 
 from hpcmem.cli import main
 from hpcmem.results.aggregate import aggregate
@@ -141,3 +144,62 @@ def test_a_benchmark_points_to_its_skipped_points_only_when_there_are_any(
     page = (tmp_path / "r.html").read_text()
     assert "No training points in this summary.</p>" in page
     assert 'href="#problems"' not in page and "below" not in page
+
+
+#: a site's sacct: knows jobs 9 and 1201 of the run, nothing of the others
+SACCT = r"""#!/bin/sh
+printf '9|batch|hpc|bench|COMPLETED|00:00:12|0:0|\n'
+printf '1201|hbm|hpc|bench|FAILED|00:01:02|1:0|rule_run_collectives_wildcards_a|b\n'
+"""
+#: sacct where accounting is off
+NO_ACCOUNTING = "#!/bin/sh\necho 'Slurm accounting storage is disabled' >&2\nexit 1\n"
+
+
+@pytest.mark.parametrize("sacct", [SACCT, NO_ACCOUNTING], ids=["sacct", "no-accounting"])
+def test_the_run_section_lists_every_slurm_job_by_id_with_what_sacct_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sacct: str
+) -> None:
+    aggregate([FIXTURES / "collectives"], tmp_path / "s")  # records of jobs 1200 to 1202
+    journal = tmp_path / "slurm_jobs.jsonl"
+    journal.write_text(
+        '{"job_id": "10", "points": ["build_wheel", "install_wheel"]}\n'
+        '{"job_id": "9", "points": ["run_collectives point=allreduce/numpy/ranks=2/'
+        'binding=none"]}\n'
+        '{"job_id": "11", "poi')  # being written: left for the next read
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "sacct").write_text(sacct)
+    (tmp_path / "bin" / "sacct").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert main(["report", str(tmp_path / "s"), "--slurm-jobs", str(journal),
+                 "--out", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    rows = drawn_jobs(page)
+    assert [row[0] for row in rows] == ["9", "10", "1200", "1201", "1202"]
+    unknown = ["-"] * 6
+    if sacct == SACCT:
+        assert "As sacct gave them at " in page
+        assert rows[0][1:] == ["run_collectives point=allreduce/numpy/ranks=2/binding=none",
+                               "batch", "hpc", "bench", "COMPLETED", "00:00:12", "0:0"]
+        # a job only the records name: its points as the executor's comment says
+        assert rows[3][1:] == ["rule_run_collectives_wildcards_a|b", "hbm", "hpc", "bench",
+                               "FAILED", "00:01:02", "1:0"]
+    else:
+        assert ("sacct could not say (`sacct -X -j ID,... --format=JobID,Partition,Account,"
+                "QOS,State,Elapsed,ExitCode,Comment` failed: Slurm accounting storage is "
+                "disabled)") in html.unescape(page)
+        assert rows[0][2:] == rows[3][2:] == unknown
+    assert rows[1][1:] == ["build_wheel; install_wheel", *unknown]  # sacct knows nothing of it
+    assert rows[2][1:] == ["-", *unknown]
+
+
+def test_without_a_journal_the_run_section_lists_the_records_job_ids_sorted(
+    tmp_path: Path
+) -> None:
+    aggregate([FIXTURES / "train", FIXTURES / "collectives"], tmp_path / "s")
+    assert json.loads((tmp_path / "s" / "metadata.json").read_text())["slurm_job_ids"] == [
+        "1300", "1301", "1200", "1201", "1202"]  # as first seen
+    assert main(["report", str(tmp_path / "s"), "--out", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    assert "<dt>Slurm jobs</dt><dd>1200, 1201, 1202, 1300, 1301</dd>" in page
+    assert drawn_jobs(page) == []

@@ -1,6 +1,7 @@
 """The one-node test cluster itself: sbatch, srun with PMIx MPI ranks, sacct, idempotent start,
 site-like accounting (partitions, account, QOS enforced), several clusters on one machine,
-knobs for time and QOS limits, and a start that would change a running cluster refused."""
+knobs for node CPUs, time and QOS limits (the small site), and a start that would change a
+running cluster refused."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_cluster import CLUSTER_SH, SITE, SlurmCluster, cluster_command, pid_alive
+from slurm_cluster import (
+    CLUSTER_SH,
+    SITE,
+    SMALL_SITE,
+    SlurmCluster,
+    cluster_command,
+    pid_alive,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -149,29 +157,18 @@ def test_a_start_that_would_change_a_running_cluster_refuses(
     assert _start(slurm_cluster.state_dir).returncode == 0
 
 
-def test_time_and_qos_knobs_make_the_cluster_a_site(slurm_cluster: SlurmCluster) -> None:
-    # a second cluster (own ports and state dir, which MariaDB's user must reach) with a
-    # 30-minute partition MaxTime, a 5-minute DefaultTime and limits on its QOS
-    state = slurm_cluster.state_dir / "knobs-test"
-    shutil.rmtree(state, ignore_errors=True)
-    port = int(os.environ.get("HPCMEM_SLURM_PORT", "16817")) + 6
-    mysql_port = int(os.environ.get("HPCMEM_SLURM_MYSQL_PORT", "16306")) + 2
-    knobs = {"HPCMEM_SLURM_PORT": str(port), "HPCMEM_SLURM_MYSQL_PORT": str(mysql_port),
-             "HPCMEM_SLURM_MAX_TIME": "30", "HPCMEM_SLURM_DEFAULT_TIME": "5",
-             "HPCMEM_SLURM_QOS_LIMITS": "MaxWall=20 MaxTRESPerJob=cpu=1 MaxSubmitJobsPU=3"}
-    try:
-        started = _start(state, **knobs)
-        assert started.returncode == 0, started.stderr
-        site = SlurmCluster(state)
-        partitions = site.run("scontrol", "show", "partition", "-o").stdout.splitlines()
-        assert len(partitions) == 2
-        assert all("MaxTime=00:30:00" in line and "DefaultTime=00:05:00" in line
-                   for line in partitions), partitions
-        qos = site.run("sacctmgr", "-n", "-P", "show", "qos", site.qos,
-                       "format=MaxWall,MaxTRESPerJob,MaxSubmitJobsPU").stdout.strip()
-        assert qos == "00:20:00|cpu=1|3"
-        bad = _start(state, **{**knobs, "HPCMEM_SLURM_DEFAULT_TIME": "soon"})
-        assert bad.returncode == 2 and "HPCMEM_SLURM_DEFAULT_TIME=soon" in bad.stderr
-    finally:
-        cluster_command("stop", state, knobs)
-    shutil.rmtree(state)
+def test_time_and_qos_knobs_make_the_cluster_a_site(small_cluster: SlurmCluster) -> None:
+    # the small site: a second cluster (own ports and state dir, which MariaDB's user must
+    # reach) with 2-CPU nodes, a 30-minute MaxTime, a 5-minute DefaultTime, limits on its QOS
+    nodes = small_cluster.run("sinfo", "-h", "-N", "-o", "%c").stdout.split()
+    assert nodes and set(nodes) == {"2"}
+    partitions = small_cluster.run("scontrol", "show", "partition", "-o").stdout.splitlines()
+    assert len(partitions) == 2
+    assert all("MaxTime=00:30:00" in line and "DefaultTime=00:05:00" in line
+               for line in partitions), partitions
+    qos = small_cluster.run("sacctmgr", "-n", "-P", "show", "qos", small_cluster.qos,
+                            "format=MaxWall,MaxTRESPerJob,MaxSubmitJobsPU").stdout.strip()
+    assert qos == "00:20:00|cpu=1|3"
+    for knob, value in (("HPCMEM_SLURM_DEFAULT_TIME", "soon"), ("HPCMEM_SLURM_CPUS", "0")):
+        bad = _start(small_cluster.state_dir, **{**SMALL_SITE, knob: value})
+        assert bad.returncode == 2 and f"{knob}={value}" in bad.stderr, bad.stderr

@@ -91,13 +91,13 @@ QOS_CASES = {
         "tasks: 2 x cpus_per_task: 1 (rule run_collectives) asks for 2 CPUs per job, more "
         "than QOS 'limcpu' allows (MaxTRESPerJob=cpu=1)"]),
     "MaxWall": (("MaxWall=10",), SWEEP, [
-        "runtime: 30 (rule build_wheel) minutes is longer than QOS 'limwall' allows "
+        "runtime: 20 (rules build_wheel, run_collectives) minutes is longer than QOS "
+        "'limwall' allows (MaxWall=10 minutes)",
+        "runtime: 15 (rule aggregate_results) minutes is longer than QOS 'limwall' allows "
         "(MaxWall=10 minutes)",
-        "runtime: 20 (rules aggregate_results, run_collectives) minutes is longer than QOS "
+        "runtime: 25 (group build: build_wheel + install_wheel) minutes is longer than QOS "
         "'limwall' allows (MaxWall=10 minutes)",
-        "runtime: 40 (group build: build_wheel + install_wheel) minutes is longer than QOS "
-        "'limwall' allows (MaxWall=10 minutes)",
-        "runtime: 35 (group summarise: aggregate_results + check_regressions + render_report) "
+        "runtime: 25 (group summarise: aggregate_results + check_regressions + render_report) "
         "minutes is longer than QOS 'limwall' allows (MaxWall=10 minutes)"]),
     "MinTRESPerJob": (("MinTRESPerJob=cpu=2",), SWEEP, [
         "cpus_per_task: 1 (rules aggregate_results, check_regressions, install_wheel, "

@@ -1,13 +1,16 @@
 """`hpcmem preflight` and the workflow's own preflight on the site-like test cluster.
 
-A site profile outside the checkout, set up as docs/slurm-site.md says, passes. Each
-mistake an admin makes in it (more CPUs than a node has, an unknown partition, an unknown
+The unedited template (profiles/slurm, only its SITE names set) passes on a small site's
+partition of 2-CPU nodes and a 30-minute MaxTime, with images and without. A site profile
+outside the checkout, set up as docs/slurm-site.md says, passes. Each mistake an admin
+makes in it (more CPUs than a node has, an unknown partition, an unknown
 QOS or one the user may not use, an account the user lacks, a QOS given twice) is one
 line naming the setting and its value, exit 2, before anything is submitted; so is what
 a site's wrapper in front of sinfo, scontrol or sacctmgr prints that Slurm never would
 (bytes that are not UTF-8, MaxTime=abc, a line without PartitionName), naming the tool. A
 job that passes the preflight but pends for ever (a QOS per-job CPU-minutes limit, which the
-preflight does not check) ends the run naming it.
+preflight does not check) ends the run naming it. The workflow's own preflight refuses a
+run as bad input: its lines, no traceback, exit 2.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from hostile_inputs import site_wrapper
 from slurm_cluster import SlurmCluster
 from slurm_site import (
@@ -52,6 +56,27 @@ UNSET = b"|" * len(QOS_FIELDS)
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return checkout_workdir(tmp_path_factory.mktemp("preflight-work"))
+
+
+@pytest.mark.parametrize("images", [False, True], ids=["natively", "in-images"])
+def test_the_unedited_template_fits_a_small_partition(
+    small_cluster: SlurmCluster, workdir: Path, tmp_path: Path, images: bool,
+    request: pytest.FixtureRequest
+) -> None:
+    # 2-CPU nodes, MaxTime 30 minutes: the template's own figures and sweep, only its SITE
+    # names set (QOS normal: the template's, without the small site's limits on bench)
+    if images:
+        request.getfixturevalue("apptainer")  # skips without a runtime
+    sweep = yaml.safe_load((REPO / "profiles" / "slurm" / "sweep.yaml").read_text())
+    sweep["container"]["enabled"] = images
+    profile = site_profile(tmp_path / "hpcmem", small_cluster, sweep, unedited=True,
+                           **{"slurm-qos": "normal"})
+    result = preflight(small_cluster, profile, workdir)
+    assert result.returncode == 0, result.stdout
+    # in images: build_container, run_collectives_native and aggregate_native as well
+    assert result.stdout.strip() == (
+        f"hpcmem preflight: ok: {10 if images else 7} rules fit cluster 'hpcmem': partitions "
+        "batch, hbm; accounts hpc; QOS normal")
 
 
 def test_a_site_profile_outside_the_tree_passes(slurm_cluster: SlurmCluster, workdir: Path,
@@ -157,10 +182,14 @@ def test_the_workflow_runs_the_preflight_before_its_first_submission(
     result = run_logged([str(BIN / "snakemake"), "--profile", str(profile),
                          "--snakefile", str(REPO / "workflow" / "Snakefile"),
                          "--directory", str(workdir)], slurm_cluster, cwd=workdir)  # fmt: skip
-    assert result.returncode == 1, result.stdout
-    assert ("hpcmem preflight: slurm_partition: 'hbm2' (rule run_collectives) is not a "
-            "partition of cluster 'hpcmem' (partitions: batch, hbm)") in result.stdout
-    assert "hpcmem preflight: 1 problem(s) above: nothing was submitted" in result.stdout
+    # refused as bad input: exit 2, its lines last, no traceback
+    assert result.returncode == 2, result.stdout
+    assert result.stdout.splitlines()[-2:] == [
+        "hpcmem preflight: slurm_partition: 'hbm2' (rule run_collectives) is not a partition "
+        "of cluster 'hpcmem' (partitions: batch, hbm)",
+        "hpcmem preflight: 1 problem(s) above: nothing was submitted; fix the profile (or the "
+        "sweep) and run again"]
+    assert not re.search(r"Traceback|Error\b|File \"", result.stdout), result.stdout
     assert "has been submitted" not in result.stdout
     assert submitted_from(slurm_cluster, workdir, since) == []
     assert not list((workdir / ".snakemake" / "locks").glob("*"))
@@ -169,7 +198,7 @@ def test_the_workflow_runs_the_preflight_before_its_first_submission(
 def test_a_job_pending_for_ever_ends_the_run_naming_it(
     slurm_cluster: SlurmCluster, workdir: Path, tmp_path: Path
 ) -> None:
-    # a QOS allowing 10 CPU-minutes per job: the 2-CPU, 40-minute build job pends with
+    # a QOS allowing 10 CPU-minutes per job: the 2-CPU, 25-minute build job pends with
     # QOSMaxCpuMinutesPerJobLimit, a reason that never clears; the preflight does not
     # check TRES-minutes limits
     ensure(slurm_cluster, "qos", "tinymins", "MaxTRESMinsPerJob=cpu=10")

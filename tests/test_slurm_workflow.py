@@ -7,7 +7,9 @@ The sweep (allreduce on numpy and emulated-HBW buffers, bindings cores and hbw, 
 under srun with PMIx) runs through sbatch: build, install, collectives, training (skipped
 without a GPU), aggregate, check, report. When one benchmark job is left, it is cancelled
 with scancel: the run ends within a minute naming the job, and the rerun the workflow
-prints redoes that point alone. A point whose binding cannot be applied fails naming its
+prints redoes that point alone; the report it draws lists every Slurm job of the run with
+its points as sacct shows it (partition, account, QOS, state, elapsed time, exit code). A
+point whose binding cannot be applied fails naming its
 Slurm log. The verdict is judged for the partition the benchmarks ran in (hbm), not the
 check job's. The nightly keeps its own history; SIGTERM to it mid-sweep ends it within a
 minute (exit 2, verdict `could not run`, no job queued, no lock) and the next nightly runs.
@@ -26,14 +28,14 @@ import signal
 import sqlite3
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from slurm_cluster import SlurmCluster
-from slurm_site import BIN, REPO, run_logged, site_profile
+from slurm_site import BIN, REPO, drawn_jobs, run_logged, site_profile, submitted_from
 
 from hpcmem.record.jsonl import read_records
 from hpcmem.results.schema import validate_record
@@ -79,6 +81,8 @@ class Workflow:
     cluster: SlurmCluster
     workdir: Path
     profile: Path
+    #: when the first job could have been submitted (sacct's -S)
+    began: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S"))
 
     def command(self, *extra: str) -> list[str]:
         return [
@@ -273,6 +277,38 @@ def test_records_carry_job_partition_account_and_qos(flow: Workflow, rerun: dict
     shown = flow.cluster.run("sacct", "-n", "-X", "-P", "-j", train["slurm_job_id"],
                              "-o", "Partition,Account,QOS").stdout.strip()
     assert shown == "batch|hpc|bench"
+
+
+def test_the_reports_job_table_is_what_sacct_says_of_every_job_of_the_run(
+    flow: Workflow, first_run: dict, rerun: dict
+) -> None:
+    # drawn by the rerun's summarise job: the first run's jobs (build, the benchmark points,
+    # the one cancelled) and the rerun's (the cancelled point again, summarise)
+    drawn = drawn_jobs((flow.workdir / RUN / "report" / "report.html").read_text())
+    ids = submitted_from(flow.cluster, flow.workdir, flow.began)
+    assert [row[0] for row in drawn] == sorted(ids, key=int)
+    listed = flow.cluster.run("sacct", "-X", "-n", "-P", "-j", ",".join(ids), "-o",
+                              "JobID,Partition,Account,QOS,State,Elapsed,ExitCode").stdout
+    sacct = {line.split("|")[0]: line.split("|")[1:] for line in listed.splitlines()}
+    points = {read_records(path)[0]["slurm_job_id"]: str(path.relative_to(flow.workdir / RUN))
+              .removesuffix(".jsonl").split("/", 1) for path in flow.records()}
+    cancelled = first_run["job_id"]
+    for job_id, named, *shown in drawn:
+        if job_id in points:  # a benchmark job: the point its records are of
+            kind, folder = points[job_id]
+            assert named == f"run_{kind} point={folder}", named
+        elif job_id == cancelled:  # its point, redone by the rerun
+            assert named in {row[1] for row in drawn if row[0] != cancelled}, named
+            assert shown[3].startswith("CANCELLED") and shown[3] == sacct[job_id][3]
+        else:
+            assert named in ("build_wheel; install_wheel",
+                             "aggregate_results; check_regressions; render_report"), named
+        if named.startswith("aggregate_results"):  # the job drawing the table: still running
+            assert shown[:3] == sacct[job_id][:3] and shown[3] == "RUNNING", shown
+            assert sacct[job_id][3] == "COMPLETED" and shown[4] <= sacct[job_id][4]
+        else:
+            assert shown == sacct[job_id], job_id
+    assert len(drawn) == ALL_POINTS + 3  # and the build, the cancelled job, summarise
 
 
 def test_the_verdict_is_judged_for_the_benchmarks_partition(flow: Workflow, rerun: dict

@@ -357,10 +357,11 @@ def test_the_local_profile_refuses_a_multi_node_point_before_any_job(workdir):
     config["collectives"].update(nodes=[1, 2], tasks_per_node=[1])
     write_config(workdir, config)
     result = snakemake(workdir, "--profile", str(REPO / "profiles" / "local"))
-    assert result.returncode != 0
-    assert ("config collectives.nodes: 2: the local executor runs every point on this one "
-            "machine (accepted here: 1); multi-node points need a profile with `executor: "
-            "slurm`") in result.stdout
+    assert result.returncode == 2, result.stdout
+    assert result.stdout.splitlines()[-1] == (
+        "hpcmem: error: config collectives.nodes: 2: the local executor runs every point on "
+        "this one machine (accepted here: 1); multi-node points need a profile with `executor: "
+        "slurm`")
     assert not (workdir / "results").exists()
     # the same points with ranks on one node list as before, each in its own folder
     result = snakemake(workdir, "-n", "--profile", str(REPO / "profiles" / "local"))

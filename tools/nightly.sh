@@ -18,8 +18,8 @@
 # (default OUTPUT_DIR/nightly-history under the working directory). Each is checked before
 # anything is made (hpcmem/nightly.py): the run id and both folders as the workflow's config
 # accepts them (a name; relative paths inside the working directory), the profile's files
-# and any --configfile among the arguments, and that the folders can be written. A refused
-# one is one line naming it, exit 2.
+# and any --configfile among the arguments, that the folders can be written, and that no
+# workflow runs this run id already. A refused one is one line naming it, exit 2.
 # Rerunning a night that could not run: HPCMEM_RUN_ID=<its run id>, same profile and args.
 set -uo pipefail
 

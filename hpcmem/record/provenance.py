@@ -29,6 +29,7 @@ __all__ = [
     "STATUSES",
     "common_fields",
     "git_sha",
+    "slurm_job_order",
     "slurm_system",
     "utc_now",
 ]
@@ -69,6 +70,14 @@ def slurm_system() -> str | None:
     cluster = os.environ.get("SLURM_CLUSTER_NAME")
     partition = os.environ.get("SLURM_JOB_PARTITION")
     return f"{cluster}:{partition.split(',')[0]}" if cluster and partition else None
+
+
+def slurm_job_order(job_id: str) -> tuple[tuple[int, int | str], ...]:
+    """A sort key putting Slurm job ids in submission order: by number, an array task
+    (``4711_3``) or a heterogeneous component (``4711+1``) after its job, and an id that is
+    not a number after every one that is."""
+    return tuple((0, int(part)) if part.isdecimal() else (1, part)
+                 for part in job_id.replace("+", "_").split("_"))
 
 
 def common_fields(

@@ -5,7 +5,9 @@ Sections: the check verdict (when given), one section per benchmark of the regis
 training step time per Unified Memory policy), native against container (when given the
 same points run natively), sections drawn by the caller (``hpcmem report --osu``: OSU C
 against hpcmem), the failed,
-skipped and invalid records with their reasons, and the machine and run metadata.
+skipped and invalid records with their reasons, and the machine and run metadata, with the
+run's Slurm jobs when the caller draws them (``hpcmem report --slurm-jobs``), else the job
+ids its records name.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from hpcmem import __version__
 from hpcmem.draw.html import PAGE, badge, section, table
 from hpcmem.outputs import write_errors
 from hpcmem.record.jsonl import atomic_open
-from hpcmem.record.provenance import utc_now
+from hpcmem.record.provenance import slurm_job_order, utc_now
 from hpcmem.results.native_comparison import container_section
 from hpcmem.results.registry import REPORTS
 from hpcmem.results.summary import Summary, benchmark_points
@@ -93,13 +95,17 @@ def _problems_section(summary: Summary) -> str:
     return section("Failed, skipped and invalid records", *parts, anchor="problems")
 
 
-def _metadata_section(summary: Summary) -> str:
+def _metadata_section(summary: Summary, jobs: str | None) -> str:
+    """The machine and run; ``jobs``: the run's Slurm jobs drawn as HTML, else the job ids
+    of the records, sorted."""
     meta = summary.metadata
     counts = meta.get("records", {})
 
     def joined(name: str) -> str:
         values = meta.get(name) or []
         return ", ".join(map(str, values)) if values else "-"
+
+    job_ids = sorted(map(str, meta.get("slurm_job_ids") or []), key=slurm_job_order)
 
     containers = meta.get("containers") or []
     items = [
@@ -114,21 +120,24 @@ def _metadata_section(summary: Summary) -> str:
         ("torch / CUDA", f"{joined('torch')} / {joined('cuda')}"),
         ("container", ", ".join(f"{c.get('image')} {c.get('digest')}" for c in containers)
          if containers else "none (ran natively)"),
-        ("Slurm jobs", joined("slurm_job_ids")),
+        ("Slurm jobs", "listed below" if jobs is not None else ", ".join(job_ids) or "-"),
         ("records", ", ".join(f"{counts.get(k, 0)} {k}"
                               for k in ("ok", "failed", "skipped", "rejected"))),
         ("time span", f"{meta.get('first_timestamp')} to {meta.get('last_timestamp')}"),
         ("aggregated", str(meta.get("aggregated_at"))),
     ]
     body = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in items)
-    return section("Machine and run", f'<dl class="meta">{body}</dl>', anchor="metadata")
+    return section("Machine and run", f'<dl class="meta">{body}</dl>', *filter(None, [jobs]),
+                   anchor="metadata")
 
 
 def render_report(summary: Summary, verdict: dict[str, Any] | None = None,
-                  native: Summary | None = None, extra: Sequence[str] = ()) -> str:
+                  native: Summary | None = None, extra: Sequence[str] = (),
+                  jobs: str | None = None) -> str:
     """The whole report page as HTML text; ``native``: the same points run natively, for
     the native-against-container section; ``extra``: sections drawn elsewhere (the CLI's
-    OSU comparison), placed before the records left out."""
+    OSU comparison), placed before the records left out; ``jobs``: the run's Slurm jobs
+    drawn elsewhere (the CLI's sacct table), placed in the run section."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -143,7 +152,7 @@ def render_report(summary: Summary, verdict: dict[str, Any] | None = None,
         parts.append(container_section(summary, native))
     parts.extend(extra)
     parts.append(_problems_section(summary))
-    parts.append(_metadata_section(summary))
+    parts.append(_metadata_section(summary, jobs))
     runs = ", ".join(summary.metadata.get("run_ids") or []) or "no valid records"
     judged = f" · {headline(verdict.get('counts', {}))}" if verdict else ""
     return PAGE.substitute(
@@ -158,8 +167,8 @@ def render_report(summary: Summary, verdict: dict[str, Any] | None = None,
 
 def write_report(path: str | os.PathLike[str], summary: Summary,
                  verdict: dict[str, Any] | None = None, native: Summary | None = None,
-                 extra: Sequence[str] = ()) -> None:
+                 extra: Sequence[str] = (), jobs: str | None = None) -> None:
     """Render and write the report atomically; OutputPathError when it cannot be written."""
-    page = render_report(summary, verdict, native, extra)
+    page = render_report(summary, verdict, native, extra, jobs)
     with write_errors(path), atomic_open(path) as handle:
         handle.write(page)

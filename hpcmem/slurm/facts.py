@@ -64,22 +64,23 @@ def _reading() -> Iterator[None]:
         raise SlurmCommandError(str(error)) from None
 
 
-def slurm_command(*args: str) -> str:
-    """The standard output of a Slurm client command; raises SlurmCommandError naming it."""
+def slurm_command(*args: str, shown: str | None = None) -> str:
+    """The standard output of a Slurm client command; raises SlurmCommandError naming it
+    (as ``shown``, where its whole command line would be too long to read)."""
+    shown = shown or _shown(args)
     try:
         done = subprocess.run(args, capture_output=True, timeout=COMMAND_TIMEOUT)
     except FileNotFoundError:
         raise SlurmCommandError(f"`{args[0]}` not found: Slurm's client commands must be on "
                                 "PATH") from None
     except subprocess.TimeoutExpired:
-        raise SlurmCommandError(f"{_shown(args)} did not answer within {COMMAND_TIMEOUT}s"
-                                ) from None
+        raise SlurmCommandError(f"{shown} did not answer within {COMMAND_TIMEOUT}s") from None
     if done.returncode != 0:
         printed = (done.stderr.strip() or done.stdout.strip()).splitlines()
         why = printed[0].decode(errors="backslashreplace") if printed else done.returncode
-        raise SlurmCommandError(f"{_shown(args)} failed: {why}")
+        raise SlurmCommandError(f"{shown} failed: {why}")
     with _reading():
-        return decode_text(done.stdout, f"output of {_shown(args)}")
+        return decode_text(done.stdout, f"output of {shown}")
 
 
 @dataclass(frozen=True)

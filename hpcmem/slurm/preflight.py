@@ -29,7 +29,8 @@ class _Problems:
 
     def __init__(self) -> None:
         self._rules: dict[tuple[str, str], list[str]] = {}
-        self._groups: dict[tuple[str, str], str] = {}
+        #: (head, tail, group label): each group's own line, even when two say the same
+        self._groups: dict[tuple[str, str, str], None] = {}
 
     def add(self, head: str, tail: str, rule: str | None = None) -> None:
         rules = self._rules.setdefault((head, tail), [])
@@ -39,9 +40,9 @@ class _Problems:
     def add_new(self, found: _Problems, group: GroupRequest) -> None:
         """The problems ``found`` for ``group``'s combined job that its rules alone do not
         have already, naming the group."""
-        for key in found._rules:
-            if key not in self._rules:
-                self._groups.setdefault(key, group.label)
+        for head, tail in found._rules:
+            if (head, tail) not in self._rules:
+                self._groups.setdefault((head, tail, group.label))
 
     def __len__(self) -> int:
         return len(self._rules) + len(self._groups)
@@ -53,7 +54,7 @@ class _Problems:
                 label = "rule" if len(rules) == 1 else "rules"
                 head = f"{head} ({label} {', '.join(sorted(rules))})"
             lines.append(f"{head} {tail}")
-        lines += [f"{head} ({group}) {tail}" for (head, tail), group in self._groups.items()]
+        lines += [f"{head} ({group}) {tail}" for head, tail, group in self._groups]
         return lines
 
 

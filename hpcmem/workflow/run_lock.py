@@ -9,7 +9,8 @@ for as long as that process lives and releases however it ends (exit, error, SIG
 SIGKILL), so a killed run never leaves it taken. The file says who holds it (process,
 host, start); a second run is refused naming the run folder and the holder, whatever the
 timing. At exit the holder removes the file, and the folders it made to hold it when
-they are still empty (a run refused before any job leaves nothing).
+they are still empty (a run refused before any job leaves nothing). :func:`held_by` says
+who holds a run folder without taking it (``tools/nightly.sh`` asks before it starts).
 
 Only the invocation that runs the jobs takes it (:func:`runs_jobs`): not Snakemake's job
 processes, nor a dry run, ``--nolock`` (``hpcmem preflight``), ``--lint``, ``--summary``,
@@ -38,7 +39,8 @@ from typing import Any
 from hpcmem.errors import BadInputError, clip
 from hpcmem.outputs import OutputPathError, write_errors
 
-__all__ = ["LOCK_NAME", "RunInUse", "RunLock", "hold_run_folder", "runs_jobs", "take_run_lock"]
+__all__ = ["LOCK_NAME", "RunInUse", "RunLock", "held_by", "hold_run_folder", "runs_jobs",
+           "take_run_lock"]
 
 #: the lock file, in the run folder
 LOCK_NAME = "run.lock"
@@ -111,6 +113,24 @@ def _describe_holder(fd: int) -> str:
         if time.monotonic() > deadline:
             return f"a process that has not written who it is in {LOCK_NAME}"
         time.sleep(0.05)
+
+
+def held_by(folder: str | os.PathLike[str]) -> str | None:
+    """Who holds the lock on the run folder ``folder`` now (as :class:`RunInUse` names
+    it), or None; makes and changes nothing (a missing folder or lock file: nobody). The
+    lock is tried shared, for as long as an open and a close take."""
+    try:
+        fd = os.open(Path(folder) / LOCK_NAME,
+                     os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _describe_holder(fd)
+    finally:
+        os.close(fd)
+    return None
 
 
 def _missing_folders(folder: Path) -> list[Path]:

@@ -7,9 +7,12 @@ slurm executor, :func:`on_start`
 
 * describes every job as a :class:`~hpcmem.slurm.preflight.JobRequest` (its
   resources as the executor plugin turns them into sbatch options), and every group of
-  jobs submitted together as a :class:`~hpcmem.slurm.preflight.GroupRequest`, and stops
-  the run, one line per problem, when a partition, account or QOS is unknown or not the
-  user's, a job does not fit a node of its partition, or a group's rules disagree;
+  jobs submitted together as a :class:`~hpcmem.slurm.preflight.GroupRequest`, and refuses
+  the run (one line per problem and exit status 2, as :mod:`hpcmem.workflow.refusal`
+  refuses bad input) when a partition, account or QOS is unknown or not the user's, a job
+  does not fit a node of its partition, or a group's rules disagree;
+* notes each job it submits, with its Slurm job id, in the run's journal of jobs (the
+  report's job table: :mod:`hpcmem.workflow.submissions`);
 * makes SIGTERM (a time limit, ``scancel`` of the job driving the workflow) act like
   Ctrl-C: Snakemake cancels its jobs and exits instead of waiting for them;
 * starts the :class:`~hpcmem.slurm.watchdog.Watchdog`, which ends the run (as Ctrl-C
@@ -17,7 +20,7 @@ slurm executor, :func:`on_start`
   clear by itself, naming the job.
 
 With any other executor every point runs on this one machine: a point of more than one
-node (``collectives.nodes``) stops the run before any job starts.
+node (``collectives.nodes``) is refused the same way before any job starts.
 
 With ``HPCMEM_PREFLIGHT_REPORT=FILE`` (what ``hpcmem preflight`` sets) the run writes
 the preflight's findings to FILE as JSON and stops before submitting anything. With
@@ -46,6 +49,8 @@ from hpcmem.slurm.preflight import (
     summary_line,
 )
 from hpcmem.slurm.watchdog import StuckJob, Watchdog
+from hpcmem.workflow.refusal import REFUSED, refuse
+from hpcmem.workflow.submissions import note_submissions
 
 __all__ = ["PREFLIGHT_REPORT", "RERUN_HINT", "job_request", "on_error", "on_start",
            "rerun_hint"]
@@ -177,7 +182,7 @@ def _write_report(path: str, document: dict[str, Any]) -> None:
 
 
 def _preflight(workflow: Any, logger: Any, executor: str) -> None:
-    """Check the jobs against the cluster; raise (stopping the run) on any problem."""
+    """Check the jobs against the cluster; refuse the run (exit 2) on any problem."""
     from snakemake.exceptions import WorkflowError
 
     report = os.environ.get(PREFLIGHT_REPORT)
@@ -200,10 +205,9 @@ def _preflight(workflow: Any, logger: Any, executor: str) -> None:
         _write_report(report, {"problems": problems, "summary": summary})
         raise WorkflowError("hpcmem preflight: done, nothing submitted")
     if problems:
-        for line in problems:
-            logger.error(f"hpcmem preflight: {line}")
-        raise WorkflowError(f"hpcmem preflight: {len(problems)} problem(s) above: nothing was "
-                            "submitted; fix the profile (or the sweep) and run again")
+        refuse(*(f"hpcmem preflight: {line}" for line in problems),
+               f"hpcmem preflight: {len(problems)} problem(s) above: nothing was submitted; "
+               "fix the profile (or the sweep) and run again", logger=logger)
     logger.info(f"hpcmem preflight: {summary}")
 
 
@@ -229,38 +233,39 @@ def _on_stuck(stuck: list[StuckJob], logger: Any) -> None:
     os.kill(os.getpid(), signal.SIGINT)
 
 
-def _executor_job_name(workflow: Any) -> str:
-    """The job name the slurm executor gives every job of this run (its run id; the
-    plugin's own status queries select the run's jobs by it). Snakemake has no public
-    accessor for the executor: a plugin without ``run_uuid`` fails here, loudly."""
-    return workflow.scheduler._executor.run_uuid
+def _executor(workflow: Any) -> Any:
+    """The slurm executor plugin's instance running this workflow's jobs. Snakemake has no
+    public accessor for it: a Snakemake without one fails here, loudly."""
+    return workflow.scheduler._executor
 
 
 def _one_node_only(workflow: Any, executor: str) -> None:
-    """Without Slurm every point runs on this one machine: stop before any job runs when a
-    point asks for more nodes."""
-    from snakemake.exceptions import WorkflowError
-
+    """Without Slurm every point runs on this one machine: refuse the run before any job
+    when a point asks for more nodes."""
     asked = {_number(job.resources.get("nodes")) or 1 for job in workflow.dag.needrun_jobs()}
     if max(asked, default=1) > 1:
-        raise WorkflowError(
-            f"config collectives.nodes: {max(asked)}: the {executor} executor runs every point "
-            "on this one machine (accepted here: 1); multi-node points need a profile with "
-            "`executor: slurm`")
+        refuse(
+            f"{REFUSED}config collectives.nodes: {max(asked)}: the {executor} executor runs "
+            "every point on this one machine (accepted here: 1); multi-node points need a "
+            "profile with `executor: slurm`")
 
 
-def on_start(workflow: Any, logger: Any) -> None:
-    """``onstart``: preflight, then SIGTERM as Ctrl-C and the watchdog (slurm executor);
-    without Slurm, a multi-node point stops the run before any job."""
+def on_start(workflow: Any, logger: Any, journal: str) -> None:
+    """``onstart``: preflight, then each submission noted in ``journal``
+    (:mod:`hpcmem.workflow.submissions`), SIGTERM as Ctrl-C and the watchdog (slurm
+    executor); without Slurm, a multi-node point is refused before any job."""
     plugin = workflow.executor_plugin
     executor = plugin.name if plugin is not None else "local"
     _preflight(workflow, logger, executor)
     if executor != "slurm":
         _one_node_only(workflow, executor)
         return
+    note_submissions(_executor(workflow), journal, logger)
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    Watchdog(_executor_job_name(workflow), lambda stuck: _on_stuck(stuck, logger),
+    # the job name the executor gives every job of this run (its run id; the plugin's own
+    # status queries select the run's jobs by it): a plugin without one fails here, loudly
+    Watchdog(_executor(workflow).run_uuid, lambda stuck: _on_stuck(stuck, logger),
              WATCH_INTERVAL).start()
 
 

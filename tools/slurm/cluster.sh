@@ -30,6 +30,8 @@
 #                            a job without --time gets MaxTime)
 #   HPCMEM_SLURM_QOS_LIMITS  sacctmgr limits of HPCMEM_SLURM_QOS, space-separated, e.g.
 #                            "MaxWall=30 MaxTRESPerJob=cpu=2 MaxSubmitJobsPU=20" (default none)
+#   HPCMEM_SLURM_CPUS        CPUs of each node, at most this machine's (default: all of them,
+#                            as `slurmd -C` finds them): a site with smaller nodes
 #   HPCMEM_SLURM_NODES       nodes, 1-8 (default 1). With more than one, the cluster lives in
 #                            network namespaces of its own (tools/slurm/netns.sh): the head
 #                            (login node, controller, slurmdbd, MariaDB) and node1..nodeN, each
@@ -67,6 +69,7 @@ PARTITION="${HPCMEM_SLURM_PARTITION:-debug}"
 QOS="${HPCMEM_SLURM_QOS:-}"
 ENFORCE="${HPCMEM_SLURM_ENFORCE:-}"
 NODES="${HPCMEM_SLURM_NODES:-1}"
+CPUS="${HPCMEM_SLURM_CPUS:-}"
 MAX_TIME="${HPCMEM_SLURM_MAX_TIME:-INFINITE}"
 DEFAULT_TIME="${HPCMEM_SLURM_DEFAULT_TIME:-}"
 QOS_LIMITS="${HPCMEM_SLURM_QOS_LIMITS:-}"
@@ -87,6 +90,8 @@ done
   { echo "cluster.sh: error: HPCMEM_SLURM_ENFORCE=$ENFORCE: a list like associations,limits,qos" >&2; exit 2; }
 [[ "$NODES" =~ ^[1-8]$ ]] ||
   { echo "cluster.sh: error: HPCMEM_SLURM_NODES=$NODES: a number of nodes in 1-8" >&2; exit 2; }
+[[ -z "$CPUS" || "$CPUS" =~ ^[1-9][0-9]{0,3}$ ]] ||
+  { echo "cluster.sh: error: HPCMEM_SLURM_CPUS=$CPUS: a number of CPUs per node, at least 1" >&2; exit 2; }
 TIME_FORM='^(INFINITE|UNLIMITED|[0-9]+|([0-9]+-)?[0-9]+(:[0-9]+){1,2}|[0-9]+-[0-9]+)$'
 for setting in "HPCMEM_SLURM_MAX_TIME=$MAX_TIME" "HPCMEM_SLURM_DEFAULT_TIME=$DEFAULT_TIME"; do
   [[ -z "${setting#*=}" && "$setting" == *DEFAULT_TIME=* || "${setting#*=}" =~ $TIME_FORM ]] ||
@@ -208,7 +213,7 @@ check_tools() {
 settings() {
   local setting
   for setting in CLUSTER=$CLUSTER ACCOUNT=$ACCOUNT PARTITION=$PARTITION QOS=$QOS \
-    ENFORCE=$ENFORCE NODES=$NODES PORT=$CTLD_PORT MYSQL_PORT=$MYSQL_PORT \
+    ENFORCE=$ENFORCE NODES=$NODES CPUS=$CPUS PORT=$CTLD_PORT MYSQL_PORT=$MYSQL_PORT \
     MAX_TIME=$MAX_TIME DEFAULT_TIME=$DEFAULT_TIME QOS_LIMITS="$QOS_LIMITS"; do
     printf 'export HPCMEM_SLURM_%s=%q\n' "${setting%%=*}" "${setting#*=}"
   done
@@ -226,6 +231,15 @@ describe_nodes() {
   mem=$((mem * 9 / 10 / NODES))
   local cpus index=0 name addr
   cpus="$(sed -n 's/.*CPUs=\([0-9]*\).*/\1/p' <<<"$detected")"
+  if [[ -n "$CPUS" ]]; then
+    # fewer CPUs than the machine has, as one socket of that many cores (slurmd takes the
+    # configured node, SlurmdParameters=config_overrides)
+    ((CPUS <= ${cpus:-1})) || { log "error: HPCMEM_SLURM_CPUS=$CPUS: more than this machine's ${cpus:-1} CPUs"; exit 2; }
+    cpus="$CPUS"
+    detected="$(sed -E -e "s/CPUs=[0-9]+/CPUs=$CPUS/" -e "s/Boards=[0-9]+/Boards=1/" \
+      -e "s/SocketsPerBoard=[0-9]+/SocketsPerBoard=1/" -e "s/CoresPerSocket=[0-9]+/CoresPerSocket=$CPUS/" \
+      -e "s/ThreadsPerCore=[0-9]+/ThreadsPerCore=1/" <<<"$detected")"
+  fi
   DEF_MEM_PER_CPU=$((mem / ${cpus:-1}))
   NODE_LINES=""
   for name in "${NODE_NAMES[@]}"; do

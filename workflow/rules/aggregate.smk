@@ -9,6 +9,10 @@ import glob
 from hpcmem.workflow import outcome
 from hpcmem.workflow.step_output import logged
 
+#: every Slurm job of this run, reruns included, as submitted (hpcmem/workflow/submissions.py
+#: writes it; none without Slurm): the report's table of jobs, with sacct's state of each
+SLURM_JOBS = f"{RUN}/logs/slurm_jobs.jsonl"
+
 
 rule aggregate_results:
     group:
@@ -86,9 +90,10 @@ rule render_report:
     params:
         hpcmem=get_hpcmem,
         native=lambda wildcards, input: ["--native", input.native] if input.native else [],
+        jobs=SLURM_JOBS,
     shell:
         logged("{params.hpcmem:q} report {input.summary:q} --verdict {input.verdict:q}"
-               " {params.native:q} --out {output.report:q}")
+               " {params.native:q} --slurm-jobs {params.jobs:q} --out {output.report:q}")
         + "; exit $status"
 
 

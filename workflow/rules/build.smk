@@ -2,7 +2,8 @@
 # environment that every benchmark job then uses. The wheel build reuses scikit-build-core's
 # CMake folder (build/<wheel tag>, as `make native` does) under the same lock, so a rebuild is
 # incremental and never races an editable install. On a cluster both steps are one job
-# (group build): one wait in the queue instead of two.
+# (group build): one wait in the queue instead of two. The build runs as many compile jobs
+# as the job has CPUs: its threads, or the profile's cpus_per_task (what sbatch asks for).
 
 
 rule build_wheel:
@@ -19,9 +20,11 @@ rule build_wheel:
         source=SOURCE_DIR,
         lock=os.path.join(SOURCE_DIR, "build", "build.lock"),
     threads: 4
+    resources:
+        cpus_per_task=lambda wildcards, threads: threads,
     shell:
         "mkdir -p \"$(dirname {params.lock:q})\" &&"
-        " CMAKE_BUILD_PARALLEL_LEVEL={threads} flock {params.lock:q}"
+        " CMAKE_BUILD_PARALLEL_LEVEL={resources.cpus_per_task} flock {params.lock:q}"
         " {params.python:q} -m pip wheel --no-build-isolation --no-deps"
         " --wheel-dir {output.wheelhouse:q} {params.source:q} > {log:q} 2>&1"
 

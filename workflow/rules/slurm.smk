@@ -1,13 +1,14 @@
 # On the slurm executor: a preflight of every job against the cluster before the first
-# submission, a watchdog that ends the run naming a job cancelled underneath it or pending
-# for a reason that does not clear by itself, and SIGTERM handled like Ctrl-C (the run's jobs
-# are cancelled). See hpcmem/workflow/slurm.py. Without Slurm these do nothing.
+# submission, each submission noted in SLURM_JOBS (the report's job table), a watchdog that
+# ends the run naming a job cancelled underneath it or pending for a reason that does not
+# clear by itself, and SIGTERM handled like Ctrl-C (the run's jobs are cancelled). See
+# hpcmem/workflow/slurm.py. Without Slurm these do nothing.
 
 from hpcmem.workflow import slurm as slurm_run
 
 
 onstart:
-    slurm_run.on_start(workflow, logger)
+    slurm_run.on_start(workflow, logger, SLURM_JOBS)
 
 
 #: how to redo the rest of an ended run: the caller's (HPCMEM_RERUN_HINT), else this command's

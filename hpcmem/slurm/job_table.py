@@ -1,0 +1,69 @@
+"""The report's table of a run's Slurm jobs: what each ran and what sacct says of it.
+
+One row per job, sorted by job id: the jobs the workflow submitted for the run
+(:mod:`hpcmem.slurm.journal`, every rerun included) and any other job its records name,
+each with its points (the rule and wildcards of each Snakemake job in it; for a job only
+the records name, the executor's ``--comment`` where sacct keeps it) and sacct's
+partition, account, QOS, state, elapsed time and exit code, as sacct gives them when the
+report is drawn. Without accounting, or when sacct fails, the table says why and shows
+the points alone.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from collections.abc import Sequence
+
+from hpcmem.draw.html import table
+from hpcmem.record.provenance import slurm_job_order, utc_now
+from hpcmem.slurm.accounting import JobAccount, job_accounts
+from hpcmem.slurm.facts import SlurmCommandError
+from hpcmem.slurm.journal import SubmittedJob
+
+__all__ = ["HEADERS", "job_rows", "jobs_html", "run_job_ids"]
+
+#: the table's columns
+HEADERS = ("Slurm job", "points", "partition", "account", "QOS", "state", "elapsed",
+           "exit code")
+_KINDS = ("text", "key", "text", "text", "text", "text", "num", "text")
+
+
+def run_job_ids(submitted: Sequence[SubmittedJob], record_ids: Sequence[str]) -> list[str]:
+    """Every job the workflow submitted or a record names, sorted by job id."""
+    return sorted({*(job.job_id for job in submitted), *record_ids}, key=slurm_job_order)
+
+
+def job_rows(job_ids: Sequence[str], submitted: Sequence[SubmittedJob],
+             accounts: dict[str, JobAccount]) -> list[list[str]]:
+    """One row per job of ``job_ids``: its points from ``submitted`` (else its comment),
+    sacct's columns from ``accounts`` ('-' for a job it does not list)."""
+    points = {job.job_id: job.points for job in submitted}
+    rows = []
+    for job_id in job_ids:
+        account = accounts.get(job_id)
+        named = points.get(job_id) or ([account.comment] if account and account.comment
+                                       else ["-"])
+        shown = ([account.partition, account.account, account.qos, account.state,
+                  account.elapsed, account.exit_code] if account else ["-"] * 6)
+        rows.append([job_id, "; ".join(named), *(value or "-" for value in shown)])
+    return rows
+
+
+def jobs_html(submitted: Sequence[SubmittedJob], record_ids: Sequence[str]) -> str:
+    """The run's Slurm jobs as the report's run section shows them (sacct asked now)."""
+    job_ids = run_job_ids(submitted, record_ids)
+    if not job_ids:
+        return '<p class="note">Slurm jobs: none (this run submitted no Slurm job).</p>'
+    try:
+        accounts = job_accounts(job_ids)
+        drawing = os.environ.get("SLURM_JOB_ID")
+        note = f"As sacct gave them at {utc_now()}, when the report was drawn" + (
+            f" (by job {drawing}, still RUNNING then)." if drawing in job_ids else ".")
+    except SlurmCommandError as error:
+        accounts = {}
+        note = ("Partition, account, QOS, state, elapsed time and exit code unknown: "
+                f"sacct could not say ({error}).")
+    return (f"<h3>Slurm jobs ({len(job_ids)})</h3>\n"
+            f'<p class="note">{html.escape(note)}</p>\n'
+            + table(HEADERS, job_rows(job_ids, submitted, accounts), _KINDS))
