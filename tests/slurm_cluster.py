@@ -47,7 +47,7 @@ SITE = {
 }
 
 __all__ = ["MULTINODE", "SITE", "SlurmCluster", "cluster_command", "multinode_cluster",
-           "pid_alive", "slurm_cluster"]
+           "pid_alive", "session_cluster", "slurm_cluster"]
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def pid_alive(pid: int) -> bool:
 
 
 @contextmanager
-def _session_cluster(state_dir: Path, env: dict[str, str]) -> Iterator[None]:
+def session_cluster(state_dir: Path, env: dict[str, str]) -> Iterator[None]:
     """Start (or join) the cluster of ``state_dir`` under a lease; the last one out stops it."""
     if os.geteuid() != 0:
         pytest.fail("the Slurm test cluster runs its daemons as root: run `make test` as root")
@@ -161,7 +161,7 @@ def _session_cluster(state_dir: Path, env: dict[str, str]) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
     """Start (or join) the site-like one-node test cluster for the session; stop it after."""
-    with _session_cluster(STATE_DIR, {}):
+    with session_cluster(STATE_DIR, {}):
         yield SlurmCluster(STATE_DIR)
 
 
@@ -169,7 +169,7 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
 def multinode_cluster() -> Iterator[SlurmCluster]:
     """Start (or join) the site-like two-node test cluster (node1, node2) for the session."""
     env = {"HPCMEM_SLURM_NODES": str(MULTINODE)}
-    with _session_cluster(MULTINODE_STATE_DIR, env):
+    with session_cluster(MULTINODE_STATE_DIR, env):
         yield SlurmCluster(MULTINODE_STATE_DIR, login=(
             str(CLUSTER_SH), "login", str(MULTINODE_STATE_DIR), "--"))
 
