@@ -14,10 +14,12 @@ QEMU cannot run.
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +34,7 @@ from vm_guests import (
     unsupported,
 )
 
+from hpcmem.cli import main
 from hpcmem.results.schema import validate_record
 
 #: per topology: its HBW nodes, its DAX KMEM (slow, CXL) nodes, and the HBM node local to
@@ -50,6 +53,8 @@ slurmd -V >slurmd-version
 srun --mpi=pmix hpcmem bind hbw -- hpcmem collectives --op allreduce --buffer hbw \\
   --min-size 8 --max-size 64 --iterations 5 --warmup 1 --native-loop off --output records.jsonl
 """
+
+REFERENCES = Path(__file__).resolve().parents[1] / "config" / "references.yaml"
 
 pytestmark = pytest.mark.vm
 
@@ -270,3 +275,25 @@ def test_hbw_points_run_on_the_vm_node_as_a_site_would_run_them(hbm_job) -> None
             assert rank["host"] == SLURM_NODE
             assert rank["numactl"] == [f"--cpunodebind={cpu_node}", f"--membind={local[cpu_node]}"]
             assert rank["mempolicy"] == {"mode": "bind", "nodes": [local[cpu_node]]}
+
+
+def test_the_vm_node_s_figures_are_reported_apart_and_judged_against_nothing(
+        hbm_job, tmp_path) -> None:
+    """Its records summarised, checked (the shipped references, a history) and reported
+    here, as a site's nightly would: every figure UNJUDGED for system vm:<topology>, none in
+    the history, the points in the report's section of virtual machines."""
+    records = tmp_path / "records.jsonl"
+    records.write_text("".join(json.dumps(r) + "\n" for r in hbm_job["records"]))
+    summary, verdict, history = tmp_path / "summary", tmp_path / "verdict.json", tmp_path / "h"
+    assert main(["aggregate", str(records), "--out", str(summary)]) == 0
+    assert main(["check", str(summary), "--references", str(REFERENCES),
+                 "--history", str(history), "--verdict-out", str(verdict)]) == 1
+    rows = json.loads(verdict.read_text())["figures"]
+    assert rows and {(row["verdict"], row["system"]) for row in rows} == {
+        ("UNJUDGED", f"vm:{SLURM_NODE}")}
+    if (history / "history.sqlite").exists():
+        with sqlite3.connect(history / "history.sqlite") as db:
+            assert db.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+    report = tmp_path / "report.html"
+    assert main(["report", str(summary), "--verdict", str(verdict), "--out", str(report)]) == 0
+    assert f"<h2>Virtual machines ({SLURM_NODE})</h2>" in report.read_text()
