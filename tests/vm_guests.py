@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -128,12 +129,13 @@ class Guest:
         return checks
 
     def stop(self) -> None:
-        """Ask a guest that serves Slurm jobs to power off; end the VM."""
+        """Ask a guest that serves Slurm jobs to power off; end the VM (its QEMU too, which
+        runs in the boot's process group) if it has not within a minute."""
         (self.out / "stop").touch()
         try:
             self.process.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            self.process.kill()
+            os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
 
 
@@ -142,7 +144,7 @@ def _start(topology: str, out: Path, command: list[str], env: dict[str, str] | N
     out.mkdir(parents=True, exist_ok=True)
     with (out / "boot.log").open("w") as log:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                   stderr=log, env=env, cwd=REPO)
+                                   stderr=log, env=env, cwd=REPO, start_new_session=True)
     return Guest(topology, out, process, time.monotonic())
 
 

@@ -45,7 +45,7 @@
 #                            start does not boot it; `vm-node` does, and its slurmd registers
 #                            configless through ports forwarded on 127.0.0.1 (slurmctld's, and
 #                            the node's at HPCMEM_SLURM_PORT + 3), as the guest reaches nothing
-#                            else. Its slurmd log is DIR/log/slurmd-NODE.log (default: none)
+#                            else; its slurmd log is DIR/log/slurmd-NODE.log. Default: none
 #   HPCMEM_SLURM_VM_PARTITION  the VM node's partition, not one of HPCMEM_SLURM_PARTITION
 #                            (default hbm)
 # A site-like cluster, as production clusters are set up (jobs need a valid account, QOS
@@ -616,7 +616,7 @@ do_vm_node() {
   out="$(realpath -m "$1")"
   shift
   mkdir -p "$out"
-  rm -f "$out/stop"
+  rm -f "$out/stop" "$out/command.rc"
   install -m 600 "$(munge_key)" "$out/munge.key"
   exec python3 "$REPO/tools/vm/boot.py" --timeout "${HPCMEM_VM_TIMEOUT:-3600}" \
     --share-rw "$STATE/log" --host-port "$CTLD_PORT" --guest-port "$VM_PORT" "${VM_OPTIONS[@]}" \
