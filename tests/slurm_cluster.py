@@ -64,7 +64,8 @@ SMALL_SITE = {
 }
 
 __all__ = ["MULTINODE", "SITE", "SMALL_SITE", "SlurmCluster", "cluster_command",
-           "multinode_cluster", "pid_alive", "slurm_cluster", "small_cluster"]
+           "multinode_cluster", "pid_alive", "session_cluster", "slurm_cluster",
+           "small_cluster"]
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ def pid_alive(pid: int) -> bool:
 
 
 @contextmanager
-def _session_cluster(state_dir: Path, env: dict[str, str]) -> Iterator[None]:
+def session_cluster(state_dir: Path, env: dict[str, str]) -> Iterator[None]:
     """Start (or join) the cluster of ``state_dir`` under a lease; the last one out stops it."""
     if os.geteuid() != 0:
         pytest.fail("the Slurm test cluster runs its daemons as root: run `make test` as root")
@@ -178,14 +179,14 @@ def _session_cluster(state_dir: Path, env: dict[str, str]) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
     """Start (or join) the site-like one-node test cluster for the session; stop it after."""
-    with _session_cluster(STATE_DIR, {}):
+    with session_cluster(STATE_DIR, {}):
         yield SlurmCluster(STATE_DIR)
 
 
 @pytest.fixture(scope="session")
 def small_cluster() -> Iterator[SlurmCluster]:
     """Start (or join) the small site's cluster (:data:`SMALL_SITE`) for the session."""
-    with _session_cluster(SMALL_STATE_DIR, SMALL_SITE):
+    with session_cluster(SMALL_STATE_DIR, SMALL_SITE):
         yield SlurmCluster(SMALL_STATE_DIR)
 
 
@@ -193,7 +194,7 @@ def small_cluster() -> Iterator[SlurmCluster]:
 def multinode_cluster() -> Iterator[SlurmCluster]:
     """Start (or join) the site-like two-node test cluster (node1, node2) for the session."""
     env = {"HPCMEM_SLURM_NODES": str(MULTINODE)}
-    with _session_cluster(MULTINODE_STATE_DIR, env):
+    with session_cluster(MULTINODE_STATE_DIR, env):
         yield SlurmCluster(MULTINODE_STATE_DIR, login=(
             str(CLUSTER_SH), "login", str(MULTINODE_STATE_DIR), "--"))
 

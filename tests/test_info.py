@@ -125,3 +125,26 @@ def test_current_container_named_by_the_workflow_or_the_runtime(monkeypatch) -> 
     monkeypatch.setenv("HPCMEM_CONTAINER_RUNTIME_VERSION", "1.4.5")
     assert current_container() == {"image": "/images/cpu.sif", "digest": "sha256:ab",
                                    "runtime": "apptainer", "runtime_version": "1.4.5"}
+
+
+def test_info_text_names_the_slow_tier_and_hmat_figures() -> None:
+    """A CXL-like node: its HMAT figures on its line, and the DAX KMEM tier named with how
+    it was found."""
+    from hpcmem.cli.info import render
+    from hpcmem.node.probe import collect
+
+    info = collect()
+    info["numa_nodes"] = [
+        {"id": 0, "cpus": [0, 1], "memory_total_bytes": 1 << 30, "memory_free_bytes": 1 << 29,
+         "memory_only": False, "read_bandwidth_MBps": 100000, "read_latency_ns": 100},
+        {"id": 1, "cpus": [], "memory_total_bytes": 1 << 29, "memory_free_bytes": 1 << 29,
+         "memory_only": True, "read_bandwidth_MBps": 30000, "read_latency_ns": 250},
+    ]
+    info["dax_kmem"] = {"nodes": [1], "source": "hmat"}
+    text = render(info)
+    assert "  node 0: CPUs 0-1, 1.0 GiB (0.5 GiB free), HMAT 100 GB/s 100 ns\n" in text
+    assert "  node 1: no CPUs (memory only), 0.5 GiB (0.5 GiB free), HMAT 30 GB/s 250 ns\n" in text
+    assert ("DAX KMEM nodes: 1 (detected by hmat: slower than every CPU node's memory, as CXL)"
+            in text)
+    info["dax_kmem"] = {"nodes": [1], "source": "HPCMEM_DAX_KMEM_NODES"}
+    assert "DAX KMEM nodes: 1 (declared by HPCMEM_DAX_KMEM_NODES)" in render(info)

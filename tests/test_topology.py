@@ -34,7 +34,8 @@ def test_numa_nodes_match_numactl() -> None:
         assert 0 < node.memory_free <= node.memory_total
 
 
-def _node_dir(root: Path, node: int, cpus: str, mem_kib: int, bandwidth: int | None = None):
+def _node_dir(root: Path, node: int, cpus: str, mem_kib: int, bandwidth: int | None = None,
+              latency: int | None = None):
     path = root / f"node{node}"
     path.mkdir(parents=True)
     (path / "cpulist").write_text(cpus + "\n")
@@ -44,6 +45,8 @@ def _node_dir(root: Path, node: int, cpus: str, mem_kib: int, bandwidth: int | N
     if bandwidth is not None:
         (path / "access0" / "initiators").mkdir(parents=True)
         (path / "access0" / "initiators" / "read_bandwidth").write_text(f"{bandwidth}\n")
+    if latency is not None:
+        (path / "access0" / "initiators" / "read_latency").write_text(f"{latency}\n")
 
 
 def test_numa_nodes_from_sysfs_tree(tmp_path: Path) -> None:
@@ -75,6 +78,26 @@ def test_hbw_detected_by_hmat(tmp_path: Path) -> None:
     _node_dir(tmp_path, 2, "", 1024, bandwidth=50_000)  # CXL: slower than DRAM
     found = topology.hbw_nodes({}, root=tmp_path)
     assert (found.nodes, found.source, found.emulated) == ((1,), "hmat", False)
+
+
+def test_a_cxl_expander_is_the_dax_kmem_tier_by_hmat(tmp_path: Path) -> None:
+    """A CPU-less node slower than every CPU node's DRAM (a CXL expander the firmware
+    describes) is the DAX KMEM tier, never HBW; a kmem DAX device or a declaration wins."""
+    sysfs, kmem = tmp_path / "sys", tmp_path / "kmem"
+    _node_dir(sysfs, 0, "0-1", 1024, bandwidth=100_000, latency=100)
+    _node_dir(sysfs, 1, "2-3", 1024, bandwidth=90_000, latency=110)
+    _node_dir(sysfs, 2, "", 1024, bandwidth=400_000, latency=130)  # HBM
+    _node_dir(sysfs, 3, "", 1024, bandwidth=30_000, latency=250)  # CXL
+    _node_dir(sysfs, 4, "", 1024, bandwidth=95_000)  # between the DRAM nodes: neither
+    nodes = topology.numa_nodes(sysfs)
+    assert [(n.read_bandwidth_MBps, n.read_latency_ns) for n in nodes][3] == (30_000, 250)
+    assert topology.hbw_nodes({}, root=sysfs).nodes == (2,)
+    assert topology.dax_kmem_nodes({}, root=sysfs, kmem=kmem) == ((3,), "hmat")
+    (kmem / "dax0.0").mkdir(parents=True)
+    (kmem / "dax0.0" / "target_node").write_text("4\n")
+    assert topology.dax_kmem_nodes({}, root=sysfs, kmem=kmem) == ((4,), "kmem")
+    declared = topology.dax_kmem_nodes({"HPCMEM_DAX_KMEM_NODES": "1"}, root=sysfs, kmem=kmem)
+    assert declared == ((1,), "HPCMEM_DAX_KMEM_NODES")
 
 
 def test_hbw_declared_on_hbm_node_is_not_emulated(tmp_path: Path) -> None:

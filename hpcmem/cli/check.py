@@ -35,9 +35,13 @@ import sqlite3
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from hpcmem.cli import UsageError, bad_input
 from hpcmem.results.history import MAX_LAST, HistoryError
+
+if TYPE_CHECKING:
+    from hpcmem.results.verdict import Row
 
 HELP = "compare a summary with references and the run history; exit 1 on a regression"
 
@@ -105,18 +109,26 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_table(result), flush=True)
     if result.verdict == "UNJUDGED" and not args.allow_unjudged:
-        print(f"hpcmem check: error: nothing judged: {_unjudged_why(result.counts())}; "
+        print(f"hpcmem check: error: nothing judged: {_unjudged_why(result.rows)}; "
               "--allow-unjudged accepts such a run", file=sys.stderr)
         return 1
     return 1 if result.verdict == "FAIL" else 0
 
 
-def _unjudged_why(counts: dict[str, int]) -> str:
-    """Why a run judged nothing, from its verdict counts."""
-    if counts["UNJUDGED"]:
-        return (f"none of the summary's {counts['UNJUDGED']} checked figures has a usable "
-                "value (NaN, missing or not a number)")
-    return "the summary has no checked figure"
+def _unjudged_why(rows: list[Row]) -> str:
+    """Why a run judged nothing, from its verdict rows."""
+    from hpcmem.results.virtual import is_vm_system
+
+    unjudged = [row for row in rows if row.verdict == "UNJUDGED"]
+    if not unjudged:
+        return "the summary has no checked figure"
+    virtual = sum(is_vm_system(row.system) for row in unjudged)
+    if virtual == len(unjudged):
+        return (f"the summary's {virtual} checked figures were all measured in virtual "
+                "machines, which nothing judges")
+    return (f"none of the summary's {len(unjudged)} checked figures has a usable value (NaN, "
+            "missing or not a number)"
+            + (f"; {virtual} of them were measured in virtual machines" if virtual else ""))
 
 
 @contextmanager

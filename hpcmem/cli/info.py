@@ -1,5 +1,6 @@
-"""What this node offers hpcmem: NUMA nodes, HBW nodes (and how they were found), the HBW
-placement backend (UMF or memkind), GPUs, the MPI library, Slurm and a container runtime.
+"""What this node offers hpcmem: NUMA nodes, HBW and DAX KMEM nodes (and how they were
+found), the HBW placement backend (UMF or memkind), GPUs, the MPI library, Slurm and a
+container runtime.
 
 Nothing here is required: a missing piece is reported as such, never an error.
 `--json` prints one JSON object with the same content.
@@ -14,7 +15,8 @@ from typing import Any
 from hpcmem.node import topology
 from hpcmem.node.idlist import format_id_list
 
-HELP = "describe this node: NUMA and HBW nodes, HBW backend, GPUs, MPI, Slurm, containers"
+HELP = ("describe this node: NUMA, HBW and DAX KMEM nodes, HBW backend, GPUs, MPI, Slurm, "
+        "containers")
 
 GIB = 1 << 30
 
@@ -37,6 +39,28 @@ def _hbw_line(hbw: dict[str, Any]) -> str:
     return f"{nodes} ({how})"
 
 
+def _dax_kmem_line(dax_kmem: dict[str, Any]) -> str:
+    if "error" in dax_kmem:
+        return f"error: {dax_kmem['error']}"
+    if not dax_kmem["nodes"]:
+        return ("none (no kmem DAX device or CPU-less node slower than DRAM in HMAT; "
+                "HPCMEM_DAX_KMEM_NODES unset)")
+    nodes = format_id_list(dax_kmem["nodes"])
+    if dax_kmem["source"] in topology.DAX_KMEM_NODES_VARIABLES:
+        return f"{nodes} (declared by {dax_kmem['source']})"
+    how = {"kmem": "onlined by the kmem driver",
+           "hmat": "detected by hmat: slower than every CPU node's memory, as CXL"}
+    return f"{nodes} ({how[dax_kmem['source']]})"
+
+
+def _hmat(node: dict[str, Any]) -> str:
+    """``, HMAT 100 GB/s 100 ns`` for a node with HMAT figures, else nothing."""
+    bandwidth, latency = node.get("read_bandwidth_MBps"), node.get("read_latency_ns")
+    if bandwidth is None:
+        return ""
+    return f", HMAT {bandwidth / 1000:g} GB/s" + (f" {latency} ns" if latency else "")
+
+
 def _backend_line(backend: dict[str, Any]) -> str:
     if not backend["name"]:
         return f"not available: {backend['error']}"
@@ -54,9 +78,10 @@ def render(info: dict[str, Any]) -> str:
         total, free = node["memory_total_bytes"] / GIB, node["memory_free_bytes"] / GIB
         lines.append(
             f"  node {node['id']}: {cpus or 'no CPUs (memory only)'}, "
-            f"{total:.1f} GiB ({free:.1f} GiB free)"
+            f"{total:.1f} GiB ({free:.1f} GiB free){_hmat(node)}"
         )
     lines.append(f"HBW nodes: {_hbw_line(info['hbw'])}")
+    lines.append(f"DAX KMEM nodes: {_dax_kmem_line(info['dax_kmem'])}")
     lines.append(f"HBW backend: {_backend_line(info['hbw_backend'])}")
     gpus = info["gpus"]
     lines.append("GPUs: " + ("none" if not gpus else f"{len(gpus)}"))

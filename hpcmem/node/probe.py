@@ -1,6 +1,6 @@
-"""What this node offers hpcmem: NUMA nodes, HBW nodes (and how they were found), the HBW
-placement backend (UMF or memkind), GPUs, the MPI library, Slurm, a container runtime and
-the image this process runs in.
+"""What this node offers hpcmem: NUMA nodes, HBW and DAX KMEM nodes (and how they were
+found), the HBW placement backend (UMF or memkind), GPUs, the MPI library, Slurm, a container
+runtime and the image this process runs in.
 
 Nothing here is required: a missing piece is reported as such, never raised.
 """
@@ -25,6 +25,7 @@ __all__ = [
     "collect",
     "container_info",
     "current_container",
+    "dax_kmem_info",
     "gpu_info",
     "hbw_backend_info",
     "hbw_info",
@@ -58,7 +59,8 @@ def _command(*argv: str) -> tuple[bool, str]:
 
 
 def numa_info() -> list[dict[str, Any]]:
-    """The NUMA nodes with CPUs and memory in bytes."""
+    """The NUMA nodes with CPUs, memory in bytes and, where HMAT gives them, the read
+    bandwidth (MB/s) and latency (ns) from the nearest initiator."""
     return [
         {
             "id": node.id,
@@ -66,6 +68,8 @@ def numa_info() -> list[dict[str, Any]]:
             "memory_total_bytes": node.memory_total,
             "memory_free_bytes": node.memory_free,
             "memory_only": node.memory_only,
+            "read_bandwidth_MBps": node.read_bandwidth_MBps,
+            "read_latency_ns": node.read_latency_ns,
         }
         for node in topology.numa_nodes()
     ]
@@ -78,6 +82,16 @@ def hbw_info() -> dict[str, Any]:
     except ValueError as error:
         return {"nodes": [], "source": None, "emulated": None, "error": str(error)}
     return {"nodes": list(found.nodes), "source": found.source, "emulated": found.emulated}
+
+
+def dax_kmem_info() -> dict[str, Any]:
+    """The DAX KMEM nodes, the slow tier, and how they were found (an invalid declaration is
+    reported)."""
+    try:
+        nodes, source = topology.dax_kmem_nodes()
+    except ValueError as error:
+        return {"nodes": [], "source": None, "error": str(error)}
+    return {"nodes": list(nodes), "source": source}
 
 
 def hbw_backend_info() -> dict[str, Any]:
@@ -215,6 +229,7 @@ def collect() -> dict[str, Any]:
         "hpcmem": __version__,
         "numa_nodes": numa_info(),
         "hbw": hbw_info(),
+        "dax_kmem": dax_kmem_info(),
         "hbw_backend": hbw_backend_info(),
         "gpus": gpu_info(),
         "mpi": mpi_info(),

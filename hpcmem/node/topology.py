@@ -5,9 +5,10 @@ workflow's emulation sets) ``MEMKIND_HBW_NODES`` in libnuma node-list syntax, or
 from the platform: by HMAT bandwidth attributes (``nodeN/access0/initiators/read_bandwidth``
 above every CPU node's), else by hwloc's ``MCDRAM``/``HBM`` node subtypes. Declared nodes
 that are not detected ones (for example the only node of a one-node machine) are marked
-``emulated``. DAX KMEM nodes (CXL or persistent memory onlined as system RAM) are declared
-by ``HPCMEM_DAX_KMEM_NODES`` or ``MEMKIND_DAX_KMEM_NODES``, or are the target nodes of the
-DAX devices bound to the kernel's ``kmem`` driver.
+``emulated``. DAX KMEM nodes (the slow tier: CXL or persistent memory as system RAM) are
+declared by ``HPCMEM_DAX_KMEM_NODES`` or ``MEMKIND_DAX_KMEM_NODES``, or are the target nodes
+of the DAX devices bound to the kernel's ``kmem`` driver, else the CPU-less nodes whose HMAT
+read bandwidth is below every CPU node's (a CXL memory expander the firmware describes).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ _SYSFS_CPUS = range(1 << 16)
 
 @dataclass(frozen=True)
 class NumaNode:
-    """One NUMA node: its CPUs, memory in bytes, HMAT read bandwidth if known, and its
-    distance (SLIT) to every node by id."""
+    """One NUMA node: its CPUs, memory in bytes, HMAT read bandwidth and latency from its
+    nearest initiator if known, and its distance (SLIT) to every node by id."""
 
     id: int
     cpus: tuple[int, ...]
@@ -42,6 +43,7 @@ class NumaNode:
     memory_free: int
     read_bandwidth_MBps: int | None = None
     distances: Mapping[int, int] = field(default_factory=dict, compare=False)
+    read_latency_ns: int | None = None
 
     @property
     def memory_only(self) -> bool:
@@ -106,6 +108,7 @@ def _node(path: Path, ids: Sequence[int]) -> NumaNode:
         memory_free=memory.get("MemFree", 0),
         read_bandwidth_MBps=_read_int(path / "access0" / "initiators" / "read_bandwidth"),
         distances=_distances(path, ids),
+        read_latency_ns=_read_int(path / "access0" / "initiators" / "read_latency"),
     )
 
 
@@ -130,12 +133,26 @@ def numa_nodes(root: Path = NODE_ROOT) -> list[NumaNode]:
     ]
 
 
+def _cpu_bandwidths(nodes: list[NumaNode]) -> list[int]:
+    """The HMAT read bandwidths of the nodes with CPUs (their DRAM), where known."""
+    return [n.read_bandwidth_MBps for n in nodes if n.cpus and n.read_bandwidth_MBps]
+
+
 def _hmat_hbw(nodes: list[NumaNode]) -> tuple[int, ...]:
     """Nodes whose HMAT read bandwidth exceeds that of every node with CPUs."""
-    dram = [n.read_bandwidth_MBps for n in nodes if n.cpus and n.read_bandwidth_MBps]
+    dram = _cpu_bandwidths(nodes)
     if not dram:
         return ()
     return tuple(n.id for n in nodes if (n.read_bandwidth_MBps or 0) > max(dram))
+
+
+def _hmat_slow(nodes: list[NumaNode]) -> tuple[int, ...]:
+    """CPU-less nodes whose HMAT read bandwidth is below that of every node with CPUs."""
+    dram = _cpu_bandwidths(nodes)
+    if not dram:
+        return ()
+    return tuple(n.id for n in nodes
+                 if n.memory_only and 0 < (n.read_bandwidth_MBps or 0) < min(dram))
 
 
 def _detect(nodes: list[NumaNode], root: Path) -> HBWNodes:
@@ -179,15 +196,18 @@ def hbw_nodes(environ: Mapping[str, str] | None = None, *, root: Path = NODE_ROO
 def dax_kmem_nodes(environ: Mapping[str, str] | None = None, *, root: Path = NODE_ROOT,
                    kmem: Path = DAX_KMEM_ROOT) -> tuple[tuple[int, ...], str]:
     """The DAX KMEM nodes and their source: a variable of ``DAX_KMEM_NODES_VARIABLES``,
-    ``kmem`` (the target nodes of the DAX devices the kmem driver onlined) or ``none``."""
+    ``kmem`` (the target nodes of the DAX devices the kmem driver onlined), ``hmat`` (CPU-less
+    nodes slower than every CPU node's memory) or ``none``."""
     env = os.environ if environ is None else environ
+    nodes = numa_nodes(root)
     if declared := _declared(env, DAX_KMEM_NODES_VARIABLES):
         variable, value = declared
-        existing = [n.id for n in numa_nodes(root)]
-        return parse_id_list(value, name=variable, existing=existing), variable
+        return parse_id_list(value, name=variable, existing=[n.id for n in nodes]), variable
     targets = sorted({target for device in kmem.glob("dax*")
                       if (target := _read_int(device / "target_node")) is not None})
-    return (tuple(targets), "kmem") if targets else ((), "none")
+    if targets:
+        return tuple(targets), "kmem"
+    return (slow, "hmat") if (slow := _hmat_slow(nodes)) else ((), "none")
 
 
 def nearest(origin: NumaNode, candidates: Sequence[int]) -> tuple[int, ...]:

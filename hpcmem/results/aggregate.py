@@ -3,7 +3,9 @@
 Every record is validated against the record schema first. Valid ``ok`` records
 are grouped by point — the benchmark and its sweep coordinates — and reduced to
 medians over repeats; every repeat's value is kept (``samples``, :mod:`hpcmem.record.samples`)
-with the node state the point was measured in (``shared_cores``, ``other_busy_cpus``).
+with the node state the point was measured in (``shared_cores``, ``other_busy_cpus``). A
+point measured in a virtual machine is a point of its own (``vm_topology``,
+:mod:`hpcmem.results.virtual`), left out of the benchmarks' derived tables.
 Invalid lines (not JSON, or schema violations) go to
 ``rejected.csv`` with ``file:line`` and the message; ``failed`` and ``skipped``
 records (and ``ok`` records their benchmark's sanity check refuses, such as
@@ -16,8 +18,9 @@ Outputs in the ``--out`` folder, each written atomically (temp name + rename):
 ``summary.parquet`` / ``summary.csv``
     one row per point, medians over repeats, ``point`` is its key; ``samples`` (JSON: metric
     -> every repeat's value), ``shared_cores`` (any of its records shared cores with other
-    work) and ``other_busy_cpus`` (the most other work seen, in CPUs)
-the benchmarks' own tables
+    work), ``other_busy_cpus`` (the most other work seen, in CPUs) and ``vm_topology`` (the
+    virtual machine it ran in, "" on a real node)
+the benchmarks' own tables, of the points measured on real nodes
     ``collectives_latency.csv`` (median average latency per buffer kind),
     ``collectives_speedup.csv`` (each buffer kind's speedup over ``numpy`` buffers) and
     ``train_step_time.csv`` (step time per policy, its ratio to the ``um`` and ``cuda`` presets)
@@ -53,6 +56,7 @@ from hpcmem.results.summary import (
     SUMMARY_COLUMNS,
     benchmark_points,
 )
+from hpcmem.results.virtual import VM_COLUMN, point_key, split, vm_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -197,10 +201,10 @@ def find_inputs(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
 
 
 def _point(record: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """The record's coordinates and its point key."""
+    """The record's coordinates and its point key (a VM point's own)."""
     spec = BENCHMARKS[record["benchmark"]]
     coordinates = spec.coordinates_of(record)
-    return coordinates, spec.point_key(coordinates)
+    return coordinates, point_key(spec.point_key(coordinates), vm_name(record))
 
 
 def load_records(files: Iterable[Path]) -> Loaded:
@@ -240,6 +244,7 @@ def _flatten(record: dict[str, Any], coordinates: dict[str, Any], key: str
     node = record.get("node") or {}
     row["shared_cores"] = node.get("shared_cores")
     row["other_busy_cpus"] = node.get("other_busy_cpus")
+    row[VM_COLUMN] = vm_name(record)
     return row
 
 
@@ -270,6 +275,7 @@ def summarize(loaded: Loaded) -> pd.DataFrame:
     summary["samples"] = groups["samples"].agg(merge_samples)
     summary["shared_cores"] = groups["shared_cores"].agg(_any_shared).astype("boolean")
     summary["other_busy_cpus"] = pd.to_numeric(groups["other_busy_cpus"].max(), errors="coerce")
+    summary[VM_COLUMN] = groups[VM_COLUMN].first()
     summary = summary.reset_index()[SUMMARY_COLUMNS]
     summary[INTEGER_COLUMNS] = summary[INTEGER_COLUMNS].astype("Int64")
     order = ["benchmark", *COORDINATES]
@@ -314,8 +320,9 @@ def write_outputs(out_dir: Path, summary: pd.DataFrame, loaded: Loaded,
         "rejected.csv": pd.DataFrame(loaded.rejected, columns=REJECTED_COLUMNS),
         "skipped.csv": pd.DataFrame(loaded.skipped, columns=SKIPPED_COLUMNS),
     }
+    real, _ = split(summary)
     for name, reporting in REPORTS.items():
-        points = benchmark_points(summary, name)
+        points = benchmark_points(real, name)
         tables.update({file: make(points) for file, make in reporting.tables.items()})
     tables["summary.csv"] = summary
     contents = {name: frame.to_csv(index=False).encode() for name, frame in tables.items()}

@@ -8,8 +8,10 @@ whose value is missing, NaN or not a number is ``UNJUDGED`` (an optional metric 
 value is simply not measured there). Failed points and invalid records of the summary are
 ``FAIL`` rows too: a benchmark that stopped producing correct results is a regression. An
 exact reference key with no figure in the summary is listed as ``MISSING`` (not a failure:
-sweeps change). :func:`conclude` then appends the run to the history and writes the
-verdict file (:mod:`hpcmem.results.verdict_file`), both or neither.
+sweeps change). A point measured in a virtual machine is judged against nothing: each of its
+checked figures is ``UNJUDGED``, saying so (:mod:`hpcmem.results.virtual`).
+:func:`conclude` then appends the run to the history and writes the verdict file
+(:mod:`hpcmem.results.verdict_file`), both or neither.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from hpcmem.results.summary import run_id as summary_run_id
 from hpcmem.results.systems import default_system, point_systems
 from hpcmem.results.verdict import CheckError, CheckResult, Row
 from hpcmem.results.verdict_file import write_document, write_table
+from hpcmem.results.virtual import NOTE as VM_NOTE
+from hpcmem.results.virtual import is_vm_system, point_vm
 
 __all__ = ["check", "conclude", "evaluate", "summary_figures"]
 
@@ -77,7 +81,8 @@ def summary_figures(summary: Summary, references: References, systems: dict[str,
 
     Metrics their spec marks ``checked`` always are; the others only when a reference
     names them. A metric that does not apply to a point (bandwidth of a barrier), or an
-    optional one the point lacks, is none.
+    optional one the point lacks, is none. A VM point's checked figures are all UNJUDGED,
+    whatever their value: no reference names them.
     """
     figures, unjudged = [], []
     for point in summary.points.to_dict("records"):
@@ -88,6 +93,11 @@ def summary_figures(summary: Summary, references: References, systems: dict[str,
             if not measured.applies(point):
                 continue
             name = f"{point['point']}/{measured.name}"
+            if vm := point_vm(point):
+                if measured.checked:
+                    unjudged.append(_unjudged(name, measured.unit, system, None,
+                                              VM_NOTE.format(name=vm)))
+                continue
             if not (measured.checked or references.lookup(system, name) is not None):
                 continue
             value = point[measured.name]
@@ -131,7 +141,7 @@ def evaluate(summary: Summary, references: References, systems: dict[str, str],
     rows.extend(unjudged)
     rows.extend(_problem_rows(summary))
     seen = {f.name for f in figures} | {row.figure for row in unjudged}
-    for system in sorted(set(systems.values())):
+    for system in sorted(s for s in set(systems.values()) if not is_vm_system(s)):
         for key in references.exact_keys(system):
             if key not in seen:
                 ref = references.lookup(system, key)
@@ -178,8 +188,8 @@ def check(summary: Summary, references: References, system: str | None = None, *
     systems = point_systems(summary, system)
     used = sorted(set(systems.values())) or [system or default_system()]
     store = History(history_folder) if history_folder is not None else None
-    baselines = ({s: store.baselines(s, last, exclude_run=run_id) for s in used}
-                 if store else {})
+    baselines = ({s: store.baselines(s, last, exclude_run=run_id) for s in used
+                  if not is_vm_system(s)} if store else {})
     # asking for fewer runs than min_runs (--last 1) means: judge on what was asked for
     rows = evaluate(summary, references, systems, baselines,
                     min_runs=min(references.history_min_runs, last))

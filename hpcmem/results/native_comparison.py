@@ -1,6 +1,6 @@
 """The report's native-against-container section: which image the points ran in, where they
 ran natively, and each registered benchmark's own comparison of the two (its
-``Reporting.native_section``)."""
+``Reporting.native_section``), of the points measured on real nodes."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from hpcmem.draw.html import section
 from hpcmem.results.registry import REPORTS
 from hpcmem.results.summary import benchmark_points
+from hpcmem.results.virtual import split
 
 if TYPE_CHECKING:
     from hpcmem.results.summary import Summary
@@ -40,8 +41,9 @@ def container_section(summary: Summary, native: Summary) -> str:
     hosts = html.escape(", ".join(native.metadata.get("hosts") or []))
     parts = [f"<p>The same points ran in {_image_line(containers)} and natively on {hosts}; "
              "the overhead is the container's latency over the native one.</p>"]
+    (contained, _), (natively, _) = split(summary.points), split(native.points)
     for name, reporting in REPORTS.items():
         if reporting.native_section is not None:
-            parts.append(reporting.native_section(benchmark_points(summary.points, name),
-                                                  benchmark_points(native.points, name)))
+            parts.append(reporting.native_section(benchmark_points(contained, name),
+                                                  benchmark_points(natively, name)))
     return section(TITLE, *parts, anchor="container")

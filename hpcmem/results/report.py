@@ -2,12 +2,12 @@
 
 Sections: the check verdict (when given), one section per benchmark of the registry
 (its ``Reporting.section``: collectives latency, bandwidth and speedup over NumPy buffers;
-training step time per Unified Memory policy), native against container (when given the
-same points run natively), sections drawn by the caller (``hpcmem report --osu``: OSU C
-against hpcmem), the failed,
-skipped and invalid records with their reasons, and the machine and run metadata, with the
-run's Slurm jobs when the caller draws them (``hpcmem report --slurm-jobs``), else the job
-ids its records name.
+training step time per Unified Memory policy) drawn from the points measured on real nodes,
+the points measured in virtual machines apart (:mod:`hpcmem.results.virtual`), native
+against container (when given the same points run natively), sections drawn by the caller
+(``hpcmem report --osu``: OSU C against hpcmem), the failed, skipped and invalid records
+with their reasons, and the machine and run metadata, with the run's Slurm jobs when the
+caller draws them (``hpcmem report --slurm-jobs``), else the job ids its records name.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from hpcmem.results.native_comparison import container_section
 from hpcmem.results.registry import REPORTS
 from hpcmem.results.summary import Summary, benchmark_points
 from hpcmem.results.verdict import headline
+from hpcmem.results.virtual import split, vm_section
 
 __all__ = ["render_report", "write_report"]
 
@@ -142,12 +143,15 @@ def render_report(summary: Summary, verdict: dict[str, Any] | None = None,
 
     matplotlib.use("Agg")
     points = summary.points
+    real, virtual = split(points)
     parts = []
     if verdict is not None:
         parts.append(_verdict_section(verdict))
     for name, reporting in REPORTS.items():
-        body = reporting.section(benchmark_points(points, name)) + _left_out_note(summary, name)
+        body = reporting.section(benchmark_points(real, name)) + _left_out_note(summary, name)
         parts.append(section(reporting.title, body, anchor=name))
+    if len(virtual):
+        parts.append(vm_section(virtual))
     if native is not None:
         parts.append(container_section(summary, native))
     parts.extend(extra)

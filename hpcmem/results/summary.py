@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpcmem.record.samples import SamplesError, read_samples
 from hpcmem.results.registry import BENCHMARKS
+from hpcmem.results.virtual import VM_COLUMN
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,7 +45,7 @@ INTEGER_COLUMNS = [
     "repeats",
 ]
 #: summary columns added after the first summaries were written, with their value in those
-NODE_COLUMNS = {"samples": "", "shared_cores": None, "other_busy_cpus": None}
+NODE_COLUMNS = {"samples": "", "shared_cores": None, "other_busy_cpus": None, VM_COLUMN: ""}
 SUMMARY_COLUMNS = [
     "point", "benchmark", *COORDINATES,
     "emulated", *METRICS, "repeats", "run_ids", "hosts", "systems", *NODE_COLUMNS,

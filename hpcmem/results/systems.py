@@ -1,7 +1,9 @@
 """The system (``cluster:partition``) whose references and history apply to a point.
 
-It is chosen per point: the one asked for (``--system``, ``HPCMEM_SYSTEM``), else the
-Slurm partition the point's records were measured in, else where the check itself runs.
+It is chosen per point: ``vm:<topology>`` for a point measured in a virtual machine
+(:mod:`hpcmem.results.virtual`: nothing of a real system applies to it), else the one asked
+for (``--system``, ``HPCMEM_SYSTEM``), else the Slurm partition the point's records were
+measured in, else where the check itself runs.
 A run whose points ran in two partitions is judged, and appended to the history, once per
 partition.
 """
@@ -14,6 +16,7 @@ import re
 from hpcmem.record.provenance import slurm_system
 from hpcmem.results.summary import Summary
 from hpcmem.results.verdict import CheckError
+from hpcmem.results.virtual import point_vm, vm_system
 
 __all__ = ["check_system", "default_system", "point_systems", "requested_system"]
 
@@ -40,12 +43,16 @@ def default_system() -> str:
 
 
 def point_systems(summary: Summary, system: str | None = None) -> dict[str, str]:
-    """Per point key, the system whose references and history apply: ``system`` when
-    given, else the one partition its records were measured in, else default_system()."""
+    """Per point key, the system whose references and history apply: a VM point's own,
+    else ``system`` when given, else the one partition its records were measured in, else
+    default_system()."""
     here = default_system()
     systems = {}
     for point in summary.points.to_dict("records"):
         recorded = str(point.get("systems") or "")
+        if vm := point_vm(point):
+            systems[point["point"]] = vm_system(vm)
+            continue
         systems[point["point"]] = system or (recorded if recorded and "," not in recorded
                                              else here)
     return systems

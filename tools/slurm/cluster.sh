@@ -10,6 +10,10 @@
 #                                         work (the head namespace of a multi-node cluster)
 #   tools/slurm/cluster.sh node-down DIR NODE   kill NODE's slurmd and everything it runs
 #   tools/slurm/cluster.sh node-up   DIR NODE   start NODE's slurmd again, wait until it is idle
+#   tools/slurm/cluster.sh vm-node DIR OUT [BOOT_OPTION...] [-- CMD...]   boot the VM node
+#                                         (below) and serve its jobs until `touch OUT/stop`;
+#                                         CMD runs in it first; BOOT_OPTIONs go to
+#                                         tools/vm/boot.py (--share-rw PATH: a scratch folder)
 #
 # DIR defaults to .slurm/ in the repository. Logs stay under DIR/log after stop.
 # Usage from a shell:  eval "$(tools/slurm/cluster.sh start)"; sbatch ...
@@ -37,6 +41,15 @@
 #                            (login node, controller, slurmdbd, MariaDB) and node1..nodeN, each
 #                            with its own host name and address on a private bridge; clients
 #                            run in the head: `cluster.sh login DIR -- sbatch ...`
+#   HPCMEM_SLURM_VM_NODE     a tools/vm topology (tools/vm/boot.py), one more node of a one-node
+#                            cluster: that QEMU guest, named after it, with its CPUs, memory and
+#                            features (e.g. hbm), alone in partition HPCMEM_SLURM_VM_PARTITION.
+#                            start does not boot it; `vm-node` does, and its slurmd registers
+#                            configless through ports forwarded on 127.0.0.1 (slurmctld's, and
+#                            the node's at HPCMEM_SLURM_PORT + 3), as the guest reaches nothing
+#                            else; its slurmd log is DIR/log/slurmd-NODE.log. Default: none
+#   HPCMEM_SLURM_VM_PARTITION  the VM node's partition, not one of HPCMEM_SLURM_PARTITION
+#                            (default hbm)
 # A site-like cluster, as production clusters are set up (jobs need a valid account, QOS
 # and partition, and limits are enforced):
 #   HPCMEM_SLURM_PARTITION=batch,hbm HPCMEM_SLURM_ACCOUNT=hpc HPCMEM_SLURM_QOS=bench \
@@ -73,6 +86,8 @@ CPUS="${HPCMEM_SLURM_CPUS:-}"
 MAX_TIME="${HPCMEM_SLURM_MAX_TIME:-INFINITE}"
 DEFAULT_TIME="${HPCMEM_SLURM_DEFAULT_TIME:-}"
 QOS_LIMITS="${HPCMEM_SLURM_QOS_LIMITS:-}"
+VM_NODE="${HPCMEM_SLURM_VM_NODE:-}"
+VM_PARTITION="${HPCMEM_SLURM_VM_PARTITION:-hbm}"
 CTLD_PORT="${HPCMEM_SLURM_PORT:-16817}"
 MYSQL_PORT="${HPCMEM_SLURM_MYSQL_PORT:-16306}"
 for port in "$CTLD_PORT" "$MYSQL_PORT"; do
@@ -101,8 +116,14 @@ done
   { echo "cluster.sh: error: HPCMEM_SLURM_QOS_LIMITS=$QOS_LIMITS: sacctmgr limits, e.g. \"MaxWall=30 MaxTRESPerJob=cpu=2\"" >&2; exit 2; }
 [[ -z "$QOS_LIMITS" || -n "$QOS" ]] ||
   { echo "cluster.sh: error: HPCMEM_SLURM_QOS_LIMITS needs HPCMEM_SLURM_QOS, the QOS they limit" >&2; exit 2; }
+[[ "$VM_NODE" =~ ^[a-z0-9-]*$ && "$VM_PARTITION" =~ ^[a-z0-9_]+$ ]] ||
+  { echo "cluster.sh: error: HPCMEM_SLURM_VM_NODE=$VM_NODE HPCMEM_SLURM_VM_PARTITION=$VM_PARTITION: a topology of tools/vm/boot.py, a partition name" >&2; exit 2; }
+[[ -z "$VM_NODE" || ( "$NODES" == 1 && ",$PARTITION," != *",$VM_PARTITION,"* ) ]] ||
+  { echo "cluster.sh: error: HPCMEM_SLURM_VM_NODE needs a one-node cluster and a partition of its own (HPCMEM_SLURM_VM_PARTITION=$VM_PARTITION is in HPCMEM_SLURM_PARTITION=$PARTITION)" >&2; exit 2; }
 SLURMD_PORT=$((CTLD_PORT + 1))
 DBD_PORT=$((CTLD_PORT + 2))
+#: the VM node's slurmd, forwarded from 127.0.0.1 into the guest
+VM_PORT=$((CTLD_PORT + 3))
 HOST="$(hostname -s)"
 ADDR=127.0.0.1
 CTLD_HOST="$HOST($ADDR)"
@@ -133,7 +154,7 @@ die() { log "error: $*"; exit 1; }
 
 usage() {
   echo "usage: $0 start|stop|status [STATE_DIR] | login [STATE_DIR] -- CMD... |" \
-    "node-down|node-up STATE_DIR NODE" >&2
+    "node-down|node-up STATE_DIR NODE | vm-node STATE_DIR OUT [BOOT_OPTION...] [-- CMD...]" >&2
   exit 2
 }
 
@@ -214,7 +235,8 @@ settings() {
   local setting
   for setting in CLUSTER=$CLUSTER ACCOUNT=$ACCOUNT PARTITION=$PARTITION QOS=$QOS \
     ENFORCE=$ENFORCE NODES=$NODES CPUS=$CPUS PORT=$CTLD_PORT MYSQL_PORT=$MYSQL_PORT \
-    MAX_TIME=$MAX_TIME DEFAULT_TIME=$DEFAULT_TIME QOS_LIMITS="$QOS_LIMITS"; do
+    MAX_TIME=$MAX_TIME DEFAULT_TIME=$DEFAULT_TIME QOS_LIMITS="$QOS_LIMITS" \
+    VM_NODE=$VM_NODE VM_PARTITION=$VM_PARTITION; do
     printf 'export HPCMEM_SLURM_%s=%q\n' "${setting%%=*}" "${setting#*=}"
   done
 }
@@ -257,6 +279,20 @@ describe_nodes() {
     PARTITION_LINES+="${DEFAULT_TIME:+ DefaultTime=$DEFAULT_TIME} State=UP\\n"
     default=NO
   done
+  [[ -z "$VM_NODE" ]] || describe_vm_node
+}
+
+# The VM node and its partition, from the topology (tools/vm/boot.py --slurm-node); a job
+# there gets the guest's memory per CPU by default, not the host's.
+describe_vm_node() {
+  local line cpus mem
+  line="$(python3 "$REPO/tools/vm/boot.py" --slurm-node "$VM_NODE")" ||
+    die "HPCMEM_SLURM_VM_NODE=$VM_NODE: not a topology of tools/vm/boot.py"
+  cpus="$(sed -n 's/.* CPUs=\([0-9]*\).*/\1/p' <<<"$line")"
+  mem="$(sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' <<<"$line")"
+  NODE_LINES+="$line NodeAddr=127.0.0.1 Port=$VM_PORT State=UNKNOWN\\n"
+  PARTITION_LINES+="PartitionName=$VM_PARTITION Nodes=$VM_NODE Default=NO MaxTime=$MAX_TIME"
+  PARTITION_LINES+="${DEFAULT_TIME:+ DefaultTime=$DEFAULT_TIME} DefMemPerCPU=$((mem / cpus)) State=UP\\n"
 }
 
 # Configuration files, generated from this machine and the settings.
@@ -569,6 +605,38 @@ do_node_up() {
   log "node $name is up"
 }
 
+# The key of the munged serving MUNGE_SOCKET: the one this script started (any cluster's),
+# else the system's.
+munge_key() {
+  local file pid arg
+  for file in "$MUNGE_PIDFILE" /run/munge/munged.pid; do
+    [[ -s "$file" ]] || continue
+    pid="$(tr -dc '0-9' <"$file")"
+    [[ -n "$pid" && -r "/proc/$pid/cmdline" ]] || continue
+    while IFS= read -r -d '' arg; do
+      [[ "$arg" != --key-file=* ]] || { echo "${arg#--key-file=}"; return; }
+    done <"/proc/$pid/cmdline"
+    echo /etc/munge/munge.key
+    return
+  done
+  die "no munged of ours or the system's serves $MUNGE_SOCKET: start the cluster first"
+}
+
+# Boot the VM node with OUT as its /mnt/out and VM_OPTIONS for boot.py: it runs CMD ($@),
+# then serves until OUT/stop.
+do_vm_node() {
+  local out
+  [[ -n "$VM_NODE" ]] || die "the cluster in $STATE has no VM node (HPCMEM_SLURM_VM_NODE)"
+  out="$(realpath -m "$1")"
+  shift
+  mkdir -p "$out"
+  rm -f "$out/stop" "$out/command.rc"
+  install -m 600 "$(munge_key)" "$out/munge.key"
+  exec python3 "$REPO/tools/vm/boot.py" --timeout "${HPCMEM_VM_TIMEOUT:-3600}" \
+    --share-rw "$STATE/log" --host-port "$CTLD_PORT" --guest-port "$VM_PORT" "${VM_OPTIONS[@]}" \
+    "$VM_NODE" "$out" -- sh tools/vm/guest/slurm-node.sh "$VM_NODE" "$CTLD_PORT" "$STATE" "$@" 9>&-
+}
+
 do_status() {
   local name pid all=0
   for name in "${DAEMONS[@]}"; do
@@ -602,6 +670,14 @@ case "$ACTION" in
     SLURM_CONF="$STATE/etc/slurm.conf" on_login "$@"
     exit ;;
   node-down | node-up) [[ -n "${3:-}" ]] || usage ;;
+  vm-node)
+    [[ -n "${3:-}" ]] || usage
+    out="$3"
+    shift 3
+    VM_OPTIONS=()
+    while (($# > 0)) && [[ "$1" != "--" ]]; do VM_OPTIONS+=("$1"); shift; done
+    (($# == 0)) || shift
+    do_vm_node "$out" "$@" ;;
   start | stop | status) ;;
   *) usage ;;
 esac

@@ -1,15 +1,20 @@
 """Everything the VM tests check, run once inside a tools/vm guest with no HBW override.
 
-    python tools/vm/guest/checks.py OUT.json
+    python tools/vm/guest/checks.py OUT.json [--no-plan]
 
 It writes one JSON object that tests/test_vm_topologies.py asserts on:
 
-``info``      ``hpcmem info --json``: the NUMA and HBW nodes and the backend
+``info``      ``hpcmem info --json``: the NUMA, HBW and DAX KMEM nodes and the backend
 ``kinds``     per backend built in and per CPU node (the process bound there by numactl),
-              where the pages of a written array of each kind landed
-``plan``      ``mpirun -n 4 hpcmem bind hbw -- hpcmem collectives`` on hbw buffers: per
-              rank the numactl arguments the plan gave and what the kernel applied (CPUs,
-              memory policy), and where the pages were
+              where the pages of a written array of each kind the node has landed (``dram``
+              and ``hbw_preferred`` always, the HBW kinds with HBW nodes, ``dax_kmem`` with a
+              DAX KMEM tier)
+``plan``      ``mpirun -n N hpcmem bind hbw -- hpcmem collectives`` on hbw buffers, a rank
+              per CPU node and at least two (:func:`plan_ranks`): per rank the numactl
+              arguments the plan gave and what the kernel applied (CPUs, memory policy), and
+              where the pages were (:func:`plan_summary`); without HBW nodes, the refusal of
+              ``hpcmem bind hbw``; with ``--no-plan``, nothing (a Slurm job runs the plan
+              there instead)
 ``matrix``    per memory node: one ``hpcmem collectives`` run (MPI's MPMD form) with ranks
               on every CPU node and every rank's buffers bound to that memory node, so the
               runs cover the seed's buffer location x processor location; summarised from
@@ -17,9 +22,10 @@ It writes one JSON object that tests/test_vm_topologies.py asserts on:
 ``record``    one full record of the matrix, as written
 
 Guest work runs 10-20x slower than on a host, so the children are few and those that can
-run at once (one per CPU node) do.
+run at once (one per CPU node) do; MPI ranks yield the CPU while they wait, as they may
+outnumber the guest's CPUs and the host's.
 
-The subcommand ``kinds`` is what its children run.
+The subcommand ``kinds KIND,...`` is what its children run.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ POINTS = ["--min-size", "8", "--max-size", "64", "--iterations", "5", "--warmup"
 
 def environment(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in OVERRIDES}
-    return {**env, **extra}
+    return {**env, "OMPI_MCA_mpi_yield_when_idle": "1", **extra}
 
 
 def run_all(commands: list[list[str]], **extra: str) -> list[str]:
@@ -60,16 +66,23 @@ def run(command: list[str], **extra: str) -> str:
     return run_all([command], **extra)[0]
 
 
-def kinds() -> dict[str, Any]:
-    """Child: where each kind's pages land for this process (bound by numactl)."""
+def kinds(names: list[str]) -> dict[str, Any]:
+    """Child: where the pages of each kind of ``names`` land for this process (bound by
+    numactl), and the backend's own HBW check of them (or why it could not check)."""
+    import warnings
+
     from hpcmem import hbw
 
+    warnings.simplefilter("ignore", hbw.HBWFallbackWarning)  # hbw_preferred without HBW
     out: dict[str, Any] = {"backend": hbw.backend().to_record(),
                            "cpus": sorted(os.sched_getaffinity(0))}
-    for kind in ("dram", "hbw", "hbw_preferred", "hbw_interleave"):
+    for kind in names:
         array = hbw.zeros(4 * MiB, "uint8", kind=kind)
         out[kind] = hbw.placement(array).to_record()
-        out[kind]["verify"] = hbw.verify(array)
+        try:
+            out[kind]["verify"] = hbw.verify(array)
+        except OSError as error:
+            out[kind]["verify"] = str(error)
     return out
 
 
@@ -77,29 +90,39 @@ def _cpu_nodes(info: dict[str, Any]) -> list[int]:
     return [n["id"] for n in info["numa_nodes"] if n["cpus"]]
 
 
+def _kinds_here(info: dict[str, Any]) -> list[str]:
+    """The kinds this guest's tiers serve."""
+    names = ["dram", "hbw_preferred"]
+    names += ["hbw", "hbw_interleave"] if info["hbw"]["nodes"] else []
+    return names + (["dax_kmem"] if info["dax_kmem"]["nodes"] else [])
+
+
 def _kinds_everywhere(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
     from hpcmem import _hbw
 
-    found = {}
-    nodes = _cpu_nodes(info)
-    for backend in _hbw.BACKENDS:
-        commands = [["numactl", f"--cpunodebind={node}", sys.executable, __file__, "kinds"]
-                    for node in nodes]
-        for node, out in zip(nodes, run_all(commands, HPCMEM_HBW_BACKEND=backend), strict=True):
-            found[f"{backend}/cpu{node}"] = json.loads(out)
-    return found
+    names = ",".join(_kinds_here(info))
+    keys = [(backend, node) for backend in _hbw.BACKENDS for node in _cpu_nodes(info)]
+    commands = [["env", f"HPCMEM_HBW_BACKEND={backend}", "numactl", f"--cpunodebind={node}",
+                 sys.executable, __file__, "kinds", names] for backend, node in keys]
+    return {f"{backend}/cpu{node}": json.loads(out)
+            for (backend, node), out in zip(keys, run_all(commands), strict=True)}
 
 
 def _records(output: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in output.read_text().splitlines()]
 
 
-def _plan(folder: Path) -> dict[str, Any]:
-    output = folder / "plan.jsonl"
-    run(["mpirun", "-n", "4", "hpcmem", "bind", "hbw", "--", "hpcmem", "collectives",
-         "--op", "allreduce", "--buffer", "hbw", *POINTS,
-         "--output", str(output)])
-    records = _records(output)
+def _refused_plan() -> dict[str, Any]:
+    """``hpcmem bind hbw`` where there is no HBW node: its exit status and last line."""
+    done = subprocess.run(["hpcmem", "bind", "hbw", "--", "true"], capture_output=True,
+                          text=True, env=environment(), timeout=300)
+    return {"returncode": done.returncode, "error": done.stderr.strip().splitlines()[-1]}
+
+
+def plan_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the records of one run under ``hpcmem bind`` say of its plan: per rank the
+    numactl arguments, CPUs and memory policy, and per buffer kind where the pages were
+    (shared with the host's test of the same plan run as a Slurm job)."""
     ranks = records[0]["binding"]["per_rank"]
     return {
         "ranks": [{key: rank[key] for key in ("local_rank", "numactl", "cpus", "mempolicy")}
@@ -108,6 +131,20 @@ def _plan(folder: Path) -> dict[str, Any]:
         "validated": all(r.get("validated") for r in records),
         "placement": {r["buffer"]: r["placement"] for r in records},
     }
+
+
+def plan_ranks(cpu_nodes: int) -> int:
+    """How many ranks the plan runs with: one per CPU node, and two where there is one."""
+    return max(2, cpu_nodes)
+
+
+def _plan(info: dict[str, Any], folder: Path) -> dict[str, Any]:
+    output = folder / "plan.jsonl"
+    ranks = plan_ranks(len(_cpu_nodes(info)))
+    run(["mpirun", "-n", str(ranks), "hpcmem", "bind", "hbw", "--", "hpcmem", "collectives",
+         "--op", "allreduce", "--buffer", "hbw", *POINTS,
+         "--output", str(output)])
+    return plan_summary(_records(output))
 
 
 def _node_of(info: dict[str, Any], cpus: list[int]) -> list[int]:
@@ -148,7 +185,7 @@ def _matrix(info: dict[str, Any], folder: Path) -> tuple[dict[str, Any], dict[st
     return cells, sample
 
 
-def main(out: str) -> None:
+def main(out: str, plan: bool) -> None:
     started = time.monotonic()
     seconds: dict[str, float] = {}
 
@@ -163,7 +200,9 @@ def main(out: str) -> None:
     result: dict[str, Any] = {"info": info}
     result["kinds"] = timed("kinds", lambda: _kinds_everywhere(info))
     scratch.mkdir(parents=True, exist_ok=True)
-    result["plan"] = timed("plan", lambda: _plan(scratch))
+    if plan:
+        result["plan"] = timed("plan", (lambda: _plan(info, scratch)) if info["hbw"]["nodes"]
+                               else _refused_plan)
     result["matrix"], result["record"] = timed("matrix", lambda: _matrix(info, scratch))
     result["seconds"] = {**seconds, "total": round(time.monotonic() - started, 1)}
     Path(out).write_text(json.dumps(result, indent=1))
@@ -171,6 +210,6 @@ def main(out: str) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "kinds":
-        print(json.dumps(kinds()))
+        print(json.dumps(kinds(sys.argv[2].split(","))))
     else:
-        main(sys.argv[1])
+        main(sys.argv[1], plan="--no-plan" not in sys.argv[2:])
