@@ -9,7 +9,7 @@
 # profiles/local, "srun" in profiles/slurm), with the layout's options (srun: --nodes,
 # --ntasks-per-node, --ntasks; mpirun: -n); in images it starts one container per rank
 # (`srun ... apptainer exec ... IMAGE hpcmem ...`). The Slurm executor gets the layout as
-# the job's nodes and tasks.
+# the job's nodes and tasks per node.
 
 
 rule run_collectives:
@@ -32,7 +32,6 @@ rule run_collectives:
     resources:
         mpi="mpiexec",
         nodes=lambda wildcards: get_layout(wildcards).slurm_resources()["nodes"],
-        tasks=lambda wildcards: get_layout(wildcards).slurm_resources()["tasks"],
         tasks_per_node=lambda wildcards: get_layout(wildcards).slurm_resources()["tasks_per_node"],
     shell:
         # the OSU text goes to a name of this job's own (the shell's PID), so an orphan of a
