@@ -12,6 +12,8 @@ slurm executor, :func:`on_start`
   user's, a job does not fit a node of its partition, a group's rules disagree, or the
   run's jobs queued at once (grouped points counted as the Slurm jobs ``group-components``
   makes of them) go past ``jobs:`` or a QOS or association limit;
+* names the run's jobs ``hpcmem-<run id>_<uuid>`` where no ``slurm-jobname-prefix`` is
+  given (:mod:`hpcmem.workflow.slurm_jobs`);
 * makes SIGTERM (a time limit, ``scancel`` of the job driving the workflow) act like
   Ctrl-C: Snakemake cancels its jobs and exits instead of waiting for them;
 * starts the :class:`~hpcmem.slurm.watchdog.Watchdog`, which ends the run (as Ctrl-C
@@ -49,6 +51,7 @@ from hpcmem.slurm.preflight import (
     summary_line,
 )
 from hpcmem.slurm.watchdog import StuckJob, Watchdog
+from hpcmem.workflow.slurm_jobs import name_jobs
 
 __all__ = ["PREFLIGHT_REPORT", "RERUN_HINT", "job_request", "on_error", "on_start",
            "rerun_hint"]
@@ -263,13 +266,6 @@ def _on_stuck(stuck: list[StuckJob], logger: Any) -> None:
     os.kill(os.getpid(), signal.SIGINT)
 
 
-def _executor_job_name(workflow: Any) -> str:
-    """The job name the slurm executor gives every job of this run (its run id; the
-    plugin's own status queries select the run's jobs by it). Snakemake has no public
-    accessor for the executor: a plugin without ``run_uuid`` fails here, loudly."""
-    return workflow.scheduler._executor.run_uuid
-
-
 def _one_node_only(workflow: Any, executor: str) -> None:
     """Without Slurm every point runs on this one machine: stop before any job runs when a
     point asks for more nodes."""
@@ -283,19 +279,22 @@ def _one_node_only(workflow: Any, executor: str) -> None:
             "`executor: slurm`")
 
 
-def on_start(workflow: Any, logger: Any) -> None:
-    """``onstart``: preflight, then SIGTERM as Ctrl-C and the watchdog (slurm executor);
-    without Slurm, a multi-node point stops the run before any job."""
+def on_start(workflow: Any, logger: Any, run_id: str) -> None:
+    """``onstart``: preflight, the jobs' name, then SIGTERM as Ctrl-C and the watchdog
+    (slurm executor); without Slurm, a multi-node point stops the run before any job.
+    Snakemake has no public accessor for the executor (``workflow.scheduler._executor``)."""
     plugin = workflow.executor_plugin
     executor = plugin.name if plugin is not None else "local"
     _preflight(workflow, logger, executor)
     if executor != "slurm":
         _one_node_only(workflow, executor)
         return
+    job_name = name_jobs(workflow.scheduler._executor,
+                         bool(workflow.executor_settings.jobname_prefix), run_id)
+    logger.info(f"hpcmem: the Slurm jobs of this run are named {job_name}")
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    Watchdog(_executor_job_name(workflow), lambda stuck: _on_stuck(stuck, logger),
-             WATCH_INTERVAL).start()
+    Watchdog(job_name, lambda stuck: _on_stuck(stuck, logger), WATCH_INTERVAL).start()
 
 
 def rerun_hint(default: str) -> str:
