@@ -24,6 +24,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from slurm_cluster import SlurmCluster
@@ -93,20 +94,30 @@ class Sweep:
                 (line.split("|", 3) for line in queued)
                 if JOB_NAME.fullmatch(name) and comment.startswith("rule_points_")]
 
-    def jobs_since(self, since: str) -> list[tuple[str, str, str, str]]:
-        """``(job id, name, submit, end)`` of the jobs submitted from the working directory
-        since ``since`` (sacct; all ended)."""
+    def jobs_since(self, since: str) -> list[SlurmJob]:
+        """The jobs submitted from the working directory since ``since`` (sacct; all
+        ended)."""
         ids = submitted_from(self.cluster, self.workdir, since)
-        listed = self.cluster.run("sacct", "-X", "-n", "-P", "-j", ",".join(ids),
-                                  "-o", "JobIDRaw,JobName%80,Submit,End").stdout
-        return [tuple(line.split("|")) for line in listed.splitlines()]
+        listed = self.cluster.run("sacct", "-X", "-n", "-P", "-j", ",".join(ids), "-o",
+                                  "JobIDRaw,JobName%80,Submit,End,NCPUS,Timelimit").stdout
+        return [SlurmJob(*line.split("|")) for line in listed.splitlines()]
 
 
-def most_at_once(jobs: list[tuple[str, str, str, str]]) -> int:
+class SlurmJob(NamedTuple):
+    """A job as sacct lists it."""
+
+    job_id: str
+    name: str
+    submit: str
+    end: str
+    cpus: str
+    time_limit: str
+
+
+def most_at_once(jobs: list[SlurmJob]) -> int:
     """The most of ``jobs`` queued or running at once, from their submit and end times
     (a job ending in the second another is submitted is counted out first)."""
-    events = sorted([(submit, 1) for _, _, submit, _ in jobs]
-                    + [(end, -1) for _, _, _, end in jobs])
+    events = sorted([(job.submit, 1) for job in jobs] + [(job.end, -1) for job in jobs])
     counts = [0]
     for _, change in events:
         counts.append(counts[-1] + change)
@@ -182,11 +193,15 @@ def first_run(sweep: Sweep) -> dict:
 
 def test_200_points_are_10_submissions_never_more_than_20_queued(first_run: dict) -> None:
     jobs = first_run["jobs"]
-    assert len(jobs) <= POINTS // 20, jobs  # build, 8 jobs of 25 points, the cancelled one
+    assert len(jobs) <= POINTS // 20, jobs  # the build, and 8 jobs of 25 points
     assert len(jobs) == 1 + POINTS // PER_JOB
     assert most_at_once(jobs) <= MOST_QUEUED
-    assert {JOB_NAME.fullmatch(name) is not None for _, name, _, _ in jobs} == {True}
-    assert len({name for _, name, _, _ in jobs}) == 1  # one run
+    assert {JOB_NAME.fullmatch(job.name) is not None for job in jobs} == {True}
+    assert len({job.name for job in jobs}) == 1  # one run
+    # a job of points asks for one point's CPUs (one rank: 2 tasks of 1 CPU) and the sum
+    # of its points' runtimes (1 minute each), not for 25 points side by side
+    _, *points = sorted(jobs, key=lambda job: job.submit)  # the build first
+    assert {(job.cpus, job.time_limit) for job in points} == {("2", f"00:{PER_JOB}:00")}
 
 
 def test_a_cancelled_job_of_points_ends_the_run_naming_it(first_run: dict) -> None:
