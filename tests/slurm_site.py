@@ -19,8 +19,23 @@ from slurm_cluster import SlurmCluster
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
-__all__ = ["BIN", "REPO", "checkout_workdir", "drawn_jobs", "ensure", "preflight",
-           "run_logged", "site_profile", "submitted_from"]
+__all__ = ["BIN", "ONE_JOB_PER_POINT", "REPO", "SWEEP", "THREE_POINTS", "checkout_workdir",
+           "drawn_jobs", "ensure", "limited_account", "limited_qos", "preflight", "run_logged",
+           "site_profile", "submitted_from"]
+
+#: the smallest sweep: one collectives point (allreduce on numpy, 2 ranks, bound to cores),
+#: no training, no images
+SWEEP = {
+    "container": {"enabled": False},
+    "collectives": {"ops": ["allreduce"], "buffers": ["numpy"], "tasks_per_node": [2],
+                    "bindings": ["cores"], "emulate_hbw": "0"},
+    "train": {"enabled": False},
+}  # fmt: skip
+#: three points: three collectives jobs can be queued at once (one job per point)
+THREE_POINTS = {**SWEEP, "collectives": {**SWEEP["collectives"],
+                                         "ops": ["allreduce", "bcast", "gather"]}}
+#: site_profile changes for one Slurm job per point: the template's groups of points removed
+ONE_JOB_PER_POINT = {"groups": None, "group-components": None}
 
 
 def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -127,3 +142,28 @@ def drawn_jobs(page: str) -> list[list[str]]:
     rows = re.findall(r"<tr>(.*?)</tr>", found[1], re.S) if found else []
     return [[html.unescape(re.sub(r"<[^>]+>", "", cell))
              for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)] for row in rows]
+
+
+def limited_account(cluster: SlurmCluster, account: str, qos: str | None,
+                    own: tuple[str, ...] = (), above: tuple[str, ...] = ()) -> None:
+    """An account holding root, with ``own`` limits on root's association and ``above``
+    on the account's; root may use QOS ``qos`` there."""
+    ensure(cluster, "account", account, f"Description={account}", f"Organization={account}")
+    listed = cluster.run("sacctmgr", "-n", "-P", "list", "assoc", "user=root",
+                         f"account={account}", "format=account")
+    if not listed.stdout.strip():
+        added = cluster.run("sacctmgr", "-i", "add", "user", "root", f"Account={account}")
+        assert added.returncode == 0, added.stderr
+    for kind, settings in (("user", (*own, *([f"QOS+={qos}"] if qos else []))),
+                           ("account", above)):
+        where = ("root", "where", f"account={account}") if kind == "user" else (account,)
+        if settings:
+            changed = cluster.run("sacctmgr", "-i", "modify", kind, *where, "set", *settings)
+            assert changed.returncode == 0, changed.stderr
+
+
+def limited_qos(cluster: SlurmCluster, name: str, *limits: str) -> None:
+    """A QOS with ``limits`` (set again when it exists)."""
+    ensure(cluster, "qos", name)
+    changed = cluster.run("sacctmgr", "-i", "modify", "qos", name, "set", *limits)
+    assert changed.returncode == 0, changed.stderr

@@ -85,3 +85,20 @@ def test_make_run_refuses_it_before_snakemake_starts(tmp_path: Path) -> None:
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     after = set((REPO / "results").glob("*")) if (REPO / "results").exists() else set()
     assert after == before  # nothing made in the checkout
+
+
+@pytest.mark.parametrize(("components", "line"), [
+    ("{points: 0}", "group-components: points: 0 is out of range"),
+    ("{points: many}", "group-components: points: 'many' is not a whole number"),
+    ("[points=2.5]", "group-components: points: '2.5' is not a whole number"),
+    ("points", "group-components: 'points' is not a mapping"),
+], ids=["zero", "word", "fraction", "not-a-mapping"])
+def test_a_profiles_group_components_other_than_a_count_is_named(
+    tmp_path: Path, components: str, line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "config.yaml").write_text(f"executor: slurm\ngroup-components: {components}\n")
+    assert main([str(tmp_path)]) == 2
+    [error] = capsys.readouterr().err.splitlines()
+    assert error.startswith(f"hpcmem: error: --profile {tmp_path}: {line} (accepted: ")
+    (tmp_path / "config.yaml").write_text("group-components: {points: 25}\n")
+    assert main([str(tmp_path)]) == 0

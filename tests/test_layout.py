@@ -39,10 +39,12 @@ def test_launch_options_follow_the_launcher() -> None:
         "-n", "2"]  # one node: the command lines of one-node points as they always were
 
 
-def test_slurm_resources_set_tasks_per_node_or_tasks_never_both() -> None:
-    # the executor plugin takes tasks_per_node only above 1
-    assert Layout(2, 2).slurm_resources() == {"nodes": 2, "tasks_per_node": 2, "tasks": 0}
-    assert Layout(2, 1).slurm_resources() == {"nodes": 2, "tasks_per_node": 0, "tasks": 2}
+def test_slurm_resources_are_nodes_and_tasks_per_node_above_one() -> None:
+    # the executor plugin takes tasks_per_node only above 1 (and never with tasks), so the
+    # largest of each over grouped points is a request the plugin takes and every point fits
+    assert Layout(2, 4).slurm_resources() == {"nodes": 2, "tasks_per_node": 4}
+    assert Layout(2, 1).slurm_resources() == {"nodes": 2, "tasks_per_node": 2}
+    assert Layout(1, 1).slurm_resources() == {"nodes": 1, "tasks_per_node": 2}
 
 
 def test_where_ranks_ran_is_counted_from_their_hosts() -> None:

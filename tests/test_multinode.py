@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 from slurm_cluster import CLUSTER_SH, SlurmCluster
-from slurm_site import BIN, REPO, run_logged, site_profile
+from slurm_site import BIN, ONE_JOB_PER_POINT, REPO, run_logged, site_profile
 
 from hpcmem.record.jsonl import read_records
 from hpcmem.results.schema import validate_record
@@ -104,7 +104,7 @@ def sweep(multinode_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFact
     for name in ("config.yaml", "references.yaml"):
         (work / "work" / "config" / name).write_text(
             (REPO / ".test" / "config" / name).read_text())
-    profile = site_profile(work / "site-profile", multinode_cluster, SWEEP)
+    profile = site_profile(work / "site-profile", multinode_cluster, SWEEP, **ONE_JOB_PER_POINT)
     sweep = Sweep(multinode_cluster, work / "work", profile)
     local = sweep.command(REPO / "profiles" / "local", until="install_wheel")
     built = subprocess.run([*local, "--configfile", str(profile / "sweep.yaml")],

@@ -9,7 +9,7 @@ import pytest
 from hpcmem.errors import BadInputError
 from hpcmem.slurm.limit_checks import job_findings, sweep_findings
 from hpcmem.slurm.limits import Limits, applying
-from hpcmem.slurm.requests import JobRequest, SweepRequest
+from hpcmem.slurm.requests import Grouping, JobRequest, SweepRequest
 from hpcmem.slurm.values import minutes, tres
 
 OWN = Limits("the association", counts={"MaxJobs": 4})
@@ -75,3 +75,52 @@ def test_memory_nodes_and_gpus_per_job_and_per_node() -> None:
                      "(MaxTRESPerJob=node=1)"),
         ("tasks: 2 x cpus_per_task: 2", "asks for 4 CPUs per node, more than QOS 'gpu' allows "
                                         "(MaxTRESPerNode=cpu=2)")]
+
+
+def grouped_sweep(points: int, components: int, most_at_once: int | None) -> SweepRequest:
+    """build -> the points in jobs of ``components`` each (group points) -> summarise."""
+    groups = -(-points // components)
+    needs = (frozenset(), *[frozenset({0})] * groups, frozenset(range(1, groups + 1)))
+    jobs = tuple(JobRequest(f"job{i}") for i in range(groups + 2))
+    grouping = Grouping("points", components, points, frozenset(range(1, groups + 1)))
+    return SweepRequest(jobs, needs, most_at_once, (grouping,))
+
+
+def test_grouped_points_queued_past_max_submit_jobs_name_the_group_components_that_fit() -> None:
+    limits = [[(Limits("QOS 'sweep'", counts={"MaxSubmitJobsPU": 20}),)]] * 227
+    # jobs: 20 would keep sbatch from refusing, but the sweep would wait its turn 12 times
+    assert list(sweep_findings(grouped_sweep(225, 1, most_at_once=20), limits)) == [
+        ("group-components: points=1", "puts 225 points in 225 Slurm jobs: 225 jobs queued at "
+         "once (the run submits 227), more than QOS 'sweep' allows (MaxSubmitJobsPU=20): set "
+         "group-components: points=12 or more")]
+    assert list(sweep_findings(grouped_sweep(225, 12, most_at_once=50), limits[:21])) == []
+
+
+def test_grouped_points_past_jobs_name_the_tightest_bound_once() -> None:
+    [(setting, problem)] = sweep_findings(grouped_sweep(225, 1, most_at_once=50), [[]] * 227)
+    assert setting == "group-components: points=1"
+    assert problem.endswith("more than jobs: 50 lets Snakemake queue: set group-components: "
+                            "points=5 or more")
+    limits = [[(Limits("QOS 'sweep'", counts={"MaxSubmitJobs": 20}),)]] * 227
+    [(_, problem)] = sweep_findings(grouped_sweep(225, 1, most_at_once=50), limits)
+    assert problem.endswith("(MaxSubmitJobs=20): set group-components: points=12 or more")
+
+
+def test_limits_on_running_jobs_still_name_jobs() -> None:
+    limits = [[(Limits("the association", counts={"MaxJobs": 4}),)]] * 12
+    assert list(sweep_findings(grouped_sweep(200, 20, most_at_once=50), limits)) == [
+        ("jobs: 50", "lets 10 Slurm jobs be running at once (the run submits 12, at most 10 at "
+                     "a time), more than the association allows (MaxJobs=4): the jobs past it "
+                     "pend; set jobs: 4 or fewer")]
+
+
+def test_jobs_grouping_cannot_fit_name_jobs() -> None:
+    # build -> 2 jobs of 50 points and 25 training points -> summarise: even one job for
+    # all the points leaves 26 jobs queued at once, past MaxSubmitJobsPU=20
+    needs = (frozenset(), *[frozenset({0})] * 27, frozenset(range(1, 28)))
+    jobs = tuple(JobRequest(f"job{i}") for i in range(29))
+    sweep = SweepRequest(jobs, needs, 50, (Grouping("points", 50, 100, frozenset({1, 2})),))
+    limits = [[(Limits("QOS 'sweep'", counts={"MaxSubmitJobsPU": 20}),)]] * 29
+    [(setting, problem)] = sweep_findings(sweep, limits)
+    assert setting == "jobs: 50"
+    assert problem.startswith("lets 27 Slurm jobs be queued at once")

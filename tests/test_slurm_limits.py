@@ -4,7 +4,9 @@ Each limit a site sets (sacctmgr: a QOS's MaxTRESPerJob, MaxWall, MaxSubmitJobsP
 MinTRESPerJob; an association's MaxJobs; an account's GrpTRES), exceeded by a rule, a
 group or the whole sweep, is refused by `hpcmem preflight` in under 5 s: one line per
 problem naming the setting, the limit and the value, exit 2, nothing submitted (neither
-sacct nor squeue knows a job from the run's folder). Each case has a QOS or an account of
+sacct nor squeue knows a job from the run's folder). Points grouped one per job past
+MaxSubmitJobsPU name the group-components that fit; grouped as the template groups them
+they pass. Each case has a QOS or an account of
 its own, so no limit reaches another test.
 """
 
@@ -16,19 +18,20 @@ from pathlib import Path
 
 import pytest
 from slurm_cluster import SlurmCluster
-from slurm_site import checkout_workdir, ensure, preflight, site_profile, submitted_from
+from slurm_site import (
+    ONE_JOB_PER_POINT,
+    SWEEP,
+    THREE_POINTS,
+    checkout_workdir,
+    limited_account,
+    limited_qos,
+    preflight,
+    site_profile,
+    submitted_from,
+)
 
 pytestmark = pytest.mark.slurm
 
-SWEEP = {
-    "container": {"enabled": False},
-    "collectives": {"ops": ["allreduce"], "buffers": ["numpy"], "tasks_per_node": [2],
-                    "bindings": ["cores"], "emulate_hbw": "0"},
-    "train": {"enabled": False},
-}  # fmt: skip
-#: three points: three collectives jobs can be queued at once
-THREE_POINTS = {**SWEEP, "collectives": {**SWEEP["collectives"],
-                                         "ops": ["allreduce", "bcast", "gather"]}}
 #: the most seconds a refusal may take: CPU time of the preflight and what it runs (the
 #: wall time on a quiet machine, which another test suite on the same 2 cores stretches)
 MOST_SECONDS = 5
@@ -37,31 +40,6 @@ MOST_SECONDS = 5
 def _children_cpu_seconds() -> float:
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     return used.ru_utime + used.ru_stime
-
-
-def limited_account(cluster: SlurmCluster, account: str, qos: str | None,
-                    own: tuple[str, ...] = (), above: tuple[str, ...] = ()) -> None:
-    """An account holding root, with ``own`` limits on root's association and ``above``
-    on the account's; root may use QOS ``qos`` there."""
-    ensure(cluster, "account", account, f"Description={account}", f"Organization={account}")
-    listed = cluster.run("sacctmgr", "-n", "-P", "list", "assoc", "user=root",
-                         f"account={account}", "format=account")
-    if not listed.stdout.strip():
-        added = cluster.run("sacctmgr", "-i", "add", "user", "root", f"Account={account}")
-        assert added.returncode == 0, added.stderr
-    for kind, settings in (("user", (*own, *([f"QOS+={qos}"] if qos else []))),
-                           ("account", above)):
-        where = ("root", "where", f"account={account}") if kind == "user" else (account,)
-        if settings:
-            changed = cluster.run("sacctmgr", "-i", "modify", kind, *where, "set", *settings)
-            assert changed.returncode == 0, changed.stderr
-
-
-def limited_qos(cluster: SlurmCluster, name: str, *limits: str) -> None:
-    """A QOS with ``limits`` (set again when it exists)."""
-    ensure(cluster, "qos", name)
-    changed = cluster.run("sacctmgr", "-i", "modify", "qos", name, "set", *limits)
-    assert changed.returncode == 0, changed.stderr
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +69,8 @@ QOS_CASES = {
         "tasks: 2 x cpus_per_task: 1 (rule run_collectives) asks for 2 CPUs per job, more "
         "than QOS 'limcpu' allows (MaxTRESPerJob=cpu=1)"]),
     "MaxWall": (("MaxWall=10",), SWEEP, [
-        "runtime: 20 (rules build_wheel, run_collectives) minutes is longer than QOS "
-        "'limwall' allows (MaxWall=10 minutes)",
+        "runtime: 20 (rule build_wheel) minutes is longer than QOS 'limwall' allows "
+        "(MaxWall=10 minutes)",
         "runtime: 15 (rule aggregate_results) minutes is longer than QOS 'limwall' allows "
         "(MaxWall=10 minutes)",
         "runtime: 25 (group build: build_wheel + install_wheel) minutes is longer than QOS "
@@ -104,10 +82,12 @@ QOS_CASES = {
         "render_report) asks for 1 CPU per job, fewer than QOS 'limmin' requires "
         "(MinTRESPerJob=cpu=2)"]),
     "MaxSubmitJobsPU": (("MaxSubmitJobsPU=2",), THREE_POINTS, [
-        "jobs: 50 lets 3 Slurm jobs be queued at once (the run submits 5, at most 3 at a "
-        "time), more than QOS 'limsubmit' allows (MaxSubmitJobsPU=2): sbatch refuses the jobs "
-        "past it; set jobs: 2 or fewer"]),
+        "group-components: points=1 puts 3 points in 3 Slurm jobs: 3 jobs queued at once (the "
+        "run submits 5), more than QOS 'limsubmit' allows (MaxSubmitJobsPU=2): set "
+        "group-components: points=2 or more"]),
 }
+#: site_profile changes: the points grouped as the template groups them, one per job
+GROUPS_OF_ONE = {"group-components": {"points": 1}}
 QOS_NAMES = {"MaxTRESPerJob": "limcpu", "MaxWall": "limwall", "MinTRESPerJob": "limmin",
              "MaxSubmitJobsPU": "limsubmit"}
 
@@ -120,14 +100,16 @@ def test_a_qos_limit_exceeded_is_refused_naming_it(
     qos = QOS_NAMES[limit]
     limited_qos(slurm_cluster, qos, *settings)
     limited_account(slurm_cluster, "limqos", qos)
-    profile = site_profile(tmp_path / "hpcmem", slurm_cluster, sweep, **{
+    profile = site_profile(tmp_path / "hpcmem", slurm_cluster, sweep, **GROUPS_OF_ONE, **{
         "slurm-qos": qos, "default-resources__slurm_account": "limqos",
         "set-resources__build_wheel__cpus_per_task": 2})
     assert sorted(refused(slurm_cluster, profile, workdir)) == sorted(lines)
 
 
-def test_jobs_within_max_submit_jobs_pass(slurm_cluster: SlurmCluster, workdir: Path,
-                                          tmp_path: Path) -> None:
+def test_points_grouped_within_max_submit_jobs_pass(slurm_cluster: SlurmCluster,
+                                                    workdir: Path, tmp_path: Path) -> None:
+    # the template's group-components: the three points are one job, the build and the
+    # summary one each, never more than one queued at once
     limited_qos(slurm_cluster, "limsubmit", "MaxSubmitJobsPU=2")
     limited_account(slurm_cluster, "limqos", "limsubmit")
     profile = site_profile(tmp_path / "hpcmem", slurm_cluster, THREE_POINTS, jobs=2, **{
@@ -140,8 +122,9 @@ def test_an_association_max_jobs_exceeded_by_the_sweep_is_refused(
     slurm_cluster: SlurmCluster, workdir: Path, tmp_path: Path
 ) -> None:
     limited_account(slurm_cluster, "limjobs", None, own=("MaxJobs=1",))
-    profile = site_profile(tmp_path / "hpcmem", slurm_cluster, THREE_POINTS, **{
-        "slurm-qos": "normal", "default-resources__slurm_account": "limjobs"})
+    profile = site_profile(tmp_path / "hpcmem", slurm_cluster, THREE_POINTS,
+                           **ONE_JOB_PER_POINT, **{"slurm-qos": "normal",
+                                                   "default-resources__slurm_account": "limjobs"})
     assert refused(slurm_cluster, profile, workdir) == [
         "jobs: 50 lets 3 Slurm jobs be running at once (the run submits 5, at most 3 at a "
         "time), more than the association of user 'root' with account 'limjobs' allows "

@@ -27,6 +27,7 @@ from slurm_cluster import SlurmCluster
 from slurm_site import (
     BIN,
     REPO,
+    SWEEP,
     checkout_workdir,
     ensure,
     preflight,
@@ -39,12 +40,6 @@ from hpcmem.slurm.limits import QOS_FIELDS
 
 pytestmark = pytest.mark.slurm
 
-SWEEP = {
-    "container": {"enabled": False},
-    "collectives": {"ops": ["allreduce"], "buffers": ["numpy"], "tasks_per_node": [2],
-                    "bindings": ["cores"], "emulate_hbw": "0"},
-    "train": {"enabled": False},
-}  # fmt: skip
 #: stands for one CPU more than the test cluster's node has
 MORE_THAN_A_NODE = "more than a node"
 #: what the preflight asks sacctmgr about every QOS
@@ -88,7 +83,7 @@ def test_a_site_profile_outside_the_tree_passes(slurm_cluster: SlurmCluster, wor
     assert result.returncode == 0, result.stdout
     assert result.stdout.strip() == (
         "hpcmem preflight: ok: 6 rules fit cluster 'hpcmem': partitions batch, hbm; "
-        "accounts hpc; QOS bench")
+        "accounts hpc; QOS bench; 3 Slurm jobs")
     print(f"preflight took {time.monotonic() - began:.1f}s")
 
 

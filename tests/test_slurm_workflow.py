@@ -4,10 +4,11 @@ sweep (collectives in partition hbm, everything else in batch, account hpc, QOS 
 sacct shows), the nightly and its report.
 
 The sweep (allreduce on numpy and emulated-HBW buffers, bindings cores and hbw, 2 ranks
-under srun with PMIx) runs through sbatch: build, install, collectives, training (skipped
-without a GPU), aggregate, check, report. When one benchmark job is left, it is cancelled
-with scancel: the run ends within a minute naming the job, and the rerun the workflow
-prints redoes that point alone; the report it draws lists every Slurm job of the run with
+under srun with PMIx) runs through sbatch, one job per point (the template's groups of
+points removed; test_slurm_groups.py runs them grouped): build, install, collectives,
+training (skipped without a GPU), aggregate, check, report. When one benchmark job is left,
+it is cancelled with scancel: the run ends within a minute naming the job, and the rerun the
+workflow prints redoes that point alone; the report it draws lists every Slurm job of the run with
 its points as sacct shows it (partition, account, QOS, state, elapsed time, exit code). A
 point whose binding cannot be applied fails naming its
 Slurm log. The verdict is judged for the partition the benchmarks ran in (hbm), not the
@@ -35,7 +36,15 @@ from typing import Any
 import pytest
 import yaml
 from slurm_cluster import SlurmCluster
-from slurm_site import BIN, REPO, drawn_jobs, run_logged, site_profile, submitted_from
+from slurm_site import (
+    BIN,
+    ONE_JOB_PER_POINT,
+    REPO,
+    drawn_jobs,
+    run_logged,
+    site_profile,
+    submitted_from,
+)
 
 from hpcmem.record.jsonl import read_records
 from hpcmem.results.schema import validate_record
@@ -174,7 +183,7 @@ def flow(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) 
     for name in ("config.yaml", "references.yaml"):
         (work / "work" / "config" / name).write_text((REPO / ".test" / "config" / name)
                                                      .read_text())
-    profile = site_profile(work / "site-profile", slurm_cluster, SWEEP)
+    profile = site_profile(work / "site-profile", slurm_cluster, SWEEP, **ONE_JOB_PER_POINT)
     return Workflow(slurm_cluster, work / "work", profile)
 
 

@@ -5,17 +5,19 @@ A job goes under its QOS (its own ``qos``, ``slurm-qos``, its association's defa
 asking for more than a per-job, per-node, per-user or group TRES limit, less than a QOS
 minimum, or longer than a MaxWall never starts; a run that keeps more jobs queued at once
 than a MaxSubmitJobs limit has submissions refused, and more running than a MaxJobs
-limit leaves the rest pending. Each finding is a ``(setting, problem)`` pair of text for
-:mod:`hpcmem.slurm.preflight`'s lines.
+limit leaves the rest pending. The Slurm jobs of grouped points (``group-components`` of
+them in each) must all fit the queue at once, under those limits and ``jobs:``. Each
+finding is a ``(setting, problem)`` pair of text for :mod:`hpcmem.slurm.preflight`'s lines.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 from hpcmem.slurm.facts import Association, ClusterFacts, PartitionFacts
 from hpcmem.slurm.limits import Limits, applying
-from hpcmem.slurm.requests import JobRequest, RunSettings, SweepRequest
+from hpcmem.slurm.requests import Grouping, JobRequest, RunSettings, SweepRequest
 
 __all__ = ["Finding", "job_findings", "limit_chains", "sweep_findings"]
 
@@ -115,9 +117,46 @@ def _widest(waves: list[list[int]], jobs: set[int]) -> int:
     return max((len(jobs.intersection(wave)) for wave in waves), default=0)
 
 
+class _Crowded(NamedTuple):
+    """Jobs of grouped points queued at once with others, more than a bound allows."""
+
+    grouping: Grouping
+    #: the jobs queued at once
+    queued: int
+    #: the fewest points per job that bring them to the bound
+    needed: int
+
+
+def _crowded(sweep: SweepRequest, waves: list[list[int]], jobs: set[int], bound: int
+             ) -> _Crowded | None:
+    """Whether the most of ``jobs`` queued at once are more than ``bound``, and fewer jobs
+    of a group's points would bring them to it."""
+    wave = max(waves, key=lambda jobs_of: len(jobs.intersection(jobs_of)), default=[])
+    queued = jobs.intersection(wave)
+    grouping = max(sweep.groupings, key=lambda g: len(g.jobs & queued), default=None)
+    if len(queued) <= bound or grouping is None or not grouping.jobs & queued:
+        return None
+    needed = grouping.components_for(bound - len(queued - grouping.jobs))
+    return _Crowded(grouping, len(queued), needed) if needed else None
+
+
+def _crowded_finding(sweep: SweepRequest, crowded: _Crowded, limit: str) -> Finding:
+    grouping = crowded.grouping
+    return (f"group-components: {grouping.name}={grouping.components}",
+            f"puts {grouping.points} points in {len(grouping.jobs)} Slurm jobs: "
+            f"{crowded.queued} jobs queued at once (the run submits {len(sweep.jobs)}), more "
+            f"than {limit}: set group-components: {grouping.name}={crowded.needed} or more")
+
+
 def sweep_findings(sweep: SweepRequest, chains: Sequence[Sequence[tuple[Limits, ...]]]
                    ) -> Iterator[Finding]:
-    """Job count limits the run's jobs together go past; ``chains``: each job's limits."""
+    """Job count limits the run's jobs together go past; ``chains``: each job's limits.
+
+    The jobs of a wave are queued together: past a MaxSubmitJobs limit sbatch refuses the
+    rest, or (``jobs:`` at most the limit) they wait their turn, as they do past ``jobs:``.
+    Where fewer jobs of grouped points would fit them, one line names ``group-components``
+    and the fewest points per job that fit the tightest of those bounds; else a line per
+    limit names ``jobs:``."""
     counted: dict[tuple[str, str], tuple[int, set[int]]] = {}
     for index, job_chains in enumerate(chains):
         for chain in job_chains:
@@ -126,16 +165,26 @@ def sweep_findings(sweep: SweepRequest, chains: Sequence[Sequence[tuple[Limits, 
                     counted.setdefault((limits.source, name),
                                        (limits.counts[name], set()))[1].add(index)
     waves, most = sweep.waves(), sweep.most_at_once
-    widest = _widest(waves, set(range(len(sweep.jobs))))
+    every = set(range(len(sweep.jobs)))
+    widest = _widest(waves, every)
     setting = "jobs: not set" if most is None else f"jobs: {most}"
+    crowding: list[tuple[_Crowded, str]] = []
     for (source, name), (bound, jobs) in counted.items():
+        doing = _COUNT_FIELDS[name]
+        limit = f"{source} allows ({name}={bound})"
+        if doing == "queued" and (crowded := _crowded(sweep, waves, jobs, bound)):
+            crowding.append((crowded, limit))
+            continue
         at_once = _widest(waves, jobs) if most is None else min(most, _widest(waves, jobs))
         if at_once <= bound:
             continue
-        doing = _COUNT_FIELDS[name]
         then = ("sbatch refuses the jobs past it" if doing == "queued"
                 else "the jobs past it pend")
         fix = f"; set jobs: {bound} or fewer" if bound else ""
         yield setting, (f"lets {at_once} Slurm jobs be {doing} at once (the run submits "
-                        f"{len(sweep.jobs)}, at most {widest} at a time), more than {source} "
-                        f"allows ({name}={bound}): {then}{fix}")
+                        f"{len(sweep.jobs)}, at most {widest} at a time), more than {limit}: "
+                        f"{then}{fix}")
+    if most is not None and (crowded := _crowded(sweep, waves, every, most)):
+        crowding.append((crowded, f"jobs: {most} lets Snakemake queue"))
+    if crowding:  # the tightest, a site's limit before jobs: when they tie
+        yield _crowded_finding(sweep, *max(crowding, key=lambda item: item[0].needed))

@@ -18,9 +18,9 @@ from collections.abc import Iterable
 
 from hpcmem.slurm.facts import ClusterFacts, PartitionFacts
 from hpcmem.slurm.limit_checks import job_findings, limit_chains, sweep_findings
-from hpcmem.slurm.requests import GroupRequest, JobRequest, RunSettings, SweepRequest
+from hpcmem.slurm.requests import Grouping, GroupRequest, JobRequest, RunSettings, SweepRequest
 
-__all__ = ["GroupRequest", "JobRequest", "RunSettings", "SweepRequest", "check",
+__all__ = ["GroupRequest", "Grouping", "JobRequest", "RunSettings", "SweepRequest", "check",
            "summary_line"]
 
 
@@ -259,14 +259,24 @@ def check(requests: Iterable[JobRequest], settings: RunSettings, facts: ClusterF
     return problems.lines()
 
 
-def summary_line(requests: Iterable[JobRequest], settings: RunSettings, facts: ClusterFacts
-                 ) -> str:
-    """What was checked, for a run that passed: rules, partitions, accounts and QOS."""
+def _submissions(sweep: SweepRequest) -> str:
+    """``; 11 Slurm jobs (group points: 225 points in 9)``: what the run submits."""
+    grouped = ", ".join(f"group {g.name}: {g.points} points in {len(g.jobs)}"
+                        for g in sweep.groupings)
+    return f"; {len(sweep.jobs)} Slurm jobs" + (f" ({grouped})" if grouped else "")
+
+
+def summary_line(requests: Iterable[JobRequest], settings: RunSettings, facts: ClusterFacts,
+                 sweep: SweepRequest | None = None) -> str:
+    """What was checked, for a run that passed: rules, partitions, accounts and QOS, and
+    the Slurm jobs of ``sweep``."""
     requests = list(requests)
     partitions = {r.partition or facts.default_partition or "?" for r in requests}
     accounts = {_effective_account(r, settings, facts) or "(none)" for r in requests}
     qos = {q for r in requests for q in (r.qos, settings.qos) if q} or {"(default)"}
     checked = "; accounts and QOS not checked: accounting is disabled" \
         if facts.accounting_disabled else ""
+    jobs = _submissions(sweep) if sweep is not None else ""
     return (f"{len({r.rule for r in requests})} rules fit cluster {facts.name!r}: partitions "
-            f"{_listed(partitions)}; accounts {_listed(accounts)}; QOS {_listed(qos)}{checked}")
+            f"{_listed(partitions)}; accounts {_listed(accounts)}; QOS {_listed(qos)}{jobs}"
+            f"{checked}")

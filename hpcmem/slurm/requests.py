@@ -3,14 +3,15 @@
 A :class:`JobRequest` is what sbatch would be asked for on behalf of a rule's jobs, a
 :class:`GroupRequest` the jobs of one Snakemake group (one Slurm job), a
 :class:`SweepRequest` every Slurm job the run submits and which ones each waits for, so
-that the preflight can count how many are queued at once (:meth:`SweepRequest.waves`).
+that the preflight can count how many are queued at once (:meth:`SweepRequest.waves`),
+and a :class:`Grouping` the Slurm jobs ``group-components`` makes of one group's points.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["GroupRequest", "JobRequest", "RunSettings", "SweepRequest"]
+__all__ = ["GroupRequest", "Grouping", "JobRequest", "RunSettings", "SweepRequest"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,26 @@ class RunSettings:
 
 
 @dataclass(frozen=True)
+class Grouping:
+    """The points of one Snakemake group in a run (its connected components: jobs that do
+    not wait for each other), ``components`` of them in each Slurm job."""
+
+    #: the group, as ``group-components`` names it
+    name: str
+    #: ``group-components`` of the group: the most points in one Slurm job
+    components: int
+    #: the group's points in the run
+    points: int
+    #: the indexes (in :attr:`SweepRequest.jobs`) of its Slurm jobs
+    jobs: frozenset[int]
+
+    def components_for(self, slots: int) -> int | None:
+        """The fewest points per Slurm job that put the group's points in at most ``slots``
+        jobs; None for none (``slots`` below 1)."""
+        return -(-self.points // slots) if slots > 0 else None
+
+
+@dataclass(frozen=True)
 class SweepRequest:
     """Every Slurm job a run submits (a group is one), and the profile's ``jobs:``."""
 
@@ -83,6 +104,8 @@ class SweepRequest:
     needs: tuple[frozenset[int], ...]
     #: ``jobs:``, the most jobs Snakemake keeps queued or running at once (None: no limit)
     most_at_once: int | None = None
+    #: the groups holding more than one point, whose Slurm jobs ``group-components`` makes
+    groupings: tuple[Grouping, ...] = ()
 
     def waves(self) -> list[list[int]]:
         """The jobs by how many jobs before them they wait for, at most (the DAG's levels):

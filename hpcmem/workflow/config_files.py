@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.errors import BadInputError
-from hpcmem.inputs import InputError, refused, yaml_mapping
+from hpcmem.inputs import InputError, refused, whole_number, yaml_mapping
 from hpcmem.textfiles import TextFileError
 from hpcmem.workflow.refusal import REFUSED
 
@@ -34,6 +34,8 @@ __all__ = ["MAX_BYTES", "check_profile", "given_configfiles", "main", "read_conf
 
 #: the most bytes a config file may hold (a sweep or a profile is a few kilobytes)
 MAX_BYTES = 1 << 20
+#: the most points of a group in one Slurm job a profile may ask for
+_MOST_COMPONENTS = 100_000
 #: snakemake's options naming config files, and the shortest abbreviation argparse takes
 _CONFIGFILE_OPTIONS = ("--configfile", "--configfiles")
 _SHORTEST = "--configf"
@@ -104,12 +106,31 @@ def _mapping(path: Path, field: str) -> dict[str, Any]:
         raise InputError(f"{field}: {error}") from None
 
 
+def _check_group_components(value: Any, field: str) -> None:
+    """A profile's ``group-components`` (``{GROUP: N}`` or ``[GROUP=N, ...]``): N, the
+    points of the group in one Slurm job, a whole number of at least 1. Snakemake refuses
+    other values without naming the group or the value."""
+    if value is None:
+        return
+    if isinstance(value, dict):
+        entries = list(value.items())
+    elif isinstance(value, list) and all(isinstance(entry, str) for entry in value):
+        entries = [entry.partition("=")[::2] for entry in value]
+    else:
+        raise refused(f"{field}: group-components", value, "is not a mapping",
+                      "GROUP: N, N points of the group in each Slurm job")
+    for group, count in entries:
+        whole_number(count, f"{field}: group-components: {group}", minimum=1,
+                     maximum=_MOST_COMPONENTS)
+
+
 def check_profile(profile: str | None, configfiles: Sequence[str] | None = None, *,
                   field: str = "--profile") -> None:
     """Read what ``snakemake --profile PROFILE [--configfile FILE...]`` reads first: the
     profile's settings (found as Snakemake finds them), then the sweep files (those given,
     else those the profile names). Each must be a mapping in UTF-8 YAML without aliases;
-    BadInputError names ``field`` (or ``--configfile``) and the file."""
+    BadInputError names ``field`` (or ``--configfile``) and the file. The profile's
+    ``group-components`` must be whole numbers of at least 1, each named when not."""
     from snakemake.common import get_appdirs
 
     sweeps = [Path(name) for name in configfiles or ()]
@@ -121,8 +142,9 @@ def check_profile(profile: str | None, configfiles: Sequence[str] | None = None,
                           "a folder holding config.yaml, or the name of one in the current "
                           f"folder, {dirs.user_config_dir} or {dirs.site_config_dir}")
         folder, settings = found
-        named = _sweep_files(folder, _mapping(settings, field).get("configfile"))
-        sweeps = sweeps or named
+        mapping = _mapping(settings, field)
+        _check_group_components(mapping.get("group-components"), f"{field} {profile}")
+        sweeps = sweeps or _sweep_files(folder, mapping.get("configfile"))
     for path in sweeps:
         _mapping(path, "--configfile" if configfiles else field)
 

@@ -8,6 +8,8 @@ its layout gives the launcher's options and the Slurm executor's resources.
 Layout(nodes=2, tasks_per_node=4)
 >>> Layout(2, 4).launch_options("srun"), Layout(1, 4).launch_options("srun")
 (['--nodes=2', '--ntasks-per-node=4', '--ntasks=8'], ['-n', '4'])
+>>> Layout(1, 1).slurm_resources()
+{'nodes': 1, 'tasks_per_node': 2}
 """
 
 from __future__ import annotations
@@ -57,9 +59,9 @@ class Layout:
         return ["-n", str(self.ranks), "--map-by", f"ppr:{self.tasks_per_node}:node"]
 
     def slurm_resources(self) -> dict[str, int]:
-        """``nodes`` and the task count of the Slurm executor plugin, which takes either
-        ``tasks_per_node`` (more than 1) or ``tasks``, never both (0 leaves one unset)."""
-        if self.tasks_per_node > 1:
-            return {"nodes": self.nodes, "tasks_per_node": self.tasks_per_node, "tasks": 0}
-        return {"nodes": self.nodes, "tasks_per_node": 0, "tasks": self.ranks}
+        """``nodes`` and ``tasks_per_node`` of the Slurm executor plugin. It takes tasks per
+        node only above 1 for an MPI job (and ``tasks`` never together with it): one rank per
+        node asks for 2. Every point asks the same way, so the job of several grouped points
+        (their largest of each) holds every one of them."""
+        return {"nodes": self.nodes, "tasks_per_node": max(self.tasks_per_node, 2)}
 

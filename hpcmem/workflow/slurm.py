@@ -10,7 +10,11 @@ slurm executor, :func:`on_start`
   jobs submitted together as a :class:`~hpcmem.slurm.preflight.GroupRequest`, and refuses
   the run (one line per problem and exit status 2, as :mod:`hpcmem.workflow.refusal`
   refuses bad input) when a partition, account or QOS is unknown or not the user's, a job
-  does not fit a node of its partition, or a group's rules disagree;
+  does not fit a node of its partition, a group's rules disagree, or the run's jobs queued
+  at once (grouped points counted as the Slurm jobs ``group-components`` makes of them) go
+  past ``jobs:`` or a QOS or association limit;
+* names the run's jobs ``hpcmem-<run id>_<uuid>`` where no ``slurm-jobname-prefix`` is
+  given (:mod:`hpcmem.workflow.slurm_jobs`);
 * notes each job it submits, with its Slurm job id, in the run's journal of jobs (the
   report's job table: :mod:`hpcmem.workflow.submissions`);
 * makes SIGTERM (a time limit, ``scancel`` of the job driving the workflow) act like
@@ -41,6 +45,7 @@ from hpcmem.inputs import refused
 from hpcmem.record.jsonl import atomic_open
 from hpcmem.slurm.facts import SlurmCommandError, cluster_facts, gpu_count
 from hpcmem.slurm.preflight import (
+    Grouping,
     GroupRequest,
     JobRequest,
     RunSettings,
@@ -50,6 +55,7 @@ from hpcmem.slurm.preflight import (
 )
 from hpcmem.slurm.watchdog import StuckJob, Watchdog
 from hpcmem.workflow.refusal import REFUSED, refuse
+from hpcmem.workflow.slurm_jobs import name_jobs
 from hpcmem.workflow.submissions import note_submissions
 
 __all__ = ["PREFLIGHT_REPORT", "RERUN_HINT", "job_request", "on_error", "on_start",
@@ -154,9 +160,40 @@ def _group_requests(workflow: Any) -> list[GroupRequest]:
     return groups
 
 
+def _points(workflow: Any, group: Any) -> int:
+    """The points of a group job: its connected components (jobs linked by what they
+    wait for), as ``group-components`` counts them."""
+    root = {job: job for job in group.jobs}
+
+    def top(job: Any) -> Any:
+        while root[job] is not job:
+            job = root[job]
+        return job
+
+    for job in group.jobs:
+        for dep in workflow.dag.dependencies[job]:
+            if dep in root:
+                root[top(dep)] = top(job)
+    return len({top(job) for job in group.jobs})
+
+
+def _groupings(workflow: Any, index: dict[Any, int]) -> tuple[Grouping, ...]:
+    """The groups holding more than one point, with the Slurm jobs made of them (``index``:
+    each Slurm job's place in the sweep)."""
+    jobs_of: dict[str, list[Any]] = {}
+    for unit in index:
+        if unit.is_group():
+            jobs_of.setdefault(unit.groupid, []).append(unit)
+    components = workflow.group_settings.group_components
+    return tuple(Grouping(name, components.get(workflow.parent_groupids.get(name, name), 1),
+                          points, frozenset(index[group] for group in groups))
+                 for name, groups in sorted(jobs_of.items())
+                 if (points := sum(_points(workflow, group) for group in groups)) > 1)
+
+
 def _sweep(workflow: Any) -> SweepRequest:
-    """Every Slurm job this run submits (a group is one), what each waits for, and
-    ``jobs:``, the most Snakemake keeps queued at once."""
+    """Every Slurm job this run submits (a group is one), what each waits for, ``jobs:``
+    (the most Snakemake keeps queued at once), and the Slurm jobs of grouped points."""
     submitted = _submitted(workflow)
     unit = {job: workflow.dag.get_job_group(job) or job for job in submitted}
     index = {job: i for i, job in enumerate(dict.fromkeys(unit.values()))}
@@ -166,7 +203,8 @@ def _sweep(workflow: Any) -> SweepRequest:
         needs[index[unit[job]]].update(index[unit[dep]] for dep in workflow.dag.dependencies[job]
                                        if dep in unit and unit[dep] is not unit[job])
     return SweepRequest(tuple(job_request(first[i]) for i in range(len(index))),
-                        tuple(map(frozenset, needs)), workflow.resource_settings.nodes)
+                        tuple(map(frozenset, needs)), workflow.resource_settings.nodes,
+                        _groupings(workflow, index))
 
 
 def _settings(workflow: Any) -> RunSettings:
@@ -193,14 +231,13 @@ def _preflight(workflow: Any, logger: Any, executor: str) -> None:
                 "(give a profile with `executor: slurm`)"]})
             raise WorkflowError("hpcmem preflight: done, nothing submitted")
         return
-    requests, settings = _requests(workflow), _settings(workflow)
+    requests, settings, sweep = _requests(workflow), _settings(workflow), _sweep(workflow)
     try:
         facts = cluster_facts(getpass.getuser())
-        problems = check(requests, settings, facts, _group_requests(workflow),
-                         _sweep(workflow))
+        problems = check(requests, settings, facts, _group_requests(workflow), sweep)
     except SlurmCommandError as error:
         facts, problems = None, [f"slurm: the cluster did not answer: {error}"]
-    summary = summary_line(requests, settings, facts) if facts and not problems else None
+    summary = summary_line(requests, settings, facts, sweep) if facts and not problems else None
     if report:
         _write_report(report, {"problems": problems, "summary": summary})
         raise WorkflowError("hpcmem preflight: done, nothing submitted")
@@ -250,8 +287,8 @@ def _one_node_only(workflow: Any, executor: str) -> None:
             "profile with `executor: slurm`")
 
 
-def on_start(workflow: Any, logger: Any, journal: str) -> None:
-    """``onstart``: preflight, then each submission noted in ``journal``
+def on_start(workflow: Any, logger: Any, run_id: str, journal: str) -> None:
+    """``onstart``: preflight, the jobs' name, each submission noted in ``journal``
     (:mod:`hpcmem.workflow.submissions`), SIGTERM as Ctrl-C and the watchdog (slurm
     executor); without Slurm, a multi-node point is refused before any job."""
     plugin = workflow.executor_plugin
@@ -260,13 +297,14 @@ def on_start(workflow: Any, logger: Any, journal: str) -> None:
     if executor != "slurm":
         _one_node_only(workflow, executor)
         return
-    note_submissions(_executor(workflow), journal, logger)
+    executor_plugin = _executor(workflow)
+    job_name = name_jobs(executor_plugin, bool(workflow.executor_settings.jobname_prefix),
+                         run_id)
+    logger.info(f"hpcmem: the Slurm jobs of this run are named {job_name}")
+    note_submissions(executor_plugin, journal, logger)
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    # the job name the executor gives every job of this run (its run id; the plugin's own
-    # status queries select the run's jobs by it): a plugin without one fails here, loudly
-    Watchdog(_executor(workflow).run_uuid, lambda stuck: _on_stuck(stuck, logger),
-             WATCH_INTERVAL).start()
+    Watchdog(job_name, lambda stuck: _on_stuck(stuck, logger), WATCH_INTERVAL).start()
 
 
 def rerun_hint(default: str) -> str:

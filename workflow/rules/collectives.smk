@@ -1,4 +1,4 @@
-# One MPI job per collectives point: op x buffer kind x layout (nodes x tasks per node) x
+# One job per collectives point: op x buffer kind x layout (nodes x tasks per node) x
 # numactl binding. A point's folder is the swept part of its records' key
 # (hpcmem/collectives/spec.py): <op>/<buffer>/ranks=<R>[/nodes=<N>]/binding=<name>, the
 # nodes part only on several nodes. Every rank runs under `hpcmem bind --skip-unavailable
@@ -9,7 +9,13 @@
 # profiles/local, "srun" in profiles/slurm), with the layout's options (srun: --nodes,
 # --ntasks-per-node, --ntasks; mpirun: -n); in images it starts one container per rank
 # (`srun ... apptainer exec ... IMAGE hpcmem ...`). The Slurm executor gets the layout as
-# the job's nodes and tasks.
+# the job's nodes and tasks per node. On a cluster the site profile puts the points in
+# group points (groups:), group-components of them in one Slurm job: that job runs them one
+# at a time (each takes the one_at_a_time slot the workflow gives a grouped job:
+# hpcmem/workflow/slurm_jobs.py), asking for the most nodes, tasks and memory of its points
+# and the sum of their runtimes.
+
+from hpcmem.workflow.slurm_jobs import point_slot
 
 
 rule run_collectives:
@@ -32,8 +38,8 @@ rule run_collectives:
     resources:
         mpi="mpiexec",
         nodes=lambda wildcards: get_layout(wildcards).slurm_resources()["nodes"],
-        tasks=lambda wildcards: get_layout(wildcards).slurm_resources()["tasks"],
         tasks_per_node=lambda wildcards: get_layout(wildcards).slurm_resources()["tasks_per_node"],
+        one_at_a_time=point_slot(workflow),
     shell:
         # the OSU text goes to a name of this job's own (the shell's PID), so an orphan of a
         # killed run and its rerun never share a file (the records are written the same way);

@@ -1,14 +1,19 @@
 # On the slurm executor: a preflight of every job against the cluster before the first
-# submission, each submission noted in SLURM_JOBS (the report's job table), a watchdog that
-# ends the run naming a job cancelled underneath it or pending for a reason that does not
-# clear by itself, and SIGTERM handled like Ctrl-C (the run's jobs are cancelled). See
-# hpcmem/workflow/slurm.py. Without Slurm these do nothing.
+# submission, the run's jobs named hpcmem-<run id>_<uuid>, each submission noted in
+# SLURM_JOBS (the report's job table), a watchdog that ends the run naming a job cancelled
+# underneath it or pending for a reason that does not clear by itself, and SIGTERM handled
+# like Ctrl-C (the run's jobs are cancelled). See hpcmem/workflow/slurm.py. Without Slurm
+# these do nothing. The points a profile groups (groups:, group-components:) run one at a
+# time in their job (hpcmem/workflow/slurm_jobs.py).
 
 from hpcmem.workflow import slurm as slurm_run
+from hpcmem.workflow.slurm_jobs import points_in_turn
+
+points_in_turn(workflow)
 
 
 onstart:
-    slurm_run.on_start(workflow, logger, SLURM_JOBS)
+    slurm_run.on_start(workflow, logger, config["run_id"], SLURM_JOBS)
 
 
 #: how to redo the rest of an ended run: the caller's (HPCMEM_RERUN_HINT), else this command's

@@ -1,0 +1,66 @@
+"""What the workflow's Slurm jobs are: how they are named, and how grouped points share one.
+
+**Names.** The slurm executor plugin names every job of a run ``[PREFIX_]<uuid>``, and
+selects the run's jobs by that name in its status queries, so a job's name names its run,
+never its rule or point. :func:`name_jobs` makes PREFIX ``hpcmem-<run id>``
+(:func:`job_name_prefix`) where the profile or the command line gives no
+``slurm-jobname-prefix`` (``tools/nightly.sh`` gives the same one itself: it finds the
+night's jobs again by it). The rule and point are in the plugin's
+``--comment``: ``rule_run_collectives_wildcards_<point>``, a grouped job's
+``rule_<group>_<rules>``.
+
+**Grouped points.** Snakemake sizes a group job for the jobs of it that could run side by
+side (their CPUs, tasks and memory summed), but the plugin runs a group's jobs one after
+another (``--jobs 1``). :func:`points_in_turn` gives each group job one
+:data:`ONE_AT_A_TIME` slot (a resource local to each submitted job) and every point takes
+all of it (:func:`point_slot`), so a group job asks for the most nodes, tasks and memory
+of its points and the sum of their runtimes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["ONE_AT_A_TIME", "job_name_prefix", "name_jobs", "point_slot", "points_in_turn"]
+
+#: the resource a grouped job has 1 of and each of its points takes all of
+ONE_AT_A_TIME = "one_at_a_time"
+#: what the slurm executor plugin does not accept in a job-name prefix, and its most length
+_NOT_ACCEPTED = re.compile(r"[^A-Za-z0-9_-]")
+_PREFIX_LENGTH = 50
+
+
+def job_name_prefix(run_id: str) -> str:
+    """The job-name prefix of run ``run_id``: ``hpcmem-<run id>``, each character the
+    plugin does not accept an ``_``, at most 50 characters.
+
+    >>> job_name_prefix("nightly-20261201"), job_name_prefix("trial.2")
+    ('hpcmem-nightly-20261201', 'hpcmem-trial_2')
+    """
+    return _NOT_ACCEPTED.sub("_", f"hpcmem-{run_id}")[:_PREFIX_LENGTH]
+
+
+def name_jobs(executor: Any, prefix_given: bool, run_id: str) -> str:
+    """The name of every Slurm job of the run, ``hpcmem-<run id>_<uuid>`` unless a prefix
+    was given (``prefix_given``). Called before the first submission: the plugin names each
+    job, and finds it again, by its ``run_uuid`` of the moment (a plugin without one fails
+    here, loudly)."""
+    if not prefix_given:
+        executor.run_uuid = f"{job_name_prefix(run_id)}_{executor.run_uuid}"
+    return executor.run_uuid
+
+
+def points_in_turn(workflow: Any) -> None:
+    """Give each submitted job one :data:`ONE_AT_A_TIME` slot (while the Snakefile is read,
+    before any group job is sized)."""
+    workflow.resource_scopes[ONE_AT_A_TIME] = "local"
+    workflow.register_resource(ONE_AT_A_TIME, 1)
+
+
+def point_slot(workflow: Any) -> Callable[[Any], int]:
+    """A point's :data:`ONE_AT_A_TIME` resource: all of the slot where jobs are grouped (a
+    cluster executor, or a dry run showing its jobs), none on the local executor, whose
+    points run side by side as its cores allow."""
+    return lambda wildcards: 1 if workflow.non_local_exec_or_dryrun else 0
