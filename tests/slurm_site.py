@@ -65,6 +65,8 @@ def site_profile(folder: Path, cluster: SlurmCluster, sweep: dict[str, Any],
         "default-resources.slurm_partition": cluster.partition,
         "default-resources.slurm_account": cluster.account,
         "set-resources.run_collectives.slurm_partition": cluster.other_partition,
+        # the native comparison runs where the image's points do (one group of points)
+        "set-resources.run_collectives_native.slurm_partition": cluster.other_partition,
         "set-resources.run_train.slurm_partition": cluster.partition,
         "set-resources.run_train.gpu": 0,
     }

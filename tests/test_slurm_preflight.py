@@ -68,10 +68,14 @@ def test_the_unedited_template_fits_a_small_partition(
                            **{"slurm-qos": "normal"})
     result = preflight(small_cluster, profile, workdir)
     assert result.returncode == 0, result.stdout
-    # in images: build_container, run_collectives_native and aggregate_native as well
+    # in images: build_container, run_collectives_native and aggregate_native as well, and
+    # the native comparison's points in the jobs of points
+    points = 36 if images else 18
+    jobs = 12 if images else 9  # in images, one build per image as well
     assert result.stdout.strip() == (
         f"hpcmem preflight: ok: {10 if images else 7} rules fit cluster 'hpcmem': partitions "
-        "batch, hbm; accounts hpc; QOS normal")
+        f"batch, hbm; accounts hpc; QOS normal; {jobs} Slurm jobs (group points: {points} "
+        f"points in {2 if images else 1})")
 
 
 def test_a_site_profile_outside_the_tree_passes(slurm_cluster: SlurmCluster, workdir: Path,
