@@ -7,7 +7,7 @@ and appended to a history, then one run whose allreduce sleeps 20 ms inside the 
 machine a rank spins until its peer gets a CPU again, so whole clean repeats average about
 a millisecond per call: with 3 clean runs a 1 ms slowdown was within that spread (every
 allreduce figure rightly NOISY, p=0.31), so this small run injects 20 ms, beyond what one
-scheduler slice per call can cost, with 50 calls per repeat to keep it short. The committed
+scheduler slice per call can cost, with 20 calls per repeat to keep it short. The committed
 10 + 10 result, with 300 us, is in ``benchmarks/results/`` (docs/verdicts.md).
 """
 
@@ -30,7 +30,7 @@ def test_clean_runs_never_fail_and_an_injected_slowdown_always_does(tmp_path: Pa
     out = tmp_path / "verdict_noise.json"
     result = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "verdict_noise.py"), "--clean", "3",
-         "--injected", "1", "--iterations", "50", "--slowdown", "allreduce:20000",
+         "--injected", "1", "--iterations", "20", "--slowdown", "allreduce:20000",
          "--out", str(out)],
         capture_output=True, text=True, env=mpi_environment(), timeout=600, cwd=REPO)
     assert out.exists(), result.stdout + result.stderr
