@@ -37,17 +37,8 @@ __all__ = ["MemoryScopes"]
 
 
 class MemoryScopes(ABC):
-    """Per-type memory scopes for one training job on one GPU.
-
-    Parameters
-    ----------
-    policy : a preset name (``cuda``, ``um``, ``hpcmem``), a YAML path or a :class:`Policy`.
-    device : CUDA device ordinal.
-    gpu_budget : GPU-resident bytes for the whole job (None: no budget). What does not fit
-        lives in host memory and is streamed to the GPU around its use.
-    allow_oversubscription : let managed bytes exceed free device memory (dedicated nodes only).
-    headroom_bytes : bytes the guard keeps free (default: 5% of the device, at least 1 GiB).
-    """
+    """Per-type memory scopes for one training job on one GPU; made by
+    :func:`hpcmem.um.UnifiedMemory`, whose parameters the constructor takes."""
 
     def __init__(
         self,
