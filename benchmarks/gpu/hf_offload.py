@@ -62,6 +62,11 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--budget-gib", type=float, default=None)
     parser.add_argument("--budget-from", default=None,
                         help="take the budget from the last ok record of this variant in --out")
+    parser.add_argument("--host-threads", type=int, default=None,
+                        help="hpcmem: the host optimizer's CPU threads (default: planned)")
+    parser.add_argument("--trace", type=Path, default=None,
+                        help="profile one more step after the timed ones into this "
+                             "Chrome trace (.json.gz); benchmarks/gpu/trace_gaps.py reads it")
     parser.add_argument("--repeat", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
     return parser.parse_args()
@@ -96,24 +101,56 @@ def _to_gpu(batch: Any) -> Any:
     return batch.to("cuda", non_blocking=True)
 
 
+ALLOCATOR_COUNTS = ("num_alloc_retries", "num_device_alloc", "num_device_free", "num_ooms")
+
+
 def timed(args: argparse.Namespace, step, vocab: int, stage=_to_gpu, warmed=None
-          ) -> tuple[list[float], list[float]]:
+          ) -> dict[str, Any]:
     """``warmup + steps`` calls of ``step(micro_batches)``, each a list of ``accumulate``
-    staged batches: their wall-clock ms and losses; ``warmed()`` runs after the warm-up."""
+    staged batches: their wall-clock ms (``times``), ``losses`` and what PyTorch's allocator
+    did in the timed steps (``allocator``); ``warmed()`` runs after the warm-up. With
+    ``--trace``, one more step runs under the profiler."""
     import torch
 
     times, losses = [], []
     source = batches(args, vocab)
-    for index in range(args.warmup + args.steps):
+    counts = {}
+
+    def one_step() -> None:
         torch.cuda.synchronize()
         start = time.perf_counter()
         loss = step([stage(next(source)) for _ in range(args.accumulate)])
         torch.cuda.synchronize()
         times.append((time.perf_counter() - start) * 1e3)
         losses.append(float(loss))
-        if index + 1 == args.warmup and warmed is not None:
-            warmed()
-    return times, losses
+
+    for index in range(args.warmup + args.steps):
+        one_step()
+        if index + 1 == args.warmup:
+            if warmed is not None:
+                warmed()
+            counts = {k: torch.cuda.memory_stats().get(k, 0) for k in ALLOCATOR_COUNTS}
+    allocator = {k: torch.cuda.memory_stats().get(k, 0) - v for k, v in counts.items()}
+    if args.trace is not None:
+        _profiled(one_step, args.trace)
+        times.pop()  # the profiled step is slower: not one of the timed ones
+    return {"times": times, "losses": losses, "allocator": allocator}
+
+
+def _profiled(one_step: Callable[[], None], path: Path) -> None:
+    """Run ``one_step`` under torch.profiler (CPU and CUDA) and write its Chrome trace."""
+    import gzip
+    import shutil
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+        one_step()
+    plain = path.with_suffix("")
+    profiler.export_chrome_trace(str(plain))
+    with plain.open("rb") as source, gzip.open(path, "wb") as target:
+        shutil.copyfileobj(source, target)
+    plain.unlink()
 
 
 def plain_step(model: Any, optimizer: Any,
@@ -147,8 +184,7 @@ def run_cuda(args: argparse.Namespace, model: Any) -> dict[str, Any]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE,
                                   weight_decay=WEIGHT_DECAY, fused=True)
 
-    times, losses = timed(args, plain_step(model, optimizer), model.config.vocab_size)
-    return {"times": times, "losses": losses}
+    return timed(args, plain_step(model, optimizer), model.config.vocab_size)
 
 
 def run_deepspeed(args: argparse.Namespace, model: Any) -> dict[str, Any]:
@@ -181,8 +217,7 @@ def run_deepspeed(args: argparse.Namespace, model: Any) -> dict[str, Any]:
             total = loss.detach() / len(micro_batches) + total
         return total
 
-    times, losses = timed(args, step, model.config.vocab_size)
-    return {"times": times, "losses": losses, "deepspeed": deepspeed.__version__,
+    return {**timed(args, step, model.config.vocab_size), "deepspeed": deepspeed.__version__,
             "zero": config["zero_optimization"]}
 
 
@@ -196,17 +231,18 @@ def run_hpcmem(args: argparse.Namespace, model: Any, budget: int) -> dict[str, A
         model.gradient_checkpointing_enable({"use_reentrant": False})
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE,
                                   weight_decay=WEIGHT_DECAY)
-    offload = Offload(working_dtype="bfloat16", micro_batches=args.accumulate)
+    offload = Offload(working_dtype="bfloat16", micro_batches=args.accumulate,
+                      threads=args.host_threads)
     used = {}  # the device's used memory (cudaMemGetInfo): everything, the context included
     with UnifiedMemory("hpcmem", device=0, gpu_budget=budget) as um:
         um.attach(model, optimizer, offload=offload)
         used["after_attach"] = _device_used()
         step = plain_step(model, optimizer, scope=um.activations)
-        times, losses = timed(args, step, model.config.vocab_size, stage=um.stage,
-                              warmed=um.reset_stats)
+        result = timed(args, step, model.config.vocab_size, stage=um.stage,
+                       warmed=um.reset_stats)
         used["after_steps"] = _device_used()
         stats = um.stats()
-    return {"times": times, "losses": losses, "offload": offload.to_record(), "memory": stats,
+    return {**result, "offload": offload.to_record(), "memory": stats,
             "device_used_bytes": used}
 
 
@@ -249,7 +285,12 @@ def main() -> int:
         "torch": torch.__version__, "transformers": transformers.__version__,
     }
     started = time.perf_counter()
-    with NvmlPeak(0) as nvml:
+    managed = None
+    if args.variant == "hpcmem":
+        from hpcmem.um.native import load_native
+
+        managed = load_native().gpu_bytes
+    with NvmlPeak(0, managed=managed) as nvml:
         try:
             torch.cuda.init()
             record["gpu"] = torch.cuda.get_device_name(0)
@@ -277,6 +318,7 @@ def main() -> int:
         peak_allocated_bytes=torch.cuda.max_memory_allocated(0),
         peak_reserved_bytes=torch.cuda.max_memory_reserved(0),
         nvml_peak_bytes=nvml.process_bytes, nvml_device_peak_bytes=nvml.device_bytes,
+        held_peak_bytes=nvml.held_bytes,
     )
     with args.out.open("a") as handle:
         handle.write(json.dumps(record) + "\n")
@@ -285,7 +327,8 @@ def main() -> int:
           f"{record.get('step_ms', {}).get('median', float('nan')):.1f} ms, allocated "
           f"{record['peak_allocated_bytes'] / gib:.2f} GiB, reserved "
           f"{record['peak_reserved_bytes'] / gib:.2f} GiB, NVML "
-          f"{(record['nvml_peak_bytes'] or 0) / gib:.2f} GiB, budget "
+          f"{(record['nvml_peak_bytes'] or 0) / gib:.2f} GiB, held "
+          f"{(record['held_peak_bytes'] or 0) / gib:.2f} GiB, budget "
           f"{(budget or 0) / gib:.2f} GiB", flush=True)
     return 0 if record["status"] == "ok" else 1
 

@@ -5,12 +5,18 @@ context, library workspaces and anything allocated around PyTorch. :class:`NvmlP
 samples it on a thread (``pynvml``, from the ``nvidia-ml-py`` package; without it, or
 without a device, every figure is None), with the device's used memory beside it, for
 where the driver reports no per-process figure.
+
+NVML's per-process figure leaves out CUDA managed memory, even where it is placed on the
+GPU. Given ``managed`` (the bytes of this process's managed memory on the GPU now, e.g.
+``hpcmem._um.gpu_bytes``), each sample also adds the two: ``held_bytes`` is the most this
+process held on the device, all of it, at one instant.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["NvmlPeak"]
@@ -20,14 +26,17 @@ INTERVAL_S = 0.005
 
 
 class NvmlPeak:
-    """``with NvmlPeak(index) as peak: ...``; then ``peak.process_bytes`` and
-    ``peak.device_bytes`` (None when NVML could not be read)."""
+    """``with NvmlPeak(index) as peak: ...``; then ``peak.process_bytes``,
+    ``peak.device_bytes`` and ``peak.held_bytes`` (None when NVML could not be read)."""
 
-    def __init__(self, index: int = 0, interval_s: float = INTERVAL_S) -> None:
+    def __init__(self, index: int = 0, interval_s: float = INTERVAL_S,
+                 managed: Callable[[], int] | None = None) -> None:
         self.index = index
         self.interval_s = interval_s
+        self.managed = managed
         self.process_bytes: int | None = None
         self.device_bytes: int | None = None
+        self.held_bytes: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._nvml: Any = None
@@ -58,6 +67,8 @@ class NvmlPeak:
             mine = process.pid == pid and isinstance(process.usedGpuMemory, int)
             if mine:
                 self.process_bytes = max(self.process_bytes or 0, process.usedGpuMemory)
+                held = process.usedGpuMemory + (self.managed() if self.managed else 0)
+                self.held_bytes = max(self.held_bytes or 0, held)
 
     def __exit__(self, *exc: object) -> None:
         if self._thread is not None:
