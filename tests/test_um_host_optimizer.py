@@ -16,7 +16,13 @@ from um_functions import Block  # noqa: E402
 from hpcmem.um import BudgetError  # noqa: E402
 from hpcmem.um.host_optimizer import HostOptimizer, lay_out  # noqa: E402
 from hpcmem.um.host_optimizer.buckets import ALIGN  # noqa: E402
-from hpcmem.um.offload import Offload, choose_strategy, host_optimizer_bytes  # noqa: E402
+from hpcmem.um.host_optimizer.staging import OutRing  # noqa: E402
+from hpcmem.um.offload import (  # noqa: E402
+    Offload,
+    choose_strategy,
+    host_optimizer_bytes,
+    staging_bytes,
+)
 from hpcmem.um.strategy import make_strategy, working_bytes  # noqa: E402
 from hpcmem.um.stream import BudgetTooSmall, CpuTransport  # noqa: E402
 
@@ -139,11 +145,23 @@ def test_a_parameter_larger_than_a_bucket_gets_its_own():
 def test_the_plan_keeps_working_weights_on_the_gpu_when_half_the_budget_holds_them():
     budget = 16 * 2**30
     assert choose_strategy(budget, 2 * 2**30, 1, "AdamW") == "host_optimizer"
-    assert choose_strategy(budget, 15 * 2**29, 1, "AdamW") == "stream"
+    assert choose_strategy(budget, 8 * 2**30 - 2**27, 1, "AdamW") == "stream"
     # accumulating micro-batches keeps the gradients on the device too
     assert choose_strategy(budget, 4 * 2**30, 2, "AdamW") == "stream"
     assert choose_strategy(budget, 2 * 2**30, 1, "Adagrad") == "stream"
-    assert host_optimizer_bytes(2**30, 1, budget) == 2**30 + budget // 16
+    # the copies' buffers: a sixteenth of the budget, at most 128 MiB, and a quarter of that
+    assert host_optimizer_bytes(2**30, 1, budget) == 2**30 + 128 * 2**20 + 32 * 2**20
+    assert staging_bytes(2**30) == (64 * 2**20, 16 * 2**20)
+
+
+def test_gradients_leave_through_a_ring_smaller_than_them():
+    ring = OutRing(CpuTransport(), 100)
+    sent = [torch.randn(250, dtype=torch.bfloat16), torch.randn(7, 9), torch.randn(60)]
+    homes = [torch.zeros(t.numel()) for t in sent]
+    for tensor, home in zip(sent, homes, strict=True):
+        ring.send(tensor, home)
+    for tensor, home in zip(sent, homes, strict=True):
+        assert torch.equal(home, tensor.float().reshape(-1))
 
 
 def test_make_strategy_follows_the_plan_or_the_value():

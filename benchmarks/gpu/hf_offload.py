@@ -44,6 +44,10 @@ MODELS = {
                                    "num_hidden_layers": 18, "num_attention_heads": 32,
                                    "num_key_value_heads": 4, "vocab_size": 32000,
                                    "max_position_embeddings": 1024}),
+    "llama-5b": ("LlamaConfig", {"hidden_size": 4096, "intermediate_size": 11008,
+                                 "num_hidden_layers": 28, "num_attention_heads": 32,
+                                 "num_key_value_heads": 8, "vocab_size": 32000,
+                                 "max_position_embeddings": 1024}),
 }
 
 

@@ -155,6 +155,18 @@ class ManagedMemory(MemoryScopes):
         finally:
             self._exit()
 
+    @contextmanager
+    def _unrouted(self) -> Iterator[None]:
+        """Allocations in PyTorch's own device memory (no pool) inside, whatever is routed."""
+        current = self._route_stack[-1] if self._route_stack else None
+        if current is not None:
+            self._end(current)
+        try:
+            yield
+        finally:
+            if current is not None:
+                self._begin(current)
+
     def params(self):
         return self._route("params")
 
@@ -201,6 +213,7 @@ class ManagedMemory(MemoryScopes):
                 model, optimizer, offload=offload or Offload(), transport=transport,
                 budget=self.gpu_budget, priority=self.policy.priority,
                 device_scope=lambda: self._route("activations"),
+                plain_scope=self._unrouted,
             )
             return
         if offload is not None:
@@ -295,7 +308,8 @@ class ManagedMemory(MemoryScopes):
         """Per-type counters, managed and GPU-resident bytes, and bytes that escaped the pools.
 
         ``escaped_bytes`` is what PyTorch reserved on the device since this object was made
-        beyond the managed segments of the three pools: memory no type accounts for.
+        beyond the managed segments of the three pools and the budget strategy's own plain
+        device memory: memory nothing accounts for.
         ``peak_gpu_resident_bytes`` is the most bytes of segments placed on the GPU at once
         since the last :meth:`reset_stats`; ``stream`` describes the budget streaming.
         """
@@ -316,7 +330,8 @@ class ManagedMemory(MemoryScopes):
             "gpu_budget_bytes": self.gpu_budget,
             "limit_bytes": self._limit,
             "device_total_bytes": self.device_total_bytes,
-            "escaped_bytes": max(0, reserved - managed - self._reserved_baseline),
+            "escaped_bytes": max(0, reserved - managed - self._strategy_plain_bytes()
+                                 - self._reserved_baseline),
         }
         if self._strategy is not None:
             stats["offload"] = self._strategy.stats()
@@ -332,10 +347,14 @@ class ManagedMemory(MemoryScopes):
             counters[key] = max(0, counters[key] - base[key])
         return counters
 
+    def _strategy_plain_bytes(self) -> int:
+        return 0 if self._strategy is None else self._strategy.plain_bytes
+
     def reset_stats(self) -> None:
         self._native.reset_counters()
         self._reserved_baseline = (
             self._torch.cuda.memory_reserved(self.device) - self._native.managed_bytes()
+            - self._strategy_plain_bytes()
         )
         if self._strategy is not None:
             self._strategy.reset_stats()

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["NvmlPeak"]
+__all__ = ["NvmlPeak", "process_bytes"]
 
 #: Seconds between samples.
 INTERVAL_S = 0.005
@@ -76,3 +76,24 @@ class NvmlPeak:
             self._thread.join()
             self._sample()
             self._nvml.nvmlShutdown()
+
+
+def process_bytes(device: Any) -> int | None:
+    """The device memory NVML sees this process hold on CUDA ``device`` now (managed memory
+    left out), or None where NVML cannot say."""
+    try:
+        import pynvml
+        import torch
+
+        index = torch.cuda._get_nvml_device_index(device)
+        pynvml.nvmlInit()
+    except Exception:  # no library, no driver, no device
+        return None
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if process.pid == os.getpid() and isinstance(process.usedGpuMemory, int):
+                return process.usedGpuMemory
+        return None
+    finally:
+        pynvml.nvmlShutdown()

@@ -11,7 +11,7 @@ Two strategies sit behind ``UnifiedMemory.attach(model, optimizer, offload=Offlo
 
 ``strategy=None`` lets :func:`choose_strategy` pick: ``host_optimizer`` when the optimizer
 is elementwise and its fixed device bytes (working weights, gradients accumulated over
-micro-batches, copies in flight) take at most ``HOST_OPTIMIZER_SHARE`` of the budget,
+micro-batches, the copies' buffers) take at most ``HOST_OPTIMIZER_SHARE`` of the budget,
 leaving the rest to activations; ``stream`` otherwise. Pure arithmetic, no torch.
 """
 
@@ -29,11 +29,15 @@ __all__ = [
     "Offload",
     "choose_strategy",
     "host_optimizer_bytes",
+    "staging_bytes",
 ]
 
 STRATEGIES = ("host_optimizer", "stream")
 #: Working-weight bytes per bucket: one host step and one copy each way.
 DEFAULT_BUCKET_BYTES = 64 * 2**20
+#: The host-optimizer mode's out ring (gradients leave through it), at least and at most.
+STAGING_MIN_BYTES = 8 * 2**20
+STAGING_MAX_BYTES = 128 * 2**20
 #: Most of the budget the host-optimizer mode's fixed device bytes may take.
 HOST_OPTIMIZER_SHARE = 0.5
 #: Optimizers (``torch.optim`` class names) the host-optimizer mode can step.
@@ -81,14 +85,19 @@ class Offload:
         return asdict(self)
 
 
+def staging_bytes(budget: int) -> tuple[int, int]:
+    """Bytes of the host-optimizer mode's out ring and upload buffer under ``budget``: a
+    sixteenth of it, at least ``STAGING_MIN_BYTES`` and at most ``STAGING_MAX_BYTES``, and a
+    quarter of that."""
+    ring = min(STAGING_MAX_BYTES, max(STAGING_MIN_BYTES, budget // 16)) // 256 * 256
+    return ring, ring // 4
+
+
 def host_optimizer_bytes(working_bytes: int, micro_batches: int, budget: int) -> int:
     """Device bytes the host-optimizer mode holds besides activations: the working weights,
-    their gradients when several micro-batches accumulate, and the copies out in flight."""
-    # imported here: importing hpcmem.um (which exports Offload) must not import torch
-    from hpcmem.um.stream.plan import out_cap
-
+    their gradients when several micro-batches accumulate, and the copies' buffers."""
     accumulated = working_bytes if micro_batches > 1 else 0
-    return working_bytes + accumulated + out_cap(budget)
+    return working_bytes + accumulated + sum(staging_bytes(budget))
 
 
 def choose_strategy(

@@ -8,7 +8,7 @@ Both strategies have one interface: ``scope()`` around forward and backward, ``s
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from hpcmem.um.offload import Offload, choose_strategy
@@ -38,8 +38,11 @@ def make_strategy(
     budget: int,
     priority: Sequence[str],
     device_scope: Callable[[], AbstractContextManager[None]],
+    plain_scope: Callable[[], AbstractContextManager[None]] = nullcontext,
 ) -> Any:
-    """The strategy ``offload`` names, or the one the plan picks for ``budget``."""
+    """The strategy ``offload`` names, or the one the plan picks for ``budget``;
+    ``device_scope`` routes its device allocations into the budget's pool, ``plain_scope``
+    out of every pool (plain device memory)."""
     strategy = offload.strategy or choose_strategy(
         budget,
         working_bytes(model, offload.working_dtype),
@@ -50,7 +53,8 @@ def make_strategy(
         from hpcmem.um.host_optimizer import HostOptimizer
 
         return HostOptimizer(model, optimizer, transport=transport, budget=budget,
-                             offload=offload, device_scope=device_scope)
+                             offload=offload, device_scope=device_scope,
+                             plain_scope=plain_scope)
     from hpcmem.um.stream import Streamer
 
     return Streamer(model, optimizer, transport=transport, budget=budget, priority=priority,

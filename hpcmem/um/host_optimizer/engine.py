@@ -5,12 +5,14 @@ chooses ``host_optimizer`` (:mod:`hpcmem.um.offload`):
 
 * set-up: the trained parameters are laid out in buckets (:mod:`.buckets`); each bucket's
   fp32 master weights, gradient and optimizer state move to host memory (:mod:`.host`) and
-  its working weights (the autocast dtype) to one flat device buffer, of which every
-  parameter's ``.data`` is a view; frozen parameters and buffers are copied to the device;
-* backward: on the last micro-batch of a step, each gradient is widened to fp32 on the
-  device and copied to its bucket's page-locked fp32 gradient as soon as autograd has
-  accumulated it (``post_accumulate_grad`` hook, on the device-to-host stream), and freed
-  once copied; a bucket whose gradients are all out goes to the worker thread
+  its working weights (the autocast dtype) to one flat buffer of plain device memory (every
+  copy's device end is plain memory: :mod:`.staging` says why), of which every parameter's
+  ``.data`` is a view; frozen parameters and buffers are copied to the device;
+* backward: on the last micro-batch of a step, each gradient is widened to fp32 into the
+  out ring (:class:`.staging.OutRing`) and copied from there to its bucket's page-locked
+  fp32 gradient as soon as autograd has accumulated it (``post_accumulate_grad`` hook, on
+  the device-to-host stream), and freed; a bucket whose gradients are all out goes to the
+  worker thread
   (:mod:`.worker`), which steps it on the CPU and copies its fp32 masters up once the
   compute stream is done with the old weights, narrowing them into the working weights on
   the device, while backward goes on; earlier micro-batches accumulate in ``param.grad`` on
@@ -20,25 +22,27 @@ chooses ``host_optimizer`` (:mod:`hpcmem.um.offload`):
   next forward reads updated weights.
 
 The first step is the probe: it recomputes the repeated blocks and measures the device
-bytes one step needs; a budget below them is refused (:class:`BudgetTooSmall`), and
-recomputation is switched off when everything fits without it.
+bytes one step needs, the CUDA context and everything outside the managed pools included
+(:meth:`Transport.outside_bytes`); a budget below them is refused (:class:`BudgetTooSmall`),
+and recomputation is switched off when everything fits without it.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from hpcmem.um.errors import BudgetError
 from hpcmem.um.host_optimizer.buckets import lay_out
 from hpcmem.um.host_optimizer.host import HostBuckets, check_supported
 from hpcmem.um.host_optimizer.ledger import Ledger
+from hpcmem.um.host_optimizer.staging import OutRing
 from hpcmem.um.host_optimizer.worker import Worker
-from hpcmem.um.offload import Offload
+from hpcmem.um.offload import Offload, staging_bytes
 from hpcmem.um.stream.host import HostArena
-from hpcmem.um.stream.plan import TARGET_FRACTION, check_minimum, out_cap
+from hpcmem.um.stream.plan import TARGET_FRACTION, check_minimum
 from hpcmem.um.stream.recompute import Recompute, repeated_blocks
 from hpcmem.um.stream.transport import BANDWIDTH_PROBE_BYTES, Transport
 from hpcmem.um.tensors import tensor_bytes
@@ -59,7 +63,8 @@ def host_threads(offload: Offload) -> int:
 class HostOptimizer:
     """``model`` and ``optimizer`` trained within ``budget`` device bytes (module docstring).
 
-    ``device_scope()`` routes device allocations to where the budget counts them.
+    ``device_scope()`` routes device allocations to where the budget counts them;
+    ``plain_scope()`` lets them be plain device memory (the copies' device ends).
     """
 
     def __init__(
@@ -71,6 +76,7 @@ class HostOptimizer:
         budget: int,
         offload: Offload,
         device_scope: Callable[[], AbstractContextManager[None]],
+        plain_scope: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> None:
         import torch
 
@@ -81,7 +87,6 @@ class HostOptimizer:
         self.offload = offload
         self.optimizer = optimizer
         self.device_scope = device_scope
-        transport.out_cap = out_cap(budget)
         transport.timing = True
         self.bandwidth = transport.bandwidth(min(BANDWIDTH_PROBE_BYTES, budget // 32))
         if transport.device.type == "cuda":
@@ -103,8 +108,12 @@ class HostOptimizer:
         self.arena = HostArena(transport)
         self.host = HostBuckets(self.buckets, optimizer, arena=self.arena)
         on_gpu = transport.device.type == "cuda"  # on the CPU the model computes there too
+        with plain_scope():
+            self.plain_bytes = -self._reserved()
+            self.flats, self.ring, through = self._plain_buffers(budget)
+            self.plain_bytes += self._reserved()
         with device_scope():
-            self.flats, through = self._to_device(model, unique, trained)
+            self._to_device(model, unique, trained)
         self.worker = Worker(self.host, self.flats, transport, through,
                              host_threads(offload) if on_gpu else offload.threads)
         for bucket in self.buckets:
@@ -121,25 +130,36 @@ class HostOptimizer:
         optimizer.step = self.step
         self._scopes = 0  # forward + backward passes since attach
         self.probe_bytes: int | None = None  # what the first step held on the device
+        self.outside_bytes = 0  # of which outside the managed pools (context, plain memory)
         self._micro = 0  # since the last optimizer step
         self._begin_step()
         transport.reset_peak()
 
     # -- set-up -------------------------------------------------------------------------
-    def _to_device(self, model: Any, unique: list[Any], trained: list[Any]
-                   ) -> tuple[list[Any], Any]:
-        """Working weights of each bucket in one flat device buffer (filled by the worker's
-        uploads), the parameters views of it, and the fp32 buffer uploads narrow through
-        (None for fp32 working weights); the other parameters and the buffers copied to the
-        device."""
+    def _reserved(self) -> int:
         torch, device = self._torch, self.transport.device
-        flats = []
-        for bucket in self.buckets:
-            flat = torch.empty(bucket.numel, dtype=self.working_dtype, device=device)
+        return torch.cuda.memory_reserved(device) if device.type == "cuda" else 0
+
+    def _plain_buffers(self, budget: int) -> tuple[list[Any], OutRing, Any]:
+        """Each bucket's working weights in one flat device buffer (filled by the worker's
+        uploads), the out ring, and the fp32 buffer uploads narrow through (None for fp32
+        working weights)."""
+        torch, device = self._torch, self.transport.device
+        ring_bytes, through_bytes = staging_bytes(budget)
+        flats = [torch.empty(b.numel, dtype=self.working_dtype, device=device)
+                 for b in self.buckets]
+        through = None
+        if self.working_dtype != torch.float32:
+            through = torch.empty(through_bytes // 4, dtype=torch.float32, device=device)
+        return flats, OutRing(self.transport, ring_bytes // 4), through
+
+    def _to_device(self, model: Any, unique: list[Any], trained: list[Any]) -> None:
+        """The parameters views of their bucket's working weights; the other parameters and
+        the buffers copied to the device."""
+        for bucket, flat in zip(self.buckets, self.flats, strict=True):
             for position, param in enumerate(bucket.params):
                 param.grad = None
                 param.data = bucket.slot(flat, position)
-            flats.append(flat)
         bucketed = {id(p) for p in trained}
         for param in unique:
             if id(param) not in bucketed:
@@ -150,10 +170,6 @@ class HostOptimizer:
             for name, buffer in module._buffers.items():
                 if buffer is not None:
                     module._buffers[name] = self._device_copy(buffer, buffer.dtype)
-        if self.working_dtype == torch.float32:
-            return flats, None
-        largest = max(b.numel for b in self.buckets)
-        return flats, torch.empty(largest, dtype=torch.float32, device=device)
 
     def _device_copy(self, tensor: Any, dtype: Any) -> Any:
         out = self._torch.empty(tensor.shape, dtype=dtype, device=self.transport.device)
@@ -177,11 +193,13 @@ class HostOptimizer:
             self._probe()
 
     def _probe(self) -> None:
-        """Refuse a budget below what the first step held (the working weights at least);
-        recompute only if needed."""
+        """Refuse a budget below what the first step held (the working weights at least),
+        everything outside the managed pools included; recompute only if needed."""
         allocated = max(0, self.transport.peak_bytes() - self._base_bytes)
         working = sum(tensor_bytes(f) for f in self.flats)
-        minimum = max(allocated, self.transport.resident_peak_bytes(), working)
+        self.outside_bytes = self.transport.outside_bytes()
+        minimum = max(allocated, self.transport.resident_peak_bytes() + self.outside_bytes,
+                      working)
         self.probe_bytes = minimum
         check_minimum(self.budget, minimum)
         if self.offload.recompute is None and self.recompute.enabled:
@@ -205,11 +223,10 @@ class HostOptimizer:
 
     def _ship(self, index: int, position: int, param: Any) -> None:
         bucket = self.buckets[index]
-        grad = param.grad.float()  # the CPU only steps: the widening runs here
-        self._landed[index] = self.transport.offload(
-            grad, bucket.slot(self.host.grads[index], position)
-        )
-        self.ledger.d2h += tensor_bytes(grad)
+        # the CPU only steps: the widening to fp32 runs here, into the out ring
+        self._landed[index] = self.ring.send(param.grad,
+                                             bucket.slot(self.host.grads[index], position))
+        self.ledger.d2h += param.grad.numel() * 4
         param.grad = None
         self._left[index].discard(position)
 
@@ -246,6 +263,7 @@ class HostOptimizer:
         # The next forward reads the weights the last copy brings, and the gradients held
         # for their copies are free again: the device is idle until then in any case.
         self.transport.synchronize()
+        self.ring.clear()
         self.ledger.stepped(done)
         self._begin_step()
         return loss
@@ -264,7 +282,10 @@ class HostOptimizer:
             **self.ledger.per_step(),
             "probe_bytes": self.probe_bytes,
             "peak_allocated_bytes": max(0, self.transport.peak_bytes() - self._base_bytes),
-            "peak_gpu_resident_bytes": self.transport.resident_peak_bytes(),
+            "peak_gpu_resident_bytes": self.transport.resident_peak_bytes()
+            + max(self.outside_bytes, self.transport.outside_bytes()),
+            "outside_bytes": self.outside_bytes,
+            "plain_bytes": self.plain_bytes,
             "working_bytes": sum(tensor_bytes(f) for f in self.flats),
             "working_dtype": str(self.working_dtype).removeprefix("torch."),
             "buckets": len(self.buckets),
@@ -275,10 +296,10 @@ class HostOptimizer:
         }
 
     def replan(self) -> dict[str, int]:
-        """The device bytes the mode keeps: working weights and copies out in flight (fixed
+        """The device bytes the mode keeps: working weights and the copies' buffers (fixed
         at set-up; nothing to plan again)."""
-        return {"working": sum(tensor_bytes(f) for f in self.flats),
-                "in_flight": self.transport.out_cap}
+        working = sum(tensor_bytes(f) for f in self.flats)
+        return {"working": working, "staging": self.plain_bytes - working}
 
     def reset_stats(self) -> None:
         """Counts and peaks from now on (e.g. after warm-up)."""

@@ -2,11 +2,12 @@
 
 One job per bucket: wait (on this thread) for its gradient to land in host memory, step it,
 and copy its updated master weights to the device once the compute stream is done with the
-old working weights, narrowed there into them (``through``: a device buffer of the master's
-dtype; None when the working weights are fp32 themselves). PyTorch's kernels release the
-GIL, so the step runs beside autograd's thread; the fused kernel spreads each bucket over
-``threads`` intra-op threads, set on the worker's own thread (OpenMP's thread count is a
-per-thread setting: one made on the main thread does not reach it).
+old working weights, narrowed there into them (``through``: a buffer of plain device memory
+of the master's dtype, :mod:`.staging`; None when the working weights are fp32 themselves).
+PyTorch's kernels release the GIL, so the step runs beside autograd's thread; the fused
+kernel spreads each bucket over ``threads`` intra-op threads, set on the worker's own thread
+(OpenMP's thread count is a per-thread setting: one made on the main thread does not reach
+it).
 """
 
 from __future__ import annotations
@@ -70,10 +71,18 @@ class Worker:
         return Stepped(index, cpu_ms)
 
     def upload(self, index: int, after: Any = None) -> None:
-        """Copy bucket ``index``'s master weights into its working weights on the device."""
-        flat = self.device_flats[index]
-        through = None if self.through is None else self.through[: flat.numel()]
-        self.transport.upload(self.host.masters[index], flat, after=after, through=through)
+        """Copy bucket ``index``'s master weights into its working weights on the device,
+        after ``after``; by way of ``through``, in pieces of its size, narrowed one by one."""
+        flat, master = self.device_flats[index], self.host.masters[index]
+        if self.through is None:
+            self.transport.upload(master, flat, after=after)
+            return
+        size = self.through.numel()
+        for start in range(0, flat.numel(), size):  # one stream: each piece after the last
+            end = min(start + size, flat.numel())
+            self.transport.upload(master[start:end], flat[start:end],
+                                  after=after if start == 0 else None,
+                                  through=self.through[: end - start])
 
     def drain(self) -> list[Stepped]:
         """Wait for every job submitted since the last drain; their results, in order (the

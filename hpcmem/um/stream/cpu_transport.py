@@ -51,7 +51,7 @@ class CpuTransport(Transport):
     def fetch(self, host: Any, after: Any = None) -> tuple[Any, Any]:
         return self._track(host.clone()), None
 
-    def offload(self, device_tensor: Any, host: Any) -> Any:
+    def offload(self, device_tensor: Any, host: Any, hold: bool = True) -> Any:
         self._timed("d2h", host, device_tensor)
         return None
 
@@ -106,6 +106,10 @@ class CpuTransport(Transport):
 
     def resident_peak_bytes(self) -> int:
         return self._peak
+
+    def outside_bytes(self) -> int:
+        """No context, no allocation outside the copies counted."""
+        return 0
 
     def bandwidth(self, probe_bytes: int) -> dict[str, float]:
         nbytes = max(2**20, min(probe_bytes, BANDWIDTH_PROBE_BYTES))

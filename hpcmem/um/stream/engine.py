@@ -78,6 +78,9 @@ class Streamer:
     or off (None: the plan decides from the probe's measurements).
     """
 
+    #: Plain (not managed) device memory it holds: none, all it places is in the pool.
+    plain_bytes = 0
+
     def __init__(
         self,
         model: Any,

@@ -24,6 +24,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from typing import Any
 
+from hpcmem.um.nvml import process_bytes
 from hpcmem.um.tensors import host_view, tensor_bytes
 
 __all__ = ["BANDWIDTH_PROBE_BYTES", "DEFAULT_OUT_CAP", "CudaTransport", "InFlight", "Transport"]
@@ -88,8 +89,10 @@ class Transport(ABC):
         starts after ``after`` (the token of the last write into ``host``)."""
 
     @abstractmethod
-    def offload(self, device_tensor: Any, host: Any) -> Any:
-        """Copy ``device_tensor`` into ``host``; the token of that write."""
+    def offload(self, device_tensor: Any, host: Any, hold: bool = True) -> Any:
+        """Copy ``device_tensor`` into ``host``; the token of that write. ``hold``: keep the
+        tensor alive until the copy is done, within ``out_cap`` (False: the caller owns its
+        memory and orders its reuse after the token)."""
 
     @abstractmethod
     def upload(self, host: Any, device_tensor: Any, after: Any = None, through: Any = None
@@ -156,6 +159,11 @@ class Transport(ABC):
     @abstractmethod
     def resident_peak_bytes(self) -> int:
         """Most device memory held at once since :meth:`reset_peak`, allocator caches included."""
+
+    @abstractmethod
+    def outside_bytes(self) -> int:
+        """Device memory this process holds now outside what :meth:`resident_peak_bytes`
+        counts: the CUDA context, library workspaces, plain (not managed) allocations."""
 
     @abstractmethod
     def bandwidth(self, probe_bytes: int) -> dict[str, float]:
@@ -225,13 +233,14 @@ class CudaTransport(Transport):
         self._copy("h2d", self._h2d, through, host)
         return self._copy("cast", self._h2d, device_tensor, through)
 
-    def offload(self, device_tensor: Any, host: Any) -> Any:
+    def offload(self, device_tensor: Any, host: Any, hold: bool = True) -> Any:
         nbytes = tensor_bytes(device_tensor)
-        if device_tensor.is_cuda:
+        hold = hold and device_tensor.is_cuda
+        if hold:
             self._copying.make_room(nbytes)
         self._d2h.wait_stream(self._compute())
         done = self._copy("d2h", self._d2h, host, device_tensor)
-        if device_tensor.is_cuda:
+        if hold:
             self._copying.add(done, device_tensor, nbytes)
         return done
 
@@ -300,6 +309,13 @@ class CudaTransport(Transport):
         if self._native is None:
             return self._torch.cuda.max_memory_reserved(self.device)
         return max(0, self._native.gpu_peak_bytes() - self._leftover_gpu)
+
+    def outside_bytes(self) -> int:
+        held = process_bytes(self.device)  # NVML: all but managed memory; None: unknown
+        reserved = self._torch.cuda.memory_reserved(self.device)
+        if self._native is None:  # the resident peak is PyTorch's reserved bytes
+            return 0 if held is None else max(0, held - reserved)
+        return held if held is not None else max(0, reserved - self._native.managed_bytes())
 
     def bandwidth(self, probe_bytes: int) -> dict[str, float]:
         torch = self._torch
