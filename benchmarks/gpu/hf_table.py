@@ -47,6 +47,17 @@ def accounting(ours: list[dict[str, Any]]) -> str:
             f"{_gib(resident)} GiB; escaped {first['escaped_bytes']} bytes")
 
 
+def _variant(record: dict[str, Any]) -> str:
+    """The record's variant, with the host optimizer's threads where they were set."""
+    threads = (record.get("offload") or {}).get("threads")
+    return f"{record['variant']}:{threads}" if threads else record["variant"]
+
+
+def _label(variant: str) -> str:
+    name, _, threads = variant.partition(":")
+    return LABELS[name] + (f", {threads} host threads" if threads else "")
+
+
 def table(records: list[dict[str, Any]]) -> str:
     """Markdown: one table per model and work per step, then the hpcmem accounting."""
     lines = []
@@ -54,7 +65,7 @@ def table(records: list[dict[str, Any]]) -> str:
         lambda: defaultdict(list))
     for record in records:
         work = (record["model"], record["batch"], record["seq_len"], record.get("accumulate", 1))
-        by_model[work][record["variant"]].append(record)
+        by_model[work][_variant(record)].append(record)
     for (model, batch, seq_len, accumulate), variants in by_model.items():
         ok = {v: [r for r in rs if r["status"] == "ok"] for v, rs in variants.items()}
         step = {v: _median(rs, lambda r: r["step_ms"]["median"]) for v, rs in ok.items()}
@@ -62,26 +73,27 @@ def table(records: list[dict[str, Any]]) -> str:
         micro = f" x {accumulate} micro-batches" if accumulate > 1 else ""
         lines += [f"## {model}, {batch} x {seq_len} tokens{micro} per step", "",
                   "| variant | checkpointing | budget GiB | step ms (repeats) | tokens/s | GiB "
-                  "allocated / reserved | NVML GiB | vs ZeRO-Offload | vs cuda |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for variant in ORDER:
+                  "allocated / reserved | NVML GiB | held GiB | vs ZeRO-Offload | vs cuda |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for variant in sorted(variants, key=lambda v: (ORDER.index(v.partition(":")[0]), v)):
             runs = ok.get(variant, [])
             if not runs:
                 failed = variants.get(variant, [])
                 if failed:
-                    lines.append(f"| {LABELS[variant]} | | | {failed[-1].get('reason', '')[:120]}"
-                                 " | | | | | |")
+                    lines.append(f"| {_label(variant)} | | | {failed[-1].get('reason', '')[:120]}"
+                                 " | | | | | | |")
                 continue
             each = ", ".join(_ms(r["step_ms"]["median"]) for r in runs)
             ratio = {base: (f"{step[variant] / step[base]:.2f}x" if step.get(base) else "—")
                      for base in ("deepspeed", "cuda")}
             lines.append(
-                f"| {LABELS[variant]} | {runs[0]['checkpointing']} | "
+                f"| {_label(variant)} | {runs[0]['checkpointing']} | "
                 f"{_gib(runs[0].get('gpu_budget'))} | **{_ms(step[variant])}** ({each}) | "
                 f"{tokens / step[variant] * 1e3:,.0f} | "
                 f"{_gib(_median(runs, lambda r: r['peak_allocated_bytes']))} / "
                 f"{_gib(_median(runs, lambda r: r['peak_reserved_bytes']))} | "
                 f"{_gib(_median(runs, lambda r: r.get('nvml_peak_bytes')))} | "
+                f"{_gib(_median(runs, lambda r: r.get('held_peak_bytes')))} | "
                 f"{ratio['deepspeed']} | {ratio['cuda']} |")
         if ok.get("hpcmem"):
             lines += ["", accounting(ok["hpcmem"]), ""]
