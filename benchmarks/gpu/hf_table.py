@@ -38,6 +38,11 @@ def accounting(ours: list[dict[str, Any]]) -> str:
 
     first = ours[0]["memory"]
     resident = _median(ours, lambda r: r["memory"]["peak_gpu_resident_bytes"])
+    if first["offload"]["strategy"] == "stream":
+        return (f"hpcmem per step: strategy stream, H2D {(field('bytes_h2d') or 0) / 1e9:.2f} GB,"
+                f" D2H {(field('bytes_d2h') or 0) / 1e9:.2f} GB, their PCIe time at the "
+                f"measured rates {_ms(field('pcie_transfer_ms'))} ms; GPU-resident peak "
+                f"{_gib(resident)} GiB; escaped {first['escaped_bytes']} bytes")
     return (f"hpcmem per step: strategy {first['offload']['strategy']}, "
             f"H2D {(field('bytes_h2d') or 0) / 1e9:.2f} GB ({_ms(field('h2d_busy_ms'))} ms busy), "
             f"D2H {(field('bytes_d2h') or 0) / 1e9:.2f} GB ({_ms(field('d2h_busy_ms'))} ms busy), "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,7 @@ class TrainResult:
     peak_reserved_bytes: int | None  # PyTorch's peak reserved device memory (None on the CPU)
     nvml_peak_bytes: int | None = None  # NVML: the most this process held (None: unknown)
     nvml_device_peak_bytes: int | None = None  # NVML: the device's used memory at most
+    held_peak_bytes: int | None = None  # NVML's process figure + managed bytes on the GPU
 
     @property
     def first_step_ms(self) -> float:
@@ -196,7 +198,8 @@ def train(
 
     chosen = Offload(offload, working_dtype="bfloat16" if dtype == "bf16" else None,
                      micro_batches=accumulate)
-    sampler = NvmlPeak(device.index or 0) if device.type == "cuda" else nullcontext()
+    sampler = (NvmlPeak(device.index or 0, managed=_managed_on_gpu(memory))
+               if device.type == "cuda" else nullcontext())
     with sampler:
         model, optimizer, losses = _prepare(shape, memory, device=device, seed=seed,
                                             offload=chosen, total=warmup + steps)
@@ -204,8 +207,19 @@ def train(
                        warmup=warmup, pinned_inputs=pinned_inputs, accumulate=accumulate)
     if isinstance(sampler, NvmlPeak):
         result = replace(result, nvml_peak_bytes=sampler.process_bytes,
-                         nvml_device_peak_bytes=sampler.device_bytes)
+                         nvml_device_peak_bytes=sampler.device_bytes,
+                         held_peak_bytes=sampler.held_bytes)
     return result
+
+
+def _managed_on_gpu(memory: Any) -> Callable[[], int] | None:
+    """The managed bytes placed on the GPU now, which NVML's process figure leaves out
+    (None for PyTorch's own allocator)."""
+    if not memory.managed:
+        return None
+    from hpcmem.um.native import load_native
+
+    return load_native().gpu_bytes
 
 
 def _prepare(shape: TransformerShape | CNNShape, memory: Any, *, device: torch.device,

@@ -124,6 +124,7 @@ def ok_record(
         "peak_reserved_bytes": result.peak_reserved_bytes,
         "nvml_peak_bytes": result.nvml_peak_bytes,
         "nvml_device_peak_bytes": result.nvml_device_peak_bytes,
+        "held_peak_bytes": result.held_peak_bytes,
         "memory": memory,
         "footprint_estimate": footprint.to_record(),
         "oversubscription": managed / device_memory if device_memory else 0.0,
