@@ -12,11 +12,10 @@ chooses ``host_optimizer`` (:mod:`hpcmem.um.offload`):
   out ring (:class:`.staging.OutRing`) and copied from there to its bucket's page-locked
   fp32 gradient as soon as autograd has accumulated it (``post_accumulate_grad`` hook, on
   the device-to-host stream), and freed; a bucket whose gradients are all out goes to the
-  worker thread
-  (:mod:`.worker`), which steps it on the CPU and copies its fp32 masters up once the
-  compute stream is done with the old weights, narrowing them into the working weights on
-  the device, while backward goes on; earlier micro-batches accumulate in ``param.grad`` on
-  the device;
+  worker thread (:mod:`.worker`), which steps it on the CPU and copies its fp32 masters up
+  once the compute stream is done with the old weights, narrowing them into the working
+  weights on the device, while backward goes on; earlier micro-batches accumulate in
+  ``param.grad`` on the device;
 * ``optimizer.step()``: sends what backward left (a step before the last micro-batch, a
   parameter without a gradient), waits for the worker and for the last weight copy, so the
   next forward reads updated weights.

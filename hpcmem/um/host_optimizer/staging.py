@@ -2,11 +2,11 @@
 
 On an H200, a copy between page-locked host memory and CUDA managed memory stalled the
 compute stream for as long as it ran, though the pages were placed on the GPU and the copy
-had a stream of its own (GPT-2-large: about 95 ms of a 430 ms step; profiled in
-``benchmarks/results/gpu-20261201-hf-offload-stalls``). Between page-locked and plain device
-memory (``cudaMalloc``: PyTorch's own allocator, outside the managed pools) copies overlap
-compute. So the working weights, and the two fixed buffers every byte crosses on its way,
-are plain device memory, allocated once and counted in the budget:
+had a stream of its own (GPT-2-large: 98.9 ms of the compute stream's idle time in one
+profiled step, ``benchmarks/results/gpu-20261201-hf-offload-stalls``). Between page-locked
+and plain device memory (``cudaMalloc``: PyTorch's own allocator, outside the managed pools)
+copies overlap compute. So the working weights, and the two fixed buffers every byte
+crosses on its way, are plain device memory, allocated once and counted in the budget:
 
 * :class:`OutRing`: each gradient is widened into a ring of fp32 on the compute stream and
   copied out from there, in pieces no larger than the ring; before a region is written
