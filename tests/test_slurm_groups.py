@@ -13,7 +13,8 @@ other record as it was.
 Each point is as cheap as one gets (one rank, one 8-byte message, one iteration, one
 repeat): what it costs is Snakemake's own start for each point in its job, about 3 s on 2
 cores, so the full size takes 11 to 17 minutes. By default (``make test``) the same tests
-run 40 points, 20 per job, under MaxSubmitJobs=3: the same rules at a fifth of the size.
+run 20 points (4 of the operations), 10 per job, under MaxSubmitJobs=2: the same rules at a
+tenth of the size.
 """
 
 from __future__ import annotations
@@ -47,12 +48,17 @@ pytestmark = pytest.mark.slurm
 
 
 
+OPS = ("bcast", "gather", "allreduce", "reduce", "allgather", "alltoall", "scatter",
+       "reduce_scatter")
+
+
 @dataclass(frozen=True)
 class Size:
-    """How big the sweep is: its bindings (8 ops x 5 buffers each, one rank), points per
+    """How big the sweep is: its operations and bindings (x 5 buffers, one rank), points per
     Slurm job, the association's MaxSubmitJobs (and the profile's jobs:), and the fewest
     points per job the preflight then names for a sweep grouped 5 per job."""
 
+    ops: tuple[str, ...]
     bindings: tuple[str, ...]
     per_job: int
     most_queued: int
@@ -62,22 +68,21 @@ class Size:
 
     @property
     def points(self) -> int:
-        return 8 * 5 * len(self.bindings)
+        return len(self.ops) * 5 * len(self.bindings)
 
 
 SIZES = {
-    "200": Size(("none", "cores", "hbw", "dram", "interleave"), per_job=25, most_queued=20,
-                fewest_per_job=10),  # the template's group-components: points=25
-    "40": Size(("none",), per_job=20, most_queued=3, fewest_per_job=14,
-               profile={"group-components": {"points": 20}}),
+    "200": Size(OPS, ("none", "cores", "hbw", "dram", "interleave"), per_job=25,
+                most_queued=20, fewest_per_job=10),  # the template's group-components: 25
+    "20": Size(OPS[:4], ("none",), per_job=10, most_queued=2, fewest_per_job=10,
+               profile={"group-components": {"points": 10}}),
 }
-SIZE = SIZES[os.environ.get("HPCMEM_GROUPED_SWEEP", "40")]
-#: the sweep: 8 ops x 5 buffers x the size's bindings, one rank each
+SIZE = SIZES[os.environ.get("HPCMEM_GROUPED_SWEEP", "20")]
+#: the sweep: the size's ops x 5 buffers x its bindings, one rank each
 SWEEP = {
     "container": {"enabled": False},
     "collectives": {
-        "ops": ["bcast", "gather", "allreduce", "reduce", "allgather", "alltoall", "scatter",
-                "reduce_scatter"],
+        "ops": list(SIZE.ops),
         "buffers": ["numpy", "hbw", "hbw_preferred", "hbw_interleave", "mpi_alloc"],
         "tasks_per_node": [1],
         "bindings": list(SIZE.bindings),
@@ -218,12 +223,10 @@ def first_run(sweep: Sweep) -> dict:
             "jobs": sweep.jobs_since(since)}
 
 
-def test_one_submission_per_20_points_never_more_than_allowed_queued(first_run: dict
-                                                                       ) -> None:
+def test_one_submission_per_group_never_more_than_allowed_queued(first_run: dict) -> None:
     jobs = first_run["jobs"]
     assert len(jobs) == 1 + POINTS // PER_JOB  # the build, and the jobs of points
-    assert len(jobs) - 1 <= POINTS // 20, jobs  # at full size the build fits in as well
-    if PER_JOB > 20:
+    if PER_JOB > 20:  # at full size the build fits in one submission per 20 points as well
         assert len(jobs) <= POINTS // 20, jobs
     assert most_at_once(jobs) <= MOST_QUEUED
     assert {JOB_NAME.fullmatch(job.name) is not None for job in jobs} == {True}
@@ -231,7 +234,7 @@ def test_one_submission_per_20_points_never_more_than_allowed_queued(first_run: 
     # a job of points asks for one point's CPUs (one rank: 2 tasks of 1 CPU) and the sum
     # of its points' runtimes (1 minute each), not for 25 points side by side
     _, *points = sorted(jobs, key=lambda job: job.submit)  # the build first
-    assert {(job.cpus, job.time_limit) for job in points} == {("2", f"00:{PER_JOB}:00")}
+    assert {(job.cpus, job.time_limit) for job in points} == {("2", f"00:{PER_JOB:02d}:00")}
 
 
 def test_a_cancelled_job_of_points_ends_the_run_naming_it(first_run: dict) -> None:
