@@ -5,6 +5,7 @@ optimizer within floating-point tolerance."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 
 import pytest
 
@@ -16,6 +17,7 @@ from um_functions import Block  # noqa: E402
 from hpcmem.um import BudgetError  # noqa: E402
 from hpcmem.um.host_optimizer import HostOptimizer, lay_out  # noqa: E402
 from hpcmem.um.host_optimizer.buckets import ALIGN  # noqa: E402
+from hpcmem.um.host_optimizer.split import plan_split, slot_bytes  # noqa: E402
 from hpcmem.um.host_optimizer.staging import OutRing  # noqa: E402
 from hpcmem.um.offload import (  # noqa: E402
     Offload,
@@ -276,3 +278,60 @@ def test_a_budget_below_the_first_step_is_refused_with_its_minimum():
         model(torch.randint(VOCAB, (64,))).backward()
     assert refused.value.minimum > 1024
     engine.close()
+
+
+# -- a share of the buckets stepped by the device --------------------------------------------
+@pytest.mark.parametrize("kind", ["AdamW", "Adam", "SGD"])
+def test_buckets_the_device_steps_agree_with_the_plain_optimizer(kind):
+    reference, ref_model, plain, _ = _train(kind=kind, groups=True, lr_at=3, steps=6)
+    ours, model, optimizer, engine = _train({"gpu_share": 0.5}, kind=kind, groups=True,
+                                            lr_at=3, steps=6)
+    _agree(ours, reference, 1e-4)
+    split = engine.stats()["split"]
+    assert split["device_buckets"] and 0 < split["share"] < 1, split
+    weights = _close(engine, model)
+    for a, b in zip(weights, ref_model.parameters(), strict=True):
+        torch.testing.assert_close(a, b.detach(), rtol=1e-4, atol=1e-6)
+    if kind != "SGD":  # the step count followed the device's steps
+        assert [float(s["step"]) for s in optimizer.state.values()] == [
+            float(s["step"]) for s in plain.state.values()]
+
+
+def test_every_bucket_on_the_device_moves_master_and_state_not_gradients():
+    reference, *_ = _train(steps=5)
+    ours, _, _, engine = _train({"gpu_share": 1.0}, steps=5)
+    _agree(ours, reference, 1e-4)
+    assert engine.stats()["split"]["share"] == 1.0
+    elements = sum(b.numel for b in engine.buckets)
+    # two steps on the CPU (the plan's measurements): fp32 master in, gradient out; then
+    # three on the device: master and AdamW's two moments, each way
+    for moved in (engine.ledger.h2d, engine.ledger.d2h):
+        assert moved == 2 * 4 * elements + 3 * 12 * elements
+    engine.close()
+
+
+def test_the_split_moves_cpu_time_the_compute_can_hide_and_pcie_can_carry():
+    rates = {"h2d": 50e9, "d2h": 50e9}
+    kwargs = {"bucket_numels": [2**25] * 20, "states": 2, "bytes_h2d": 2.7e9,
+              "bytes_d2h": 2.7e9, "bandwidth": rates, "room_bytes": 2**31}
+    # the CPU within the compute: nothing moves
+    assert plan_split(compute_ms=300, cpu_ms=200, **kwargs).device_buckets == ()
+    # 300 ms of CPU against 200 of compute: a third of the elements, spread over backward
+    split = plan_split(compute_ms=200, cpu_ms=300, **kwargs)
+    assert split.share == pytest.approx(1 / 3, abs=0.05)
+    assert split.slots == 2 and split.slot_numel == 2**25
+    chosen = split.device_buckets
+    assert min(b - a for a, b in itertools.pairwise(chosen)) >= 2
+    # PCIe full within the compute time: nothing moves
+    busy = {**kwargs, "bytes_h2d": 10e9}
+    assert plan_split(compute_ms=200, cpu_ms=300, **busy).device_buckets == ()
+    # no room for two slots of a bucket: nothing moves
+    tight = {**kwargs, "room_bytes": 2 * slot_bytes(2**25, 2) - 1}
+    assert plan_split(compute_ms=200, cpu_ms=300, **tight).device_buckets == ()
+    # a share asked for is limited by the room only
+    assert plan_split(compute_ms=300, cpu_ms=200, asked=0.5, **kwargs).share == 0.5
+
+
+def test_a_share_outside_zero_to_one_is_refused():
+    with pytest.raises(BudgetError, match=r"gpu_share: 1\.5 is not between 0 and 1"):
+        Offload(gpu_share=1.5)

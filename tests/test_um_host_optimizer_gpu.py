@@ -37,7 +37,8 @@ def _transformer():
     return build(TransformerShape(n_layers=4, d_model=512, n_heads=8, seq_len=256, vocab=8192))
 
 
-def _train(torch, build, *, budget=None, bf16=True, offload=None, micro_batches=1):
+def _train(torch, build, *, budget=None, bf16=True, offload=None, micro_batches=1,
+           **options):
     """``STEPS`` AdamW steps from a model built on the host; the losses and ``um.stats()``."""
     from hpcmem.um import UnifiedMemory
     from hpcmem.um.offload import Offload
@@ -52,6 +53,7 @@ def _train(torch, build, *, budget=None, bf16=True, offload=None, micro_batches=
     with UnifiedMemory("hpcmem", device=0, gpu_budget=budget) as um:
         um.attach(model, optimizer, offload=Offload(
             offload, working_dtype="bfloat16" if bf16 else None, micro_batches=micro_batches,
+            **options,
         ) if budget else None)
         for step in range(STEPS):
             for _ in range(micro_batches):
@@ -108,6 +110,16 @@ def test_micro_batches_accumulate_on_the_gpu(torch):
     # one fp32 gradient copy per optimizer step (twice the bf16 working bytes at most), not
     # one per micro-batch
     assert stats["offload"]["bytes_d2h"] <= 2 * stats["offload"]["working_bytes"]
+
+
+def test_buckets_the_gpu_steps_agree_inside_the_budget(torch):
+    reference, _ = _train(torch, _transformer)
+    losses, stats = _train(torch, _transformer, budget=BUDGET, offload="host_optimizer",
+                           gpu_share=0.5, bucket_bytes=4 * 2**20)
+    assert losses == pytest.approx(reference, rel=1e-2)
+    _check_budget(stats, BUDGET)
+    split = stats["offload"]["split"]
+    assert split["device_buckets"] and 0 < split["share"] < 1, split
 
 
 def test_gpt2_from_transformers(torch):

@@ -58,6 +58,9 @@ class Offload:
     threads : CPU threads of the host optimizer (None: the job's cores less two, left to
         the threads that launch GPU work).
     recompute : recompute repeated blocks in backward (None: unless everything fits).
+    gpu_share : ``host_optimizer``: the share of the trained elements the GPU steps instead
+        of the CPU, their state streamed in and out (None: planned after the second step
+        from its measurements, :mod:`hpcmem.um.host_optimizer.split`; 0: none).
     """
 
     strategy: str | None = None
@@ -66,6 +69,7 @@ class Offload:
     bucket_bytes: int = DEFAULT_BUCKET_BYTES
     threads: int | None = None
     recompute: bool | None = None
+    gpu_share: float | None = None
 
     def __post_init__(self) -> None:
         if self.strategy is not None and self.strategy not in STRATEGIES:
@@ -79,6 +83,8 @@ class Offload:
                 raise BudgetError(f"offload {name}: {getattr(self, name)} must be >= 1")
         if self.threads is not None and self.threads < 1:
             raise BudgetError(f"offload threads: {self.threads} must be >= 1")
+        if self.gpu_share is not None and not 0 <= self.gpu_share <= 1:
+            raise BudgetError(f"offload gpu_share: {self.gpu_share} is not between 0 and 1")
 
     def to_record(self) -> dict[str, object]:
         """The value as a record field."""

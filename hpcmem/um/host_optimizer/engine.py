@@ -18,7 +18,11 @@ chooses ``host_optimizer`` (:mod:`hpcmem.um.offload`):
   ``param.grad`` on the device;
 * ``optimizer.step()``: sends what backward left (a step before the last micro-batch, a
   parameter without a gradient), waits for the worker and for the last weight copy, so the
-  next forward reads updated weights.
+  next forward reads updated weights;
+* after the second step, when the CPU optimizer took longer than the compute, a share of
+  the buckets is stepped on the GPU from then on (:mod:`.split` plans it from that step's
+  measurements, :mod:`.device_step` runs it): their gradients stay on the device and their
+  master and state cross PCIe instead.
 
 The first step is the probe: it recomputes the repeated blocks and measures the device
 bytes one step needs, the CUDA context and everything outside the managed pools included
@@ -35,8 +39,10 @@ from typing import Any
 
 from hpcmem.um.errors import BudgetError
 from hpcmem.um.host_optimizer.buckets import lay_out
+from hpcmem.um.host_optimizer.device_step import DeviceStep
 from hpcmem.um.host_optimizer.host import HostBuckets, check_supported
 from hpcmem.um.host_optimizer.ledger import Ledger
+from hpcmem.um.host_optimizer.split import Split, plan_split
 from hpcmem.um.host_optimizer.staging import OutRing
 from hpcmem.um.host_optimizer.worker import Worker
 from hpcmem.um.offload import Offload, staging_bytes
@@ -130,6 +136,10 @@ class HostOptimizer:
         self._scopes = 0  # forward + backward passes since attach
         self.probe_bytes: int | None = None  # what the first step held on the device
         self.outside_bytes = 0  # of which outside the managed pools (context, plain memory)
+        self._plain_scope = plain_scope
+        self.split: Split | None = None  # planned after the second step
+        self.device_step: DeviceStep | None = None
+        self._steps = 0
         self._micro = 0  # since the last optimizer step
         self._begin_step()
         transport.reset_peak()
@@ -221,16 +231,30 @@ class HostOptimizer:
             self._submit(index, [])
 
     def _ship(self, index: int, position: int, param: Any) -> None:
-        bucket = self.buckets[index]
-        # the CPU only steps: the widening to fp32 runs here, into the out ring
-        self._landed[index] = self.ring.send(param.grad,
-                                             bucket.slot(self.host.grads[index], position))
-        self.ledger.d2h += param.grad.numel() * 4
+        if self.device_step is not None and self.device_step.holds(index):
+            self.device_step.take_grad(self.buckets[index], position, param.grad)
+        else:
+            self._send(index, position, param.grad)
         param.grad = None
         self._left[index].discard(position)
 
+    def _send(self, index: int, position: int, grad: Any) -> None:
+        """A gradient for the CPU: widened to fp32 here, into the out ring, and copied out."""
+        host = self.buckets[index].slot(self.host.grads[index], position)
+        self._landed[index] = self.ring.send(grad, host)
+        self.ledger.d2h += grad.numel() * 4
+
     def _submit(self, index: int, missing: list[int]) -> None:
         self._submitted[index] = True
+        self._order.append(index)
+        if self.device_step is not None and self.device_step.holds(index):
+            if self.device_step.run(index):  # a missing gradient is the slot's zeros
+                moved = self.device_step.bucket_bytes(index)
+                self.ledger.h2d += moved
+                self.ledger.d2h += moved
+                return
+            for position, grad in self.device_step.release(index):
+                self._send(index, position, grad)
         self.worker.submit(index, self._landed[index], self.transport.mark(), missing)
         self.ledger.h2d += tensor_bytes(self.host.masters[index])
 
@@ -263,15 +287,46 @@ class HostOptimizer:
         # for their copies are free again: the device is idle until then in any case.
         self.transport.synchronize()
         self.ring.clear()
-        self.ledger.stepped(done)
+        compute_ms, cpu_ms = self.ledger.stepped(done)
+        self._steps += 1
+        if self.device_step is not None:
+            self.device_step.end()
+        elif self._steps == 2 and self.offload.gpu_share != 0:
+            self._plan_split(compute_ms, cpu_ms)
         self._begin_step()
         return loss
+
+    def _plan_split(self, compute_ms: float, cpu_ms: float) -> None:
+        """Move a share of the buckets to the GPU when the CPU optimizer is the bound (or
+        the job asked for a share), within the budget's room above what a step held."""
+        if self.transport.device.type != "cuda" and self.offload.gpu_share is None:
+            return  # the CPU computes the model too: nothing to balance
+        held = max(self.probe_bytes or 0,
+                   self.transport.resident_peak_bytes() + self.transport.outside_bytes())
+        states = self.host.state_count()
+        per_step = self.ledger.per_step()
+        self.split = plan_split(
+            compute_ms=compute_ms, cpu_ms=cpu_ms,
+            bucket_numels=[b.numel for b in self.buckets], states=states,
+            bytes_h2d=per_step["bytes_h2d"], bytes_d2h=per_step["bytes_d2h"],
+            bandwidth=self.bandwidth, room_bytes=int(TARGET_FRACTION * self.budget) - held,
+            asked=self.offload.gpu_share,
+        )
+        if self.split.device_buckets:
+            with self._plain_scope():
+                self.plain_bytes -= self._reserved()
+                self.device_step = DeviceStep(
+                    self.host, self.flats, self.transport, self.arena,
+                    self.split.device_buckets, self._order, self.split.slots,
+                    self.split.slot_numel)
+                self.plain_bytes += self._reserved()
 
     def _begin_step(self) -> None:
         self._micro = 0
         self._left = [set(range(len(b.params))) for b in self.buckets]
         self._submitted = [False] * len(self.buckets)
         self._landed: list[Any] = [None] * len(self.buckets)
+        self._order: list[int] = []  # buckets in the order they were submitted
 
     # -- statistics and lifetime ------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -291,6 +346,7 @@ class HostOptimizer:
             "host_threads": self.worker.threads or self._torch.get_num_threads(),
             "recompute": self.recompute.enabled,
             "micro_batches": self.offload.micro_batches,
+            "split": self.split.to_record() if self.split is not None else None,
             "host_bytes": self.arena.reserved_bytes,
         }
 

@@ -104,6 +104,12 @@ class HostBuckets:
                     first = next(s for s in states if s and key in s)
                     value.copy_(first[key])
 
+    def state_count(self) -> int:
+        """Optimizer state tensors per element, as large as a bucket (AdamW: 2)."""
+        state = self.optimizers[0].state.get(self.masters[0], {})
+        return sum(1 for v in state.values()
+                   if isinstance(v, self._torch.Tensor) and v.numel() == self.buckets[0].numel)
+
     def step_bucket(self, index: int, missing: list[int]) -> None:
         """Step bucket ``index`` from the gradient landed in it (the positions in ``missing``
         had none: stepped with a zero gradient)."""

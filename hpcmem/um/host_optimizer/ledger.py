@@ -49,16 +49,21 @@ class Ledger:
         """A forward and backward ran on the compute stream between two marks."""
         self._spans.append((start, end))
 
-    def stepped(self, done: Sequence[Stepped]) -> None:
-        """An optimizer step finished with the bucket jobs ``done``."""
-        self.cpu_ms += sum(job.cpu_ms for job in done)
+    def stepped(self, done: Sequence[Stepped]) -> tuple[float, float]:
+        """An optimizer step finished with the bucket jobs ``done``; its compute and CPU
+        optimizer milliseconds."""
+        cpu_ms = sum(job.cpu_ms for job in done)
+        compute_ms = 0.0
         for start, end in self._spans:
             self.transport.settle(end)
-            self.compute_ms += self.transport.elapsed_ms(start, end)
+            compute_ms += self.transport.elapsed_ms(start, end)
+        self.cpu_ms += cpu_ms
+        self.compute_ms += compute_ms
         self._spans = []
         for way, ms in self.transport.busy_ms().items():
             self.busy_ms[way] += ms
         self.steps += 1
+        return compute_ms, cpu_ms
 
     def per_step(self) -> dict[str, Any]:
         """The counts per step, and the bound."""
