@@ -43,7 +43,9 @@ def accounting(ours: list[dict[str, Any]]) -> str:
                 f" D2H {(field('bytes_d2h') or 0) / 1e9:.2f} GB, their PCIe time at the "
                 f"measured rates {_ms(field('pcie_transfer_ms'))} ms; GPU-resident peak "
                 f"{_gib(resident)} GiB; escaped {first['escaped_bytes']} bytes")
-    return (f"hpcmem per step: strategy {first['offload']['strategy']}, "
+    split = first["offload"].get("split") or {}
+    shared = f", the GPU steps {split['share']:.0%} ({split['why']})" if split.get("share") else ""
+    return (f"hpcmem per step: strategy {first['offload']['strategy']}{shared}, "
             f"H2D {(field('bytes_h2d') or 0) / 1e9:.2f} GB ({_ms(field('h2d_busy_ms'))} ms busy), "
             f"D2H {(field('bytes_d2h') or 0) / 1e9:.2f} GB ({_ms(field('d2h_busy_ms'))} ms busy), "
             f"compute {_ms(field('compute_ms'))} ms, CPU optimizer "
