@@ -59,8 +59,9 @@ class Offload:
         the threads that launch GPU work).
     recompute : recompute repeated blocks in backward (None: unless everything fits).
     gpu_share : ``host_optimizer``: the share of the trained elements the GPU steps instead
-        of the CPU, their state streamed in and out (None: planned after the second step
-        from its measurements, :mod:`hpcmem.um.host_optimizer.split`; 0: none).
+        of the CPU, their master and state kept on the device where the budget has room,
+        else streamed in and out (None: planned after the second step from its
+        measurements, :mod:`hpcmem.um.host_optimizer.split`; 0: none).
     """
 
     strategy: str | None = None

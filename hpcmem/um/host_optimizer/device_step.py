@@ -1,24 +1,28 @@
-"""The share of buckets the GPU steps (:mod:`.split` plans it), through a few device slots.
+"""The buckets the GPU steps (:mod:`.split` plans them): kept on the device, or streamed.
 
-Each slot is plain device memory (:mod:`.staging` says why) for one bucket: an fp32
-gradient, master and the optimizer's state tensors. For a bucket the GPU steps:
+Each bucket the GPU steps has its fp32 gradient, master and optimizer state tensors in a
+slot of plain device memory (:mod:`.staging` says why). A **resident** bucket has a slot of
+its own for good: its master and state came in once, and stay. A **streamed** bucket takes
+one of a few shared slots for the step:
 
 * buckets take the slots in the order their gradients were completed in the step the plan
   measured; its master and state come in from their page-locked homes on the
   host-to-device stream as soon as a slot is free (the copy out of the slot's last bucket
   done), ahead of its gradients;
-* each gradient, as autograd completes it, is widened into the slot's gradient on the
-  compute stream (the slot's gradient is zeroed when the bucket takes the slot, so a
-  parameter without one steps with zero); one that comes before its bucket has a slot
-  waits on the device until it has one;
-* when its last gradient is in, the compute stream waits for the state, steps the slot with
-  an instance of the job's optimizer class (its fused kernel, the bucket's hyperparameters
-  and step count), narrows the master into the bucket's working weights, and master and
-  state leave on the device-to-host stream; the host's step count follows.
+* one of its gradients that comes before it has a slot waits on the device until it has one.
 
-Nothing crosses to the CPU optimizer: the bucket's host optimizer only keeps its state. A
-bucket complete before it has a slot (an order other than the measured one) goes back to
-the CPU for that step, with its waiting gradients (:meth:`DeviceStep.release`).
+Each gradient, as autograd completes it, is widened into the slot's gradient on the
+compute stream (the slot's gradient is zeroed when the step begins or the bucket takes the
+slot, so a parameter without one steps with zero). When its last gradient is in, the
+compute stream waits for the state, steps the slot with an instance of the job's optimizer
+class (its fused kernel, the bucket's hyperparameters and step count), and narrows the
+master into the bucket's working weights; a streamed bucket's master and state then leave
+on the device-to-host stream. The host's step count follows.
+
+Nothing crosses to the CPU optimizer: the bucket's host optimizer only keeps its state
+(a resident bucket's is written back by :meth:`DeviceStep.write_back`). A streamed bucket
+complete before it has a slot (an order other than the measured one) goes back to the CPU
+for that step, with its waiting gradients (:meth:`DeviceStep.release`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 
 from hpcmem.um.host_optimizer.buckets import Bucket
 from hpcmem.um.host_optimizer.host import IMPLEMENTATION_KEYS, HostBuckets
+from hpcmem.um.host_optimizer.split import Split
 from hpcmem.um.stream.host import HostArena
 from hpcmem.um.stream.transport import Transport
 
@@ -45,32 +50,34 @@ class _Slot:
 
 
 class DeviceStep:
-    """Steps ``indices`` of ``host``'s buckets on ``transport``'s device (module docstring),
-    taking slots in ``order`` (bucket indices in the order they completed), in ``slots``
-    slots of ``slot_numel`` elements; their state moves into ``arena``."""
+    """Steps ``split``'s buckets of ``host`` on ``transport``'s device (module docstring):
+    the resident ones in slots of their own, the streamed ones in ``split.slots`` shared
+    slots taken in ``order`` (bucket indices in the order they completed); the streamed
+    buckets' state moves into ``arena``."""
 
     def __init__(self, host: HostBuckets, flats: list[Any], transport: Transport,
-                 arena: HostArena, indices: tuple[int, ...], order: list[int], slots: int,
-                 slot_numel: int) -> None:
+                 arena: HostArena, split: Split, order: list[int]) -> None:
         import torch
 
         self._torch = torch
         self.host = host
         self.flats = flats
         self.transport = transport
-        self.indices = indices
-        chosen = set(indices)
+        chosen = set(split.device_buckets)
         self._order = [i for i in order if i in chosen]
-        self._order += [i for i in indices if i not in self._order]
-        self._pin_state(arena)
-        keys = self._state_keys(indices[0])
+        self._order += [i for i in split.device_buckets if i not in self._order]
+        any_index = (split.resident_buckets + split.device_buckets)[0]
+        keys = self._state_keys(any_index)
         device = transport.device
-        self._slots = [_Slot(torch, slot_numel, keys, device) for _ in range(slots)]
+        self._resident = {i: _Slot(torch, host.buckets[i].numel, keys, device)
+                          for i in split.resident_buckets}
+        for index, slot in self._resident.items():
+            self._load(index, slot)
+        self._pin_state(arena, split.device_buckets)
+        self._slots = [_Slot(torch, split.slot_numel, keys, device) for _ in range(split.slots)]
         self._step = torch.zeros((), dtype=torch.float32, device=device)
-        self._optimizers = [
-            type(host.optimizers[indices[0]])([slot.master], lr=0.0, fused=True)
-            for slot in self._slots
-        ]
+        self._optimizer = type(host.optimizers[any_index])([self._step.new_zeros(1)],
+                                                           lr=0.0, fused=True)
         self._begin()
 
     # -- set-up -------------------------------------------------------------------------
@@ -80,23 +87,36 @@ class DeviceStep:
         return sorted(k for k, v in state.items()
                       if isinstance(v, self._torch.Tensor) and v.numel() == numel)
 
-    def _pin_state(self, arena: HostArena) -> None:
-        """Move the state of the buckets stepped here into page-locked memory."""
-        for index in self.indices:
+    def _pin_state(self, arena: HostArena, indices: tuple[int, ...]) -> None:
+        """Move the state of the streamed buckets into page-locked memory."""
+        for index in indices:
             state = self.host.optimizers[index].state[self.host.masters[index]]
             for key in self._state_keys(index):
                 home = arena.take(state[key])
                 home.copy_(state[key])
                 state[key] = home
 
+    def _load(self, index: int, slot: _Slot) -> None:
+        """A resident bucket's master and state into its slot, once."""
+        state = self.host.optimizers[index].state[self.host.masters[index]]
+        slot.master.copy_(self.host.masters[index])
+        for key, tensor in slot.states.items():
+            tensor.copy_(state[key])
+
     def bucket_bytes(self, index: int) -> int:
-        """Bytes bucket ``index`` moves each way per step: its fp32 master and state."""
+        """Bytes bucket ``index`` moves each way per step: a streamed one's fp32 master and
+        state, a resident one's nothing."""
+        if index in self._resident:
+            return 0
         return self.host.buckets[index].numel * 4 * (1 + len(self._slots[0].states))
 
     # -- a step -------------------------------------------------------------------------
     def _begin(self) -> None:
-        """A new step: the first buckets take the slots; their state starts coming in."""
-        self._slot_of: dict[int, _Slot] = {}
+        """A new step: the resident gradients zeroed; the first streamed buckets take the
+        slots, and their state starts coming in."""
+        for slot in self._resident.values():
+            slot.grad.zero_()
+        self._slot_of: dict[int, _Slot] = dict(self._resident)
         self._waiting: dict[int, list[tuple[int, Any]]] = {}  # gradients before a slot
         self._queue = list(self._order)
         for slot in self._slots:
@@ -132,46 +152,66 @@ class DeviceStep:
             bucket.slot(slot.grad, position).copy_(grad)
 
     def release(self, index: int) -> list[tuple[int, Any]]:
-        """Give bucket ``index`` back to the CPU for this step: its waiting gradients."""
+        """Give streamed bucket ``index`` back to the CPU for this step: its waiting
+        gradients."""
         self._queue.remove(index)
         return self._waiting.pop(index, [])
 
     def run(self, index: int) -> bool:
-        """Every gradient of bucket ``index`` is in: step it, narrow it, send it home. False
-        when it has no slot (the caller steps it on the CPU, :meth:`release`)."""
+        """Every gradient of bucket ``index`` is in: step it, narrow it, send a streamed one
+        home. False when it has no slot (the caller steps it on the CPU, :meth:`release`)."""
         if index not in self._slot_of:
             return False
-        torch, slot = self._torch, self._slot_of.pop(index)
+        slot = self._slot_of.pop(index)
         numel = self.host.buckets[index].numel
-        host_optimizer = self.host.optimizers[index]
-        state = host_optimizer.state[self.host.masters[index]]
-        self.transport.wait(slot.loaded)
-        optimizer = self._optimizers[self._slots.index(slot)]
-        group = host_optimizer.param_groups[0]
-        optimizer.param_groups[0].update(
-            {k: v for k, v in group.items() if k not in IMPLEMENTATION_KEYS})
-        master = slot.master[:numel]
-        optimizer.param_groups[0]["params"] = [master]
-        master.grad = slot.grad[:numel]
-        own = {k: slot.states[k][:numel] for k in slot.states}
-        if "step" in state:
-            self._step.fill_(float(state["step"]))
-            own["step"] = self._step
-        optimizer.state.clear()
-        optimizer.state[master] = own
-        with torch.no_grad():
-            optimizer.step()
-            self.flats[index].copy_(master)  # the narrowing, on the compute stream
-        slot.free = self.transport.offload(master, self.host.masters[index], hold=False)
-        for key, tensor in own.items():
-            if key != "step":
-                slot.free = self.transport.offload(tensor, state[key], hold=False)
+        state = self.host.optimizers[index].state[self.host.masters[index]]
+        own = self._stepped(index, slot, numel)
         if "step" in state:
             state["step"] += 1
-        master.grad = None
+        if index in self._resident:
+            return True
+        slot.free = self.transport.offload(slot.master[:numel], self.host.masters[index],
+                                           hold=False)
+        for key, tensor in own.items():
+            slot.free = self.transport.offload(tensor, state[key], hold=False)
         self._assign(slot)
         return True
+
+    def _stepped(self, index: int, slot: _Slot, numel: int) -> dict[str, Any]:
+        """Step bucket ``index`` in ``slot`` with the job's optimizer's fused kernel and
+        narrow its master into the working weights; the state tensors it stepped."""
+        torch = self._torch
+        if slot.loaded is not None:
+            self.transport.wait(slot.loaded)
+        host_optimizer = self.host.optimizers[index]
+        state = host_optimizer.state[self.host.masters[index]]
+        group = self._optimizer.param_groups[0]
+        group.update({k: v for k, v in host_optimizer.param_groups[0].items()
+                      if k not in IMPLEMENTATION_KEYS})
+        master = slot.master[:numel]
+        group["params"] = [master]
+        master.grad = slot.grad[:numel]
+        own = {k: slot.states[k][:numel] for k in slot.states}
+        self._optimizer.state.clear()
+        if "step" in state:
+            self._step.fill_(float(state["step"]))
+            self._optimizer.state[master] = {**own, "step": self._step}
+        else:
+            self._optimizer.state[master] = dict(own)
+        with torch.no_grad():
+            self._optimizer.step()
+            self.flats[index].copy_(master)  # the narrowing, on the compute stream
+        master.grad = None
+        return own
 
     def end(self) -> None:
         """The step is over (every copy done): the next one starts from the first bucket."""
         self._begin()
+
+    def write_back(self) -> None:
+        """The resident buckets' master and state back into their host homes."""
+        for index, slot in self._resident.items():
+            state = self.host.optimizers[index].state[self.host.masters[index]]
+            self.host.masters[index].copy_(slot.master)
+            for key, tensor in slot.states.items():
+                state[key].copy_(tensor)

@@ -19,10 +19,11 @@ chooses ``host_optimizer`` (:mod:`hpcmem.um.offload`):
 * ``optimizer.step()``: sends what backward left (a step before the last micro-batch, a
   parameter without a gradient), waits for the worker and for the last weight copy, so the
   next forward reads updated weights;
-* after the second step, when the CPU optimizer took longer than the compute, a share of
-  the buckets is stepped on the GPU from then on (:mod:`.split` plans it from that step's
-  measurements, :mod:`.device_step` runs it): their gradients stay on the device and their
-  master and state cross PCIe instead.
+* after the second step, the budget's room above what that step held is spent on the GPU
+  stepping buckets from then on (:mod:`.split` plans it from that step's measurements,
+  :mod:`.device_step` runs it): first buckets whose master and state stay on the device
+  (those completed last), then, when the CPU optimizer took longer than the compute, a
+  share whose master and state cross PCIe instead of their gradients and weights.
 
 The first step is the probe: it recomputes the repeated blocks and measures the device
 bytes one step needs, the CUDA context and everything outside the managed pools included
@@ -42,7 +43,7 @@ from hpcmem.um.host_optimizer.buckets import lay_out
 from hpcmem.um.host_optimizer.device_step import DeviceStep
 from hpcmem.um.host_optimizer.host import HostBuckets, check_supported
 from hpcmem.um.host_optimizer.ledger import Ledger
-from hpcmem.um.host_optimizer.split import Split, plan_split
+from hpcmem.um.host_optimizer.split import ROOM_MARGIN, Split, plan_split
 from hpcmem.um.host_optimizer.staging import OutRing
 from hpcmem.um.host_optimizer.worker import Worker
 from hpcmem.um.offload import Offload, staging_bytes
@@ -297,8 +298,8 @@ class HostOptimizer:
         return loss
 
     def _plan_split(self, compute_ms: float, cpu_ms: float) -> None:
-        """Move a share of the buckets to the GPU when the CPU optimizer is the bound (or
-        the job asked for a share), within the budget's room above what a step held."""
+        """Spend the budget's room above what a step held on buckets the GPU steps: kept
+        on the device, then streamed when the CPU optimizer is the bound (:mod:`.split`)."""
         if self.transport.device.type != "cuda" and self.offload.gpu_share is None:
             return  # the CPU computes the model too: nothing to balance
         held = max(self.probe_bytes or 0,
@@ -307,18 +308,16 @@ class HostOptimizer:
         per_step = self.ledger.per_step()
         self.split = plan_split(
             compute_ms=compute_ms, cpu_ms=cpu_ms,
-            bucket_numels=[b.numel for b in self.buckets], states=states,
+            bucket_numels=[b.numel for b in self.buckets], order=self._order, states=states,
             bytes_h2d=per_step["bytes_h2d"], bytes_d2h=per_step["bytes_d2h"],
-            bandwidth=self.bandwidth, room_bytes=int(TARGET_FRACTION * self.budget) - held,
-            asked=self.offload.gpu_share,
+            bandwidth=self.bandwidth, asked=self.offload.gpu_share,
+            room_bytes=int((1 - ROOM_MARGIN) * self.budget) - held,
         )
-        if self.split.device_buckets:
+        if self.split.share:
             with self._plain_scope():
                 self.plain_bytes -= self._reserved()
-                self.device_step = DeviceStep(
-                    self.host, self.flats, self.transport, self.arena,
-                    self.split.device_buckets, self._order, self.split.slots,
-                    self.split.slot_numel)
+                self.device_step = DeviceStep(self.host, self.flats, self.transport,
+                                              self.arena, self.split, self._order)
                 self.plain_bytes += self._reserved()
 
     def _begin_step(self) -> None:
@@ -366,6 +365,8 @@ class HostOptimizer:
         (fp32, in host memory)."""
         self.worker.close()
         self.transport.synchronize()
+        if self.device_step is not None:
+            self.device_step.write_back()
         for handle in self._hooks:
             handle.remove()
         self._hooks.clear()
