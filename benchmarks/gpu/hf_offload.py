@@ -1,4 +1,4 @@
-"""Hugging Face causal LMs beyond the GPU: hpcmem's budget against DeepSpeed ZeRO-Offload.
+"""Hugging Face causal LMs beyond the GPU: hpcmem's budget against DeepSpeed and FSDP2 offload.
 
 One variant per process (``--variant``), so nothing one leaves (allocator caches, the CUDA
 context, DeepSpeed's process group) reaches the next; ``run.sh``'s ``hf-offload`` group
@@ -10,10 +10,16 @@ device synchronisation:
 * ``cuda``: the model on the GPU, fused AdamW, bf16 autocast: the unconstrained step;
 * ``deepspeed``: ZeRO stage 2 with ``offload_optimizer: cpu`` (DeepSpeedCPUAdam), bf16,
   with Hugging Face gradient checkpointing (``--checkpointing``, on by default);
+* ``deepspeed3``: ZeRO stage 3 with ``offload_param`` and ``offload_optimizer: cpu`` (pinned),
+  otherwise as ``deepspeed``: the parameters too live on the host between uses;
+* ``fsdp2``: PyTorch FSDP2 on a one-rank process group, ``fully_shard`` on every transformer
+  block, then the root, with ``CPUOffloadPolicy(pin_memory=True)`` and bf16 parameters
+  (``MixedPrecisionPolicy``, fp32 reduction), ``torch.optim.AdamW`` stepping the host's
+  parameters, with Hugging Face gradient checkpointing (on by default);
 * ``hpcmem``: the model built on the host, ``UnifiedMemory("hpcmem", gpu_budget=B)`` and
   ``attach(model, optimizer, offload=Offload(working_dtype="bfloat16"))``, bf16 autocast.
-  ``--budget-from deepspeed`` takes B from the last DeepSpeed record in ``--out``: what
-  ZeRO-Offload reserved.
+  ``--budget-from deepspeed`` takes B from the last DeepSpeed record in ``--out`` run with
+  its default checkpointing: what ZeRO-Offload reserved.
 
 Each process appends one record to ``--out`` (JSON lines): the median step, PyTorch's peak
 allocated and reserved bytes, NVML's per-process peak, the losses, and for hpcmem the
@@ -37,6 +43,15 @@ from typing import Any
 
 LEARNING_RATE = 1e-4
 WEIGHT_DECAY = 0.01
+VARIANTS = ("cuda", "deepspeed", "deepspeed3", "fsdp2", "hpcmem")
+CHECKPOINTED = ("deepspeed", "deepspeed3", "fsdp2")  # --checkpointing on unless told otherwise
+ZERO = {  # each DeepSpeed variant's zero_optimization
+    "deepspeed": {"stage": 2, "overlap_comm": True, "contiguous_gradients": True,
+                  "offload_optimizer": {"device": "cpu", "pin_memory": True}},
+    "deepspeed3": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
+                   "offload_param": {"device": "cpu", "pin_memory": True},
+                   "offload_optimizer": {"device": "cpu", "pin_memory": True}},
+}
 MODELS = {
     "gpt2-large": ("GPT2Config", {"n_embd": 1280, "n_layer": 36, "n_head": 20,
                                   "vocab_size": 50257, "n_positions": 1024}),
@@ -53,7 +68,7 @@ MODELS = {
 
 def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variant", choices=("cuda", "deepspeed", "hpcmem"), required=True)
+    parser.add_argument("--variant", choices=VARIANTS, required=True)
     parser.add_argument("--model", choices=sorted(MODELS), default="gpt2-large")
     parser.add_argument("--batch", type=int, default=8, help="sequences per micro-batch")
     parser.add_argument("--accumulate", type=int, default=1,
@@ -62,10 +77,12 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--checkpointing", action=argparse.BooleanOptionalAction, default=None,
-                        help="Hugging Face gradient checkpointing (default: on for deepspeed)")
+                        help="Hugging Face gradient checkpointing (default: on for "
+                             f"{', '.join(CHECKPOINTED)})")
     parser.add_argument("--budget-gib", type=float, default=None)
     parser.add_argument("--budget-from", default=None,
-                        help="take the budget from the last ok record of this variant in --out")
+                        help="take the budget from the last ok record of this variant in "
+                             "--out, run with that variant's default --checkpointing")
     parser.add_argument("--host-threads", type=int, default=None,
                         help="hpcmem: the host optimizer's CPU threads (default: planned)")
     parser.add_argument("--gpu-share", type=float, default=None,
@@ -161,17 +178,19 @@ def _profiled(one_step: Callable[[], None], path: Path) -> None:
 
 
 def plain_step(model: Any, optimizer: Any,
-               scope: Callable[[], AbstractContextManager[Any]] = nullcontext) -> Any:
-    """One bf16-autocast training step of a causal LM over its micro-batches, each forward and
-    backward inside ``scope`` (hpcmem's activations scope; nothing for the plain run), each
-    loss scaled by its share; one optimizer step. Returns the mean loss."""
+               scope: Callable[[], AbstractContextManager[Any]] = nullcontext,
+               autocast: bool = True) -> Any:
+    """One training step of a causal LM over its micro-batches, bf16-autocast unless
+    ``autocast`` is off (FSDP2 casts the parameters itself), each forward and backward inside
+    ``scope`` (hpcmem's activations scope; nothing for the plain run), each loss scaled by its
+    share; one optimizer step. Returns the mean loss."""
     import torch
 
     def step(micro_batches):
         total = 0.0
         for ids in micro_batches:
             with scope():
-                with torch.autocast("cuda", dtype=torch.bfloat16):
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
                     loss = model(input_ids=ids, labels=ids).loss / len(micro_batches)
                 loss.backward()
             total = loss.detach() + total
@@ -194,10 +213,19 @@ def run_cuda(args: argparse.Namespace, model: Any) -> dict[str, Any]:
     return timed(args, plain_step(model, optimizer), model.config.vocab_size)
 
 
-def run_deepspeed(args: argparse.Namespace, model: Any) -> dict[str, Any]:
+def _one_rank() -> None:
+    """The environment of a one-rank process group on this host, where none is set."""
     for key, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"),
                        ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29517")):
         os.environ.setdefault(key, value)
+
+
+def run_deepspeed(args: argparse.Namespace, model: Any, zero: dict[str, Any]
+                  ) -> dict[str, Any]:
+    """DeepSpeed with ``zero`` as its ``zero_optimization`` (``ZERO``), bf16, its AdamW on the
+    host (DeepSpeedCPUAdam), the engine accumulating over the micro-batches. The model is
+    built before ``deepspeed.initialize``: ZeRO-3 partitions it there, without zero.Init."""
+    _one_rank()
     import deepspeed
 
     if args.checkpointing:
@@ -208,8 +236,7 @@ def run_deepspeed(args: argparse.Namespace, model: Any) -> dict[str, Any]:
         "bf16": {"enabled": True},
         "optimizer": {"type": "AdamW",
                       "params": {"lr": LEARNING_RATE, "weight_decay": WEIGHT_DECAY}},
-        "zero_optimization": {"stage": 2, "overlap_comm": True, "contiguous_gradients": True,
-                              "offload_optimizer": {"device": "cpu", "pin_memory": True}},
+        "zero_optimization": zero,
         "steps_per_print": 10**9,
     }
     engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
@@ -226,6 +253,48 @@ def run_deepspeed(args: argparse.Namespace, model: Any) -> dict[str, Any]:
 
     return {**timed(args, step, model.config.vocab_size), "deepspeed": deepspeed.__version__,
             "zero": config["zero_optimization"]}
+
+
+def transformer_blocks(model: Any) -> list[Any]:
+    """The elements of the model's largest ``nn.ModuleList``: its transformer blocks (GPT-2's
+    ``transformer.h``, Llama's ``model.layers``)."""
+    import torch
+
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
+    return list(max(lists, key=len, default=[]))
+
+
+def run_fsdp2(args: argparse.Namespace, model: Any) -> dict[str, Any]:
+    """FSDP2 on a one-rank NCCL process group: ``fully_shard`` on each transformer block, then
+    the root, the shards on the host (``CPUOffloadPolicy(pin_memory=True)``), gathered to the
+    GPU in bf16 and the gradients reduced in fp32 (``MixedPrecisionPolicy``); AdamW steps the
+    host's fp32 parameters. The process group is destroyed at the end."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+    _one_rank()
+    dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda", 0))
+    try:
+        if args.checkpointing:
+            model.gradient_checkpointing_enable({"use_reentrant": False})
+        policies = {"offload_policy": CPUOffloadPolicy(pin_memory=True),
+                    "mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                                      reduce_dtype=torch.float32)}
+        blocks = transformer_blocks(model)
+        for block in blocks:
+            fully_shard(block, **policies)
+        fully_shard(model, **policies)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE,
+                                      weight_decay=WEIGHT_DECAY)
+        step = plain_step(model, optimizer, autocast=False)
+        result = timed(args, step, model.config.vocab_size)
+    finally:
+        dist.destroy_process_group()
+    return {**result, "fsdp": {"blocks": len(blocks),
+                               "block": type(blocks[0]).__name__ if blocks else None,
+                               "offload_policy": "CPUOffloadPolicy(pin_memory=True)",
+                               "mp_policy": "param bfloat16, reduce float32"}}
 
 
 def run_hpcmem(args: argparse.Namespace, model: Any, budget: int) -> dict[str, Any]:
@@ -253,6 +322,17 @@ def run_hpcmem(args: argparse.Namespace, model: Any, budget: int) -> dict[str, A
             "device_used_bytes": used}
 
 
+def run(args: argparse.Namespace, model: Any, budget: int | None) -> dict[str, Any]:
+    """The timed steps of ``args.variant``."""
+    if args.variant in ZERO:
+        return run_deepspeed(args, model, ZERO[args.variant])
+    if args.variant == "fsdp2":
+        return run_fsdp2(args, model)
+    if args.variant == "hpcmem":
+        return run_hpcmem(args, model, budget)
+    return run_cuda(args, model)
+
+
 def _device_used() -> int:
     import torch
 
@@ -266,6 +346,7 @@ def _budget(args: argparse.Namespace) -> int | None:
         held = [r["peak_reserved_bytes"] for r in records
                 if r.get("variant") == args.budget_from and r.get("status") == "ok"
                 and r.get("model") == args.model
+                and r.get("checkpointing") == (args.budget_from in CHECKPOINTED)
                 and r.get("accumulate", 1) == args.accumulate]
         if held:
             return held[-1]
@@ -275,7 +356,7 @@ def _budget(args: argparse.Namespace) -> int | None:
 def main() -> int:
     args = _args()
     if args.checkpointing is None:
-        args.checkpointing = args.variant == "deepspeed"
+        args.checkpointing = args.variant in CHECKPOINTED
     import torch
     import transformers
 
@@ -305,9 +386,7 @@ def main() -> int:
             record["params"] = sum(p.numel() for p in model.parameters())
             if args.variant == "hpcmem" and budget is None:
                 raise SystemExit("hf_offload: hpcmem needs --budget-gib or --budget-from")
-            result = (run_cuda(args, model) if args.variant == "cuda"
-                      else run_deepspeed(args, model) if args.variant == "deepspeed"
-                      else run_hpcmem(args, model, budget))
+            result = run(args, model, budget)
             record["status"] = "ok"
         except Exception as error:  # the record says why; the driver goes on
             traceback.print_exc()

@@ -12,10 +12,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from hf_offload import CHECKPOINTED  # beside this file: each variant's default --checkpointing
+
 GIB = 2**30
-ORDER = ("cuda", "deepspeed", "hpcmem")
+ORDER = ("cuda", "deepspeed", "deepspeed3", "fsdp2", "hpcmem")
 LABELS = {"cuda": "cuda, no limit", "deepspeed": "DeepSpeed ZeRO-2 + offload_optimizer cpu",
-          "hpcmem": "hpcmem, gpu_budget"}
+          "deepspeed3": "DeepSpeed ZeRO-3 + offload_param and offload_optimizer cpu",
+          "fsdp2": "FSDP2 + CPUOffloadPolicy", "hpcmem": "hpcmem, gpu_budget"}
+CHECKPOINTING = {"-ckpt": "checkpointing", "-nockpt": "no checkpointing"}
 
 
 def _median(records: list[dict[str, Any]], read) -> float | None:
@@ -55,14 +59,27 @@ def accounting(ours: list[dict[str, Any]]) -> str:
 
 
 def _variant(record: dict[str, Any]) -> str:
-    """The record's variant, with the host optimizer's threads where they were set."""
+    """The record's variant: ``-ckpt`` or ``-nockpt`` after it where its checkpointing was not
+    the variant's default, the host optimizer's threads after a colon where they were set."""
+    name = record["variant"]
+    checkpointing = record.get("checkpointing")
+    if checkpointing is not None and checkpointing != (name in CHECKPOINTED):
+        name += "-ckpt" if checkpointing else "-nockpt"
     threads = (record.get("offload") or {}).get("threads")
-    return f"{record['variant']}:{threads}" if threads else record["variant"]
+    return f"{name}:{threads}" if threads else name
+
+
+def _base(variant: str) -> str:
+    """The hf_offload.py variant of a ``_variant`` key."""
+    return variant.partition(":")[0].partition("-")[0]
 
 
 def _label(variant: str) -> str:
     name, _, threads = variant.partition(":")
-    return LABELS[name] + (f", {threads} host threads" if threads else "")
+    _, dash, checkpointing = name.partition("-")
+    return (LABELS[_base(variant)]
+            + (f", {CHECKPOINTING[dash + checkpointing]}" if dash else "")
+            + (f", {threads} host threads" if threads else ""))
 
 
 def table(records: list[dict[str, Any]]) -> str:
@@ -82,7 +99,7 @@ def table(records: list[dict[str, Any]]) -> str:
                   "| variant | checkpointing | budget GiB | step ms (repeats) | tokens/s | GiB "
                   "allocated / reserved | NVML GiB | held GiB | vs ZeRO-Offload | vs cuda |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
-        for variant in sorted(variants, key=lambda v: (ORDER.index(v.partition(":")[0]), v)):
+        for variant in sorted(variants, key=lambda v: (ORDER.index(_base(v)), v)):
             runs = ok.get(variant, [])
             if not runs:
                 failed = variants.get(variant, [])

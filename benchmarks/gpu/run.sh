@@ -19,7 +19,11 @@
 #               DeepSpeed ZeRO-2 + offload_optimizer cpu + HF checkpointing, hpcmem at the budget
 #               ZeRO-Offload reserved (hf.jsonl, hf.md). DeepSpeed is installed for it from the
 #               source distribution HPCMEM_DEEPSPEED_SDIST (its pure-Python needs in .whl/);
-#               HPCMEM_HF_ACCUMULATE (default 1; "1 8": both) micro-batches per optimizer step
+#               HPCMEM_HF_ACCUMULATE (default 1; "1 8": both) micro-batches per optimizer step;
+#               HPCMEM_HF_VARIANTS (default "cuda deepspeed hpcmem") the variants, in order, from
+#               cuda, deepspeed, deepspeed3 (ZeRO-3 + offload_param and offload_optimizer cpu),
+#               fsdp2 (FSDP2 + CPUOffloadPolicy) and hpcmem; NAME-nockpt runs NAME with
+#               --no-checkpointing (e.g. "deepspeed-nockpt")
 # HPCMEM_GPU_TESTS (tests/test_*.py) picks the test files, HPCMEM_TEST_SECONDS (300) caps them; HPCMEM_BENCH_SECONDS (480) the benchmark part; HPCMEM_BENCH_REPEATS (2) the repeats;
 # HPCMEM_BUDGETS the budget fractions of the 0.35B group; HPCMEM_FSDP and HPCMEM_FSDP_1_3B the
 # FSDP2 variants of the budget groups (plain, activations; empty: none).
@@ -126,10 +130,12 @@ if want hf-offload; then
   fi
   for repeat in $(seq 1 "${HPCMEM_HF_REPEATS:-1}"); do
     for accumulate in ${HPCMEM_HF_ACCUMULATE:-1}; do
-      for variant in ${HPCMEM_HF_VARIANTS:-cuda deepspeed hpcmem}; do
+      for token in ${HPCMEM_HF_VARIANTS:-cuda deepspeed hpcmem}; do
         cap=$(( DEADLINE - SECONDS - 10 )); (( cap > 240 )) && cap=240
-        (( cap > 20 )) || { echo "skipped (out of time): hf $variant" | tee -a "$OUT/bench.log"; status=1; continue; }
-        extra=(); [[ $variant == hpcmem ]] && extra=(--budget-from deepspeed --budget-gib 9.6)
+        (( cap > 20 )) || { echo "skipped (out of time): hf $token" | tee -a "$OUT/bench.log"; status=1; continue; }
+        variant=${token%-nockpt}; extra=()
+        [[ $token == *-nockpt ]] && extra=(--no-checkpointing)
+        [[ $variant == hpcmem ]] && extra+=(--budget-from deepspeed --budget-gib 9.6)
         timeout "$cap" "$PY" benchmarks/gpu/hf_offload.py --variant "$variant" --repeat "$repeat" \
           --model "${HPCMEM_HF_MODEL:-gpt2-large}" --accumulate "$accumulate" \
           --out "$OUT/hf.jsonl" "${extra[@]}" 2>&1 |
