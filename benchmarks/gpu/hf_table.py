@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -59,27 +60,35 @@ def accounting(ours: list[dict[str, Any]]) -> str:
 
 
 def _variant(record: dict[str, Any]) -> str:
-    """The record's variant: ``-ckpt`` or ``-nockpt`` after it where its checkpointing was not
-    the variant's default, the host optimizer's threads after a colon where they were set."""
+    """The record's row: its variant; ``-ckpt`` or ``-nockpt`` after it where its
+    checkpointing was not the variant's default; for hpcmem ``@`` its budget in GiB, ``~``
+    the GPU share asked for and ``:`` the host optimizer's threads, where set."""
     name = record["variant"]
     checkpointing = record.get("checkpointing")
     if checkpointing is not None and checkpointing != (name in CHECKPOINTED):
         name += "-ckpt" if checkpointing else "-nockpt"
-    threads = (record.get("offload") or {}).get("threads")
+    if record.get("gpu_budget"):
+        name += f"@{record['gpu_budget'] / GIB:.2f}"
+    offload = record.get("offload") or {}
+    if offload.get("gpu_share") is not None:
+        name += f"~{offload['gpu_share']:g}"
+    threads = offload.get("threads")
     return f"{name}:{threads}" if threads else name
 
 
 def _base(variant: str) -> str:
     """The hf_offload.py variant of a ``_variant`` key."""
-    return variant.partition(":")[0].partition("-")[0]
+    return re.split(r"[-@~:]", variant)[0]
 
 
 def _label(variant: str) -> str:
-    name, _, threads = variant.partition(":")
-    _, dash, checkpointing = name.partition("-")
+    checkpointing = re.search(r"-(no)?ckpt", variant)
+    share = re.search(r"~([0-9.e-]+)", variant)
+    threads = re.search(r":(\d+)", variant)
     return (LABELS[_base(variant)]
-            + (f", {CHECKPOINTING[dash + checkpointing]}" if dash else "")
-            + (f", {threads} host threads" if threads else ""))
+            + (f", {CHECKPOINTING[checkpointing.group(0)]}" if checkpointing else "")
+            + (f", GPU share {share.group(1)} asked" if share else "")
+            + (f", {threads.group(1)} host threads" if threads else ""))
 
 
 def table(records: list[dict[str, Any]]) -> str:
@@ -119,8 +128,9 @@ def table(records: list[dict[str, Any]]) -> str:
                 f"{_gib(_median(runs, lambda r: r.get('nvml_peak_bytes')))} | "
                 f"{_gib(_median(runs, lambda r: r.get('held_peak_bytes')))} | "
                 f"{ratio['deepspeed']} | {ratio['cuda']} |")
-        if ok.get("hpcmem"):
-            lines += ["", accounting(ok["hpcmem"]), ""]
+        for variant in sorted(v for v in ok if _base(v) == "hpcmem" and ok[v]):
+            lines += ["", f"{_label(variant)} at {_gib(ok[variant][0]['gpu_budget'])} GiB, "
+                      + accounting(ok[variant]).removeprefix("hpcmem "), ""]
     return "\n".join(lines) + "\n"
 
 
