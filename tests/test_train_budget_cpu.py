@@ -62,6 +62,7 @@ def test_each_budget_s_bars_are_what_its_record_measured(runs):
         assert record["pcie_floor_ms"] == pytest.approx(
             max(weights / rates["h2d"], weights / rates["d2h"]) * 1e3)
         assert record["step_bound_ms"] >= max(record["compute_ms"], record["cpu_optimizer_ms"])
+        assert 0 < record["backward_ms"] < record["compute_ms"]
 
 
 def test_the_report_draws_them_in_the_training_section(runs, tmp_path):

@@ -53,7 +53,8 @@ def accounting(ours: list[dict[str, Any]]) -> str:
     return (f"hpcmem per step: strategy {first['offload']['strategy']}{shared}, "
             f"H2D {(field('bytes_h2d') or 0) / 1e9:.2f} GB ({_ms(field('h2d_busy_ms'))} ms busy), "
             f"D2H {(field('bytes_d2h') or 0) / 1e9:.2f} GB ({_ms(field('d2h_busy_ms'))} ms busy), "
-            f"compute {_ms(field('compute_ms'))} ms, CPU optimizer "
+            f"compute {_ms(field('compute_ms'))} ms (backward {_ms(field('backward_ms'))}), "
+            f"CPU optimizer "
             f"{_ms(field('cpu_optimizer_ms'))} ms ({first['offload'].get('host_threads')} "
             f"threads), bound {_ms(field('step_bound_ms'))} ms; GPU-resident peak "
             f"{_gib(resident)} GiB; escaped {first['escaped_bytes']} bytes")

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 __all__ = ["THROUGHPUT_UNITS", "ok_record", "stream_fields", "unfinished_record"]
 
 #: What a budget strategy's statistics say of its steps, copied into the record.
-ACCOUNTING = ("strategy", "compute_ms", "cpu_optimizer_ms", "h2d_busy_ms", "d2h_busy_ms",
-              "step_bound_ms")
+ACCOUNTING = ("strategy", "compute_ms", "backward_ms", "cpu_optimizer_ms", "h2d_busy_ms",
+              "d2h_busy_ms", "step_bound_ms")
 #: Throughput unit per model.
 THROUGHPUT_UNITS = {"transformer": "tokens/s", "cnn": "images/s"}
 

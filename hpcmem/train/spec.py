@@ -69,6 +69,7 @@ TRAIN = Benchmark(
         Metric("pcie_floor_ms", "ms", LOWER, required=False),
         # the host-optimizer strategy: where its step's time goes, and the bound they allow
         Metric("compute_ms", "ms", LOWER, required=False),
+        Metric("backward_ms", "ms", LOWER, required=False),
         Metric("h2d_busy_ms", "ms", LOWER, required=False),
         Metric("d2h_busy_ms", "ms", LOWER, required=False),
         Metric("cpu_optimizer_ms", "ms", LOWER, required=False),

@@ -21,9 +21,9 @@ chooses ``host_optimizer`` (:mod:`hpcmem.um.offload`):
   next forward reads updated weights;
 * after the second step, the budget's room above what that step held is spent on the GPU
   stepping buckets from then on (:mod:`.split` plans it from that step's measurements,
-  :mod:`.device_step` runs it): first buckets whose master and state stay on the device
-  (those completed last), then, when the CPU optimizer took longer than the compute, a
-  share whose master and state cross PCIe instead of their gradients and weights.
+  :mod:`.device_step` runs it): when the CPU optimizer took longer than backward, a share
+  whose master and state cross PCIe instead of their gradients and weights; with the room
+  left, buckets whose master and state stay on the device (those completed last).
 
 The first step is the probe: it recomputes the repeated blocks and measures the device
 bytes one step needs, the CUDA context and everything outside the managed pools included
@@ -42,7 +42,7 @@ from hpcmem.um.errors import BudgetError
 from hpcmem.um.host_optimizer.buckets import lay_out
 from hpcmem.um.host_optimizer.device_step import DeviceStep
 from hpcmem.um.host_optimizer.host import HostBuckets, check_supported
-from hpcmem.um.host_optimizer.ledger import Ledger
+from hpcmem.um.host_optimizer.ledger import Ledger, StepTimes
 from hpcmem.um.host_optimizer.split import ROOM_MARGIN, Split, plan_split
 from hpcmem.um.host_optimizer.staging import OutRing
 from hpcmem.um.host_optimizer.worker import Worker
@@ -222,6 +222,8 @@ class HostOptimizer:
         if self._micro < self.offload.micro_batches:
             return  # accumulates on the device
         index, position = self._where[id(param)]
+        if self._first_grad is None:
+            self._first_grad = self.transport.mark()
         if self._submitted[index]:
             raise BudgetError(
                 f"offload host_optimizer: more backward passes before optimizer.step() than "
@@ -288,16 +290,16 @@ class HostOptimizer:
         # for their copies are free again: the device is idle until then in any case.
         self.transport.synchronize()
         self.ring.clear()
-        compute_ms, cpu_ms = self.ledger.stepped(done)
+        times = self.ledger.stepped(done, self._first_grad)
         self._steps += 1
         if self.device_step is not None:
             self.device_step.end()
         elif self._steps == 2 and self.offload.gpu_share != 0:
-            self._plan_split(compute_ms, cpu_ms)
+            self._plan_split(times)
         self._begin_step()
         return loss
 
-    def _plan_split(self, compute_ms: float, cpu_ms: float) -> None:
+    def _plan_split(self, times: StepTimes) -> None:
         """Spend the budget's room above what a step held on buckets the GPU steps: kept
         on the device, then streamed when the CPU optimizer is the bound (:mod:`.split`)."""
         if self.transport.device.type != "cuda" and self.offload.gpu_share is None:
@@ -307,7 +309,7 @@ class HostOptimizer:
         states = self.host.state_count()
         per_step = self.ledger.per_step()
         self.split = plan_split(
-            compute_ms=compute_ms, cpu_ms=cpu_ms,
+            compute_ms=times.compute_ms, backward_ms=times.backward_ms, cpu_ms=times.cpu_ms,
             bucket_numels=[b.numel for b in self.buckets], order=self._order, states=states,
             bytes_h2d=per_step["bytes_h2d"], bytes_d2h=per_step["bytes_d2h"],
             bandwidth=self.bandwidth, asked=self.offload.gpu_share,
@@ -325,6 +327,7 @@ class HostOptimizer:
         self._left = [set(range(len(b.params))) for b in self.buckets]
         self._submitted = [False] * len(self.buckets)
         self._landed: list[Any] = [None] * len(self.buckets)
+        self._first_grad: Any = None  # the mark at the step's first gradient sent
         self._order: list[int] = []  # buckets in the order they were submitted
 
     # -- statistics and lifetime ------------------------------------------------------------

@@ -11,13 +11,13 @@ D2H bytes / D2H rate, CPU optimizer time)``, with the rates measured in the same
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from hpcmem.um.host_optimizer.worker import Stepped
 from hpcmem.um.stream.plan import pcie_transfer_ms
 from hpcmem.um.stream.transport import Transport
 
-__all__ = ["Ledger", "step_bound_ms"]
+__all__ = ["Ledger", "StepTimes", "step_bound_ms"]
 
 
 def step_bound_ms(
@@ -26,6 +26,15 @@ def step_bound_ms(
     """The least a step can take when compute, each copy direction and the host optimizer
     overlap perfectly: the slowest of the four."""
     return max(compute_ms, h2d / bandwidth["h2d"] * 1e3, d2h / bandwidth["d2h"] * 1e3, cpu_ms)
+
+
+class StepTimes(NamedTuple):
+    """One step's milliseconds: the compute span, its part from the first gradient on (the
+    window in which the CPU can step buckets), and the CPU optimizer's bucket steps."""
+
+    compute_ms: float
+    backward_ms: float
+    cpu_ms: float
 
 
 class Ledger:
@@ -41,7 +50,7 @@ class Ledger:
         """Counts to zero (e.g. after warm-up)."""
         self.h2d = self.d2h = 0
         self.steps = 0
-        self.compute_ms = self.cpu_ms = 0.0
+        self.compute_ms = self.backward_ms = self.cpu_ms = 0.0
         self.busy_ms = {"h2d": 0.0, "d2h": 0.0, "cast": 0.0}
         self.transport.busy_ms()
 
@@ -49,21 +58,25 @@ class Ledger:
         """A forward and backward ran on the compute stream between two marks."""
         self._spans.append((start, end))
 
-    def stepped(self, done: Sequence[Stepped]) -> tuple[float, float]:
-        """An optimizer step finished with the bucket jobs ``done``; its compute and CPU
-        optimizer milliseconds."""
+    def stepped(self, done: Sequence[Stepped], first_grad: Any = None) -> StepTimes:
+        """An optimizer step finished with the bucket jobs ``done``; ``first_grad``: the
+        mark at the step's first gradient (None: backward is the whole compute)."""
         cpu_ms = sum(job.cpu_ms for job in done)
         compute_ms = 0.0
         for start, end in self._spans:
             self.transport.settle(end)
             compute_ms += self.transport.elapsed_ms(start, end)
+        backward_ms = compute_ms
+        if first_grad is not None and self._spans:
+            backward_ms = self.transport.elapsed_ms(first_grad, self._spans[-1][1])
         self.cpu_ms += cpu_ms
         self.compute_ms += compute_ms
+        self.backward_ms += backward_ms
         self._spans = []
         for way, ms in self.transport.busy_ms().items():
             self.busy_ms[way] += ms
         self.steps += 1
-        return compute_ms, cpu_ms
+        return StepTimes(compute_ms, backward_ms, cpu_ms)
 
     def per_step(self) -> dict[str, Any]:
         """The counts per step, and the bound."""
@@ -77,6 +90,7 @@ class Ledger:
             "pcie_bandwidth": dict(self.bandwidth),
             "pcie_transfer_ms": pcie_transfer_ms(h2d, d2h, self.bandwidth),
             "compute_ms": compute,
+            "backward_ms": self.backward_ms / steps,
             "cpu_optimizer_ms": cpu,
             "h2d_busy_ms": (self.busy_ms["h2d"] + self.busy_ms["cast"]) / steps,
             "d2h_busy_ms": self.busy_ms["d2h"] / steps,

@@ -1,21 +1,25 @@
 """Which buckets the GPU steps instead of the CPU: planned from one step's measurements.
 
-The budget's room above what a step held buys two things, in this order:
+The budget's room above what a step held buys two placements, each a slot of plain device
+memory per bucket for its fp32 gradient, master and optimizer state:
 
-* **resident buckets**: the fp32 master weights and optimizer state of a bucket kept on the
-  device for good. The GPU steps it with the optimizer's own CUDA kernel, and nothing of it
-  crosses PCIe or reaches the CPU. The buckets whose gradients were completed last are taken
-  first: the CPU would step them after backward, while the next forward waits for them (the
-  first layers and the input embedding), back from the last as far as the room goes.
-* **a streamed share**: when the CPU optimizer still takes longer than the step's compute,
-  some other buckets' master and state come in from their page-locked homes ahead of use,
-  through a few device slots, and go home after the GPU stepped them (:mod:`.device_step`).
-  That costs ``4 * states`` bytes more each way per element than the CPU's path (master and
-  state instead of the master in and the gradient out). The plan shifts as much of the CPU
-  time as makes the CPU finish with the compute, no more than either PCIe direction can
-  carry within the compute time, spread evenly over backward.
+* **a streamed share**: some buckets' master and state come in from their page-locked homes
+  ahead of use, through a few shared slots, and go home after the GPU stepped them
+  (:mod:`.device_step`). That costs ``4 * states`` bytes more each way per element than the
+  CPU's path (master and state instead of the master in and the gradient out), but two
+  slots carry as many buckets as PCIe allows: per byte of room, it takes the most work off
+  the CPU. Planned when the CPU optimizer took longer than backward (the window in which
+  gradients land and the CPU can step them): as much as makes the CPU finish with
+  backward, no more than either PCIe direction can carry within the compute time, spread
+  evenly over backward.
+* **resident buckets**, with the room left: a bucket's master and state kept on the device
+  for good; nothing of it crosses PCIe or reaches the CPU. The buckets whose gradients were
+  completed last are taken first, back from the last as far as the room goes: the CPU
+  would step them after backward, while the next forward waits for them (the first layers
+  and the input embedding).
 
-Pure arithmetic, no torch.
+A share the job asks for (``Offload(gpu_share=)``) is kept first, then streamed: it is then
+the room alone that limits it. Pure arithmetic, no torch.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ def slot_bytes(numel: int, states: int) -> int:
 def plan_split(
     *,
     compute_ms: float,
+    backward_ms: float,
     cpu_ms: float,
     bucket_numels: Sequence[int],
     order: Sequence[int],
@@ -68,69 +73,91 @@ def plan_split(
 ) -> Split:
     """The buckets the GPU steps (see the module docstring).
 
-    ``compute_ms`` and ``cpu_ms``: the last step's compute span and CPU optimizer time;
-    ``bucket_numels``: elements per bucket, in bucket order; ``order``: bucket indices in
-    the order their gradients were completed; ``states``: fp32 state tensors per element
-    (AdamW 2, SGD with momentum 1); ``bytes_h2d``, ``bytes_d2h``: what the step moved;
-    ``bandwidth``: bytes/s each way; ``room_bytes``: device bytes free for the GPU's share;
-    ``asked``: the share the job asked for (``Offload(gpu_share=)``), then only the room
-    limits it.
+    ``compute_ms``, ``backward_ms`` and ``cpu_ms``: the last step's compute span, the part of
+    it from the first gradient on, and its CPU optimizer time; ``bucket_numels``: elements
+    per bucket, in bucket order; ``order``: bucket indices in the order their gradients were
+    completed; ``states``: fp32 state tensors per element (AdamW 2, SGD with momentum 1);
+    ``bytes_h2d``, ``bytes_d2h``: what the step moved; ``bandwidth``: bytes/s each way;
+    ``room_bytes``: device bytes free for the GPU's share; ``asked``: the share the job
+    asked for.
     """
     total = sum(bucket_numels)
-    goal = total if asked is None else asked * total
-    resident, room, kept = [], room_bytes, 0
-    for index in reversed(order):  # the tail of backward, as far as it fits
-        numel = bucket_numels[index]
+    if not total:
+        return Split((), (), 0, 0, 0.0, "nothing to step")
+    pcie = {"compute_ms": compute_ms, "bytes_h2d": bytes_h2d, "bytes_d2h": bytes_d2h,
+            "bandwidth": bandwidth}
+    if asked is None and cpu_ms > backward_ms:
+        wanted = (cpu_ms - backward_ms) / cpu_ms * total
+        streamed, why = _streamed(bucket_numels, range(len(bucket_numels)), states=states,
+                                  room=room_bytes, wanted=wanted, **pcie)
+        why = (f"CPU optimizer {cpu_ms:.1f} ms over backward {backward_ms:.1f} ms: {why}")
+        room = room_bytes - SLOTS * slot_bytes(
+            max((bucket_numels[i] for i in streamed), default=0), states)
+        resident = _resident(bucket_numels, order, set(streamed), states, room, total)
+    else:
+        goal = total if asked is None else asked * total
+        resident = _resident(bucket_numels, order, set(), states, room_bytes, goal)
+        kept = sum(bucket_numels[i] for i in resident)
+        room = room_bytes - sum(slot_bytes(bucket_numels[i], states) for i in resident)
+        streamed, why = [], (f"CPU optimizer {cpu_ms:.1f} ms within backward "
+                             f"{backward_ms:.1f} ms")
+        if asked is not None and goal > kept:
+            left = [i for i in range(len(bucket_numels)) if i not in resident]
+            streamed, why = _streamed(bucket_numels, left, states=states, room=room,
+                                      wanted=goal - kept, **{**pcie, "compute_ms": None})
+            why = f"asked for {asked:.0%}: {why}"
+    moved = sum(bucket_numels[i] for i in [*resident, *streamed])
+    kept = sum(bucket_numels[i] for i in resident)
+    slot = max((bucket_numels[i] for i in streamed), default=0)
+    return Split(tuple(sorted(resident)), tuple(streamed), SLOTS if streamed else 0, slot,
+                 moved / total,
+                 f"room {room_bytes} bytes; streamed: {why}; kept on the device: "
+                 f"{len(resident)} buckets, {kept / total:.0%} of the elements")
+
+
+def _resident(numels: Sequence[int], order: Sequence[int], taken: set[int], states: int,
+              room: int, goal: float) -> list[int]:
+    """Buckets to keep on the device: from the last completed back, as far as ``room`` and
+    ``goal`` (elements) go, skipping those in ``taken``."""
+    chosen, kept = [], 0
+    for index in reversed(order):
+        if index in taken:
+            continue
+        numel = numels[index]
         if slot_bytes(numel, states) > room or kept + numel > goal + numel / 2:
             break
-        resident.append(index)
+        chosen.append(index)
         room -= slot_bytes(numel, states)
         kept += numel
-    rest = [i for i in range(len(bucket_numels)) if i not in resident]
-    streamed, why = _streamed(
-        [bucket_numels[i] for i in rest], states=states, room=room,
-        wanted=None if asked is None else max(0, goal - kept),
-        compute_ms=compute_ms, cpu_ms=cpu_ms * (1 - kept / total) if total else 0.0,
-        bytes_h2d=bytes_h2d - 4 * kept, bytes_d2h=bytes_d2h - 4 * kept, bandwidth=bandwidth)
-    device = tuple(rest[i] for i in streamed)
-    moved = kept + sum(bucket_numels[i] for i in device)
-    slot = max((bucket_numels[i] for i in device), default=0)
-    head = f"asked for {asked:.0%}" if asked is not None else f"room {room_bytes} bytes"
-    return Split(tuple(sorted(resident)), device, SLOTS if device else 0, slot,
-                 moved / total if total else 0.0,
-                 f"{head}: {len(resident)} buckets kept on the device ({kept / max(total, 1):.0%}"
-                 f" of the elements); streamed: {why}")
+    return chosen
 
 
-def _streamed(numels: list[int], *, states: int, room: int, wanted: float | None,
-              compute_ms: float, cpu_ms: float, bytes_h2d: float, bytes_d2h: float,
+def _streamed(numels: Sequence[int], candidates: Sequence[int], *, states: int, room: int,
+              wanted: float, compute_ms: float | None, bytes_h2d: float, bytes_d2h: float,
               bandwidth: dict[str, float]) -> tuple[list[int], str]:
-    """Positions in ``numels`` to stream through the slots, and why that many; ``wanted``:
-    elements asked for (None: as many as balance the CPU with the compute)."""
-    total = sum(numels)
+    """Buckets among ``candidates`` to stream through the slots, spread evenly over them, up
+    to ``wanted`` elements and (with ``compute_ms``) what PCIe carries within the compute
+    time; and why that many."""
+    total = sum(numels[i] for i in candidates)
     if not total:
         return [], "nothing left"
-    if wanted is None:
-        if cpu_ms <= compute_ms:
-            return [], f"the CPU optimizer's {cpu_ms:.1f} ms fit the compute's {compute_ms:.1f}"
-        extra = 4 * states * total  # bytes more each way if every element were streamed
+    share = min(1.0, wanted / total)
+    why = f"wanted {share:.0%}"
+    if compute_ms is not None:
+        extra = 4 * states * total  # bytes more each way if every candidate were streamed
         pcie = min(compute_ms / 1e3 * bandwidth["h2d"] - bytes_h2d,
                    compute_ms / 1e3 * bandwidth["d2h"] - bytes_d2h) / extra
-        share = max(0.0, min((cpu_ms - compute_ms) / cpu_ms, pcie))
-        if share <= 0:
-            return [], "PCIe has no room within the compute time"
-        why = (f"CPU optimizer {cpu_ms:.1f} ms over compute {compute_ms:.1f} ms, PCIe allows "
-               f"{min(pcie, 1.0):.0%}")
-    else:
-        share, why = min(1.0, wanted / total), "the rest of the share asked for"
+        share = max(0.0, min(share, pcie))
+        why += f", PCIe allows {max(0.0, min(pcie, 1.0)):.0%}"
     if share <= 0:
-        return [], "nothing left to ask for"
+        return [], f"{why}: none"
     chosen, moved = [], 0
-    for position, numel in enumerate(numels):  # spread evenly over backward
+    for position, index in enumerate(candidates):  # spread evenly over backward
+        numel = numels[index]
         fits = SLOTS * slot_bytes(numel, states) <= room
-        if fits and moved + numel <= share * total * (position + 1) / len(numels) + numel / 2:
-            chosen.append(position)
+        if fits and moved + numel <= share * total * (position + 1) / len(candidates) + numel / 2:
+            chosen.append(index)
             moved += numel
     if not chosen:
-        return [], f"no bucket's two slots fit the {room} bytes left"
-    return chosen, f"{why}: {moved / total:.0%} of the rest"
+        return [], f"{why}: no bucket's two slots fit the {room} bytes"
+    return chosen, f"{why}: {moved / total:.0%} of them"
