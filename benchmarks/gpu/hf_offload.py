@@ -365,7 +365,7 @@ def main() -> int:
     budget = _budget(args) if args.variant == "hpcmem" else None
     record: dict[str, Any] = {
         "variant": args.variant, "model": args.model, "batch": args.batch,
-        "accumulate": args.accumulate,
+        "accumulate": args.accumulate, "steps": args.warmup + args.steps,
         "seq_len": args.seq_len, "checkpointing": args.checkpointing, "gpu_budget": budget,
         "repeat": args.repeat, "git": os.environ.get("HPCMEM_GIT_SHA"),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

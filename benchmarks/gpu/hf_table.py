@@ -60,6 +60,18 @@ def accounting(ours: list[dict[str, Any]]) -> str:
             f"{_gib(resident)} GiB; escaped {first['escaped_bytes']} bytes")
 
 
+def loss_gap(losses: list[float] | None, reference: list[float] | None) -> float | None:
+    """The largest relative difference of ``losses`` from ``reference``, step by step (None
+    unless both have the same number of steps)."""
+    if not losses or not reference or len(losses) != len(reference):
+        return None
+    return max(abs(a - b) / abs(b) for a, b in zip(losses, reference, strict=True))
+
+
+def _percent(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3%}"
+
+
 def _variant(record: dict[str, Any]) -> str:
     """The record's row: its variant; ``-ckpt`` or ``-nockpt`` after it where its
     checkpointing was not the variant's default; for hpcmem ``@`` its budget in GiB, ``~``
@@ -95,27 +107,31 @@ def _label(variant: str) -> str:
 def table(records: list[dict[str, Any]]) -> str:
     """Markdown: one table per model and work per step, then the hpcmem accounting."""
     lines = []
-    by_model: dict[tuple[str, int, int, int], dict[str, list[dict[str, Any]]]] = defaultdict(
-        lambda: defaultdict(list))
+    by_model: dict[tuple[str, int, int, int, int | None], dict[str, list[dict[str, Any]]]] = (
+        defaultdict(lambda: defaultdict(list)))
     for record in records:
-        work = (record["model"], record["batch"], record["seq_len"], record.get("accumulate", 1))
+        work = (record["model"], record["batch"], record["seq_len"], record.get("accumulate", 1),
+                record.get("steps"))
         by_model[work][_variant(record)].append(record)
-    for (model, batch, seq_len, accumulate), variants in by_model.items():
+    for (model, batch, seq_len, accumulate, steps), variants in by_model.items():
         ok = {v: [r for r in rs if r["status"] == "ok"] for v, rs in variants.items()}
         step = {v: _median(rs, lambda r: r["step_ms"]["median"]) for v, rs in ok.items()}
+        reference = (ok.get("cuda") or [{}])[0].get("losses")
         tokens = batch * seq_len * accumulate
         micro = f" x {accumulate} micro-batches" if accumulate > 1 else ""
-        lines += [f"## {model}, {batch} x {seq_len} tokens{micro} per step", "",
+        counted = f", {steps} steps" if steps else ""
+        lines += [f"## {model}, {batch} x {seq_len} tokens{micro} per step{counted}", "",
                   "| variant | checkpointing | budget GiB | step ms (repeats) | tokens/s | GiB "
-                  "allocated / reserved | NVML GiB | held GiB | vs ZeRO-Offload | vs cuda |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "allocated / reserved | NVML GiB | held GiB | vs ZeRO-Offload | vs cuda | "
+                  "loss vs cuda, most |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for variant in sorted(variants, key=lambda v: (ORDER.index(_base(v)), v)):
             runs = ok.get(variant, [])
             if not runs:
                 failed = variants.get(variant, [])
                 if failed:
                     lines.append(f"| {_label(variant)} | | | {failed[-1].get('reason', '')[:120]}"
-                                 " | | | | | | |")
+                                 " | | | | | | | |")
                 continue
             each = ", ".join(_ms(r["step_ms"]["median"]) for r in runs)
             ratio = {base: (f"{step[variant] / step[base]:.2f}x" if step.get(base) else "—")
@@ -128,7 +144,9 @@ def table(records: list[dict[str, Any]]) -> str:
                 f"{_gib(_median(runs, lambda r: r['peak_reserved_bytes']))} | "
                 f"{_gib(_median(runs, lambda r: r.get('nvml_peak_bytes')))} | "
                 f"{_gib(_median(runs, lambda r: r.get('held_peak_bytes')))} | "
-                f"{ratio['deepspeed']} | {ratio['cuda']} |")
+                f"{ratio['deepspeed']} | {ratio['cuda']} | "
+                f"{_percent(_median(runs, lambda r, c=reference: loss_gap(r.get('losses'), c)))}"
+                " |")
         for variant in sorted(v for v in ok if _base(v) == "hpcmem" and ok[v]):
             lines += ["", f"{_label(variant)} at {_gib(ok[variant][0]['gpu_budget'])} GiB, "
                       + accounting(ok[variant]).removeprefix("hpcmem "), ""]

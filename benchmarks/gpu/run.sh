@@ -23,7 +23,9 @@
 #               HPCMEM_HF_VARIANTS (default "cuda deepspeed hpcmem") the variants, in order, from
 #               cuda, deepspeed, deepspeed3 (ZeRO-3 + offload_param and offload_optimizer cpu),
 #               fsdp2 (FSDP2 + CPUOffloadPolicy) and hpcmem; NAME-nockpt runs NAME with
-#               --no-checkpointing (e.g. "deepspeed-nockpt")
+#               --no-checkpointing (e.g. "deepspeed-nockpt"); HPCMEM_HF_STEPS and HPCMEM_HF_WARMUP
+#               (5, 3) the timed and warm-up steps: "HPCMEM_HF_VARIANTS='cuda hpcmem'
+#               HPCMEM_HF_STEPS=200 HPCMEM_HF_WARMUP=0" is the loss check (hf.md's last column)
 # HPCMEM_GPU_TESTS (tests/test_*.py) picks the test files, HPCMEM_TEST_SECONDS (300) caps them; HPCMEM_BENCH_SECONDS (480) the benchmark part; HPCMEM_BENCH_REPEATS (2) the repeats;
 # HPCMEM_BUDGETS the budget fractions of the 0.35B group; HPCMEM_FSDP and HPCMEM_FSDP_1_3B the
 # FSDP2 variants of the budget groups (plain, activations; empty: none).
@@ -138,6 +140,7 @@ if want hf-offload; then
         [[ $variant == hpcmem ]] && extra+=(--budget-from deepspeed --budget-gib 9.6)
         timeout "$cap" "$PY" benchmarks/gpu/hf_offload.py --variant "$variant" --repeat "$repeat" \
           --model "${HPCMEM_HF_MODEL:-gpt2-large}" --accumulate "$accumulate" \
+          --steps "${HPCMEM_HF_STEPS:-5}" --warmup "${HPCMEM_HF_WARMUP:-3}" \
           --out "$OUT/hf.jsonl" "${extra[@]}" 2>&1 |
           relative | tee -a "$OUT/bench.log" | grep -v -E "^\s|Warning|warn" | tail -3
       done
