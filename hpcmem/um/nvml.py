@@ -60,15 +60,13 @@ class NvmlPeak:
             self._sample()
 
     def _sample(self) -> None:
-        nvml, pid = self._nvml, os.getpid()
-        used = nvml.nvmlDeviceGetMemoryInfo(self._handle).used
+        used = self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used
         self.device_bytes = max(self.device_bytes or 0, used)
-        for process in nvml.nvmlDeviceGetComputeRunningProcesses(self._handle):
-            mine = process.pid == pid and isinstance(process.usedGpuMemory, int)
-            if mine:
-                self.process_bytes = max(self.process_bytes or 0, process.usedGpuMemory)
-                held = process.usedGpuMemory + (self.managed() if self.managed else 0)
-                self.held_bytes = max(self.held_bytes or 0, held)
+        mine = _own_bytes(self._nvml, self._handle)
+        if mine is not None:
+            self.process_bytes = max(self.process_bytes or 0, mine)
+            held = mine + (self.managed() if self.managed else 0)
+            self.held_bytes = max(self.held_bytes or 0, held)
 
     def __exit__(self, *exc: object) -> None:
         if self._thread is not None:
@@ -90,10 +88,15 @@ def process_bytes(device: Any) -> int | None:
     except Exception:  # no library, no driver, no device
         return None
     try:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-            if process.pid == os.getpid() and isinstance(process.usedGpuMemory, int):
-                return process.usedGpuMemory
-        return None
+        return _own_bytes(pynvml, pynvml.nvmlDeviceGetHandleByIndex(index))
     finally:
         pynvml.nvmlShutdown()
+
+
+def _own_bytes(nvml: Any, handle: Any) -> int | None:
+    """What NVML's process list on ``handle`` says this process holds (None: not listed, or
+    no figure)."""
+    for process in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+        if process.pid == os.getpid() and isinstance(process.usedGpuMemory, int):
+            return process.usedGpuMemory
+    return None
