@@ -286,7 +286,7 @@ def test_a_budget_below_the_first_step_is_refused_with_its_minimum():
 def _streaming_budget():
     """A budget whose room above a step holds two slots of a block's bucket, not the tied
     embedding's (the bucket completed last): the GPU's share is streamed, none kept."""
-    *_, engine = _train({"gpu_share": 0}, steps=2)
+    *_, engine = _train({"gpu_share": 0}, steps=3)
     held = max(engine.probe_bytes, engine.transport.resident_peak_bytes())
     engine.close()
     embedding = slot_bytes(VOCAB * 128, 2)
@@ -322,8 +322,8 @@ def test_buckets_kept_on_the_device_move_nothing_after_the_plan():
     split = engine.stats()["split"]
     assert split["share"] == 1.0 and not split["device_buckets"], split
     elements = sum(b.numel for b in engine.buckets)
-    # two steps on the CPU (the plan's measurements): fp32 master in, gradient out
-    assert engine.ledger.h2d == engine.ledger.d2h == 2 * 4 * elements
+    # three steps on the CPU (the plan's measurements): fp32 master in, gradient out
+    assert engine.ledger.h2d == engine.ledger.d2h == 3 * 4 * elements
     engine.close()
 
 
@@ -335,10 +335,10 @@ def test_streamed_buckets_move_master_and_state_not_gradients():
     assert split["device_buckets"] and not split["resident_buckets"], split
     elements = sum(b.numel for b in engine.buckets)
     streamed = sum(engine.buckets[i].numel for i in split["device_buckets"])
-    # two steps on the CPU: fp32 master in, gradient out; then three with the streamed
+    # three steps on the CPU: fp32 master in, gradient out; then two with the streamed
     # buckets' master and AdamW's two moments each way, the rest as before
     for moved in (engine.ledger.h2d, engine.ledger.d2h):
-        assert moved == 2 * 4 * elements + 3 * (12 * streamed + 4 * (elements - streamed))
+        assert moved == 3 * 4 * elements + 2 * (12 * streamed + 4 * (elements - streamed))
     engine.close()
 
 

@@ -60,7 +60,7 @@ class Offload:
     recompute : recompute repeated blocks in backward (None: unless everything fits).
     gpu_share : ``host_optimizer``: the share of the trained elements the GPU steps instead
         of the CPU, their master and state kept on the device where the budget has room,
-        else streamed in and out (None: planned after the second step from its
+        else streamed in and out (None: planned after the third step from its
         measurements, :mod:`hpcmem.um.host_optimizer.split`; 0: none).
     """
 
