@@ -302,7 +302,7 @@ def test_buckets_the_device_steps_agree_with_the_plain_optimizer(kind, placement
                                             lr_at=3, steps=6, budget=budget)
     _agree(ours, reference, 1e-4)
     split = engine.stats()["split"]
-    assert split[f"{placement.replace('streamed', 'device')}_buckets"], split
+    assert split[f"{placement}_buckets"], split
     assert 0 < split["share"] < 1, split
     weights = _close(engine, model)
     for a, b in zip(weights, ref_model.parameters(), strict=True):
@@ -320,7 +320,7 @@ def test_buckets_kept_on_the_device_move_nothing_after_the_plan():
     ours, _, _, engine = _train({"gpu_share": 1.0}, steps=5)
     _agree(ours, reference, 1e-4)
     split = engine.stats()["split"]
-    assert split["share"] == 1.0 and not split["device_buckets"], split
+    assert split["share"] == 1.0 and not split["streamed_buckets"], split
     elements = sum(b.numel for b in engine.buckets)
     # three steps on the CPU (the plan's measurements): fp32 master in, gradient out
     assert engine.ledger.h2d == engine.ledger.d2h == 3 * 4 * elements
@@ -332,9 +332,9 @@ def test_streamed_buckets_move_master_and_state_not_gradients():
     ours, _, _, engine = _train({"gpu_share": 1.0}, steps=5, budget=_streaming_budget())
     _agree(ours, reference, 1e-4)
     split = engine.stats()["split"]
-    assert split["device_buckets"] and not split["resident_buckets"], split
+    assert split["streamed_buckets"] and not split["resident_buckets"], split
     elements = sum(b.numel for b in engine.buckets)
-    streamed = sum(engine.buckets[i].numel for i in split["device_buckets"])
+    streamed = sum(engine.buckets[i].numel for i in split["streamed_buckets"])
     # three steps on the CPU: fp32 master in, gradient out; then two with the streamed
     # buckets' master and AdamW's two moments each way, the rest as before
     for moved in (engine.ledger.h2d, engine.ledger.d2h):
@@ -357,7 +357,7 @@ def test_the_room_keeps_the_tail_of_backward_on_the_device():
     slot = slot_bytes(2**25, 2)
     # the CPU within backward: completed last, buckets 19, 18 and 17; no room for a fourth
     split = _plan([2**25] * 20, room_bytes=3 * slot + slot // 2)
-    assert split.resident_buckets == (17, 18, 19) and split.device_buckets == ()
+    assert split.resident_buckets == (17, 18, 19) and split.streamed_buckets == ()
     assert split.share == pytest.approx(3 / 20)
 
 
@@ -367,9 +367,9 @@ def test_a_cpu_slower_than_backward_streams_first_then_keeps_the_tail():
     # over backward; the room left keeps the last completed bucket not streamed
     split = _plan([2**25] * 20, cpu_ms=300, compute_ms=400, room_bytes=3 * slot + slot // 2)
     assert split.slots == 2 and split.slot_numel == 2**25
-    assert len(split.device_buckets) == 10
-    assert min(b - a for a, b in itertools.pairwise(split.device_buckets)) >= 2
-    assert split.resident_buckets == (max(set(range(20)) - set(split.device_buckets)),)
+    assert len(split.streamed_buckets) == 10
+    assert min(b - a for a, b in itertools.pairwise(split.streamed_buckets)) >= 2
+    assert split.resident_buckets == (max(set(range(20)) - set(split.streamed_buckets)),)
     assert split.share == pytest.approx(11 / 20)
 
 
@@ -380,16 +380,16 @@ def test_the_stream_is_limited_by_what_pcie_carries_and_the_room():
     split = _plan(numels, cpu_ms=300, bytes_h2d=8e9, room_bytes=2 * slot_bytes(2**25, 2))
     assert split.share == pytest.approx(2e9 / (8 * 20 * 2**25), abs=0.03)
     # PCIe full within the compute time: nothing streams
-    assert _plan(numels, cpu_ms=300, bytes_h2d=10e9).device_buckets == ()
+    assert _plan(numels, cpu_ms=300, bytes_h2d=10e9).streamed_buckets == ()
     # no room for two slots of a bucket: nothing streams, one bucket is kept
     tight = _plan(numels, cpu_ms=300, room_bytes=2 * slot_bytes(2**25, 2) - 1)
-    assert tight.device_buckets == () and tight.resident_buckets == (19,)
+    assert tight.streamed_buckets == () and tight.resident_buckets == (19,)
 
 
 def test_a_share_asked_for_is_kept_then_streamed_as_the_room_allows():
     # the bucket completed last is too large to keep: the share is streamed
     split = _plan([2**25] * 19 + [2**28], asked=0.25)
-    assert split.resident_buckets == () and 19 not in split.device_buckets
+    assert split.resident_buckets == () and 19 not in split.streamed_buckets
     assert split.share == pytest.approx(0.25, abs=0.03)
     # room for everything: kept, up to the share
     assert _plan([2**20] * 20, asked=0.25).resident_buckets == (15, 16, 17, 18, 19)

@@ -63,17 +63,17 @@ class DeviceStep:
         self.host = host
         self.flats = flats
         self.transport = transport
-        chosen = set(split.device_buckets)
+        chosen = set(split.streamed_buckets)
         self._order = [i for i in order if i in chosen]
-        self._order += [i for i in split.device_buckets if i not in self._order]
-        any_index = (split.resident_buckets + split.device_buckets)[0]
+        self._order += [i for i in split.streamed_buckets if i not in self._order]
+        any_index = (split.resident_buckets + split.streamed_buckets)[0]
         keys = self._state_keys(any_index)
         device = transport.device
         self._resident = {i: _Slot(torch, host.buckets[i].numel, keys, device)
                           for i in split.resident_buckets}
         for index, slot in self._resident.items():
             self._load(index, slot)
-        self._pin_state(arena, split.device_buckets)
+        self._pin_state(arena, split.streamed_buckets)
         self._slots = [_Slot(torch, split.slot_numel, keys, device) for _ in range(split.slots)]
         self._step = torch.zeros((), dtype=torch.float32, device=device)
         self._optimizer = type(host.optimizers[any_index])([self._step.new_zeros(1)],

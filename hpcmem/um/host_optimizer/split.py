@@ -41,7 +41,7 @@ class Split:
     how many elements, and the share of the trained elements the GPU steps."""
 
     resident_buckets: tuple[int, ...]
-    device_buckets: tuple[int, ...]
+    streamed_buckets: tuple[int, ...]
     slots: int
     slot_numel: int
     share: float
