@@ -303,8 +303,9 @@ class HostOptimizer:
         return loss
 
     def _plan_split(self, times: StepTimes) -> None:
-        """Spend the budget's room above what a step held on buckets the GPU steps: kept
-        on the device, then streamed when the CPU optimizer is the bound (:mod:`.split`)."""
+        """Spend the budget's room above what a step held on buckets the GPU steps:
+        streamed when the CPU optimizer outlasts backward, kept on the device with the rest
+        of the room (:mod:`.split`)."""
         if self.transport.device.type != "cuda" and self.offload.gpu_share is None:
             return  # the CPU computes the model too: nothing to balance
         held = max(self.probe_bytes or 0,
