@@ -67,7 +67,7 @@ class DeviceStep:
         self._order = [i for i in order if i in chosen]
         self._order += [i for i in split.streamed_buckets if i not in self._order]
         any_index = (split.resident_buckets + split.streamed_buckets)[0]
-        keys = self._state_keys(any_index)
+        keys = host.state_keys(any_index)
         device = transport.device
         self._resident = {i: _Slot(torch, host.buckets[i].numel, keys, device)
                           for i in split.resident_buckets}
@@ -81,24 +81,18 @@ class DeviceStep:
         self._begin()
 
     # -- set-up -------------------------------------------------------------------------
-    def _state_keys(self, index: int) -> list[str]:
-        state = self.host.optimizers[index].state[self.host.masters[index]]
-        numel = self.host.buckets[index].numel
-        return sorted(k for k, v in state.items()
-                      if isinstance(v, self._torch.Tensor) and v.numel() == numel)
-
     def _pin_state(self, arena: HostArena, indices: tuple[int, ...]) -> None:
         """Move the state of the streamed buckets into page-locked memory."""
         for index in indices:
-            state = self.host.optimizers[index].state[self.host.masters[index]]
-            for key in self._state_keys(index):
+            state = self.host.state(index)
+            for key in self.host.state_keys(index):
                 home = arena.take(state[key])
                 home.copy_(state[key])
                 state[key] = home
 
     def _load(self, index: int, slot: _Slot) -> None:
         """A resident bucket's master and state into its slot, once."""
-        state = self.host.optimizers[index].state[self.host.masters[index]]
+        state = self.host.state(index)
         slot.master.copy_(self.host.masters[index])
         for key, tensor in slot.states.items():
             tensor.copy_(state[key])
@@ -127,7 +121,7 @@ class DeviceStep:
             return
         index = self._queue.pop(0)
         self._slot_of[index] = slot
-        state = self.host.optimizers[index].state[self.host.masters[index]]
+        state = self.host.state(index)
         numel = self.host.buckets[index].numel
         tokens = [self.transport.upload(self.host.masters[index], slot.master[:numel],
                                         after=slot.free)]
@@ -164,7 +158,7 @@ class DeviceStep:
             return False
         slot = self._slot_of.pop(index)
         numel = self.host.buckets[index].numel
-        state = self.host.optimizers[index].state[self.host.masters[index]]
+        state = self.host.state(index)
         own = self._stepped(index, slot, numel)
         if "step" in state:
             state["step"] += 1
@@ -183,10 +177,9 @@ class DeviceStep:
         torch = self._torch
         if slot.loaded is not None:
             self.transport.wait(slot.loaded)
-        host_optimizer = self.host.optimizers[index]
-        state = host_optimizer.state[self.host.masters[index]]
+        state = self.host.state(index)
         group = self._optimizer.param_groups[0]
-        group.update({k: v for k, v in host_optimizer.param_groups[0].items()
+        group.update({k: v for k, v in self.host.optimizers[index].param_groups[0].items()
                       if k not in IMPLEMENTATION_KEYS})
         master = slot.master[:numel]
         group["params"] = [master]
@@ -211,7 +204,7 @@ class DeviceStep:
     def write_back(self) -> None:
         """The resident buckets' master and state back into their host homes."""
         for index, slot in self._resident.items():
-            state = self.host.optimizers[index].state[self.host.masters[index]]
+            state = self.host.state(index)
             self.host.masters[index].copy_(slot.master)
             for key, tensor in slot.states.items():
                 state[key].copy_(tensor)

@@ -104,11 +104,19 @@ class HostBuckets:
                     first = next(s for s in states if s and key in s)
                     value.copy_(first[key])
 
+    def state(self, index: int) -> dict[str, Any]:
+        """Bucket ``index``'s optimizer state (empty before its first step)."""
+        return self.optimizers[index].state.get(self.masters[index], {})
+
+    def state_keys(self, index: int) -> list[str]:
+        """The keys of bucket ``index``'s state tensors as large as the bucket, sorted."""
+        numel = self.buckets[index].numel
+        return sorted(k for k, v in self.state(index).items()
+                      if isinstance(v, self._torch.Tensor) and v.numel() == numel)
+
     def state_count(self) -> int:
         """Optimizer state tensors per element, as large as a bucket (AdamW: 2)."""
-        state = self.optimizers[0].state.get(self.masters[0], {})
-        return sum(1 for v in state.values()
-                   if isinstance(v, self._torch.Tensor) and v.numel() == self.buckets[0].numel)
+        return len(self.state_keys(0))
 
     def step_bucket(self, index: int, missing: list[int]) -> None:
         """Step bucket ``index`` from the gradient landed in it (the positions in ``missing``
