@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 
 import pytest
 
@@ -15,10 +16,12 @@ nn = torch.nn
 from um_functions import Block  # noqa: E402
 
 from hpcmem.um import BudgetError  # noqa: E402
-from hpcmem.um.host_optimizer import HostOptimizer, lay_out  # noqa: E402
+from hpcmem.um.host_optimizer import HostOptimizer, cores, lay_out  # noqa: E402
 from hpcmem.um.host_optimizer.buckets import ALIGN  # noqa: E402
+from hpcmem.um.host_optimizer.engine import PLAN_AFTER  # noqa: E402
 from hpcmem.um.host_optimizer.split import ROOM_MARGIN, plan_split, slot_bytes  # noqa: E402
 from hpcmem.um.host_optimizer.staging import OutRing  # noqa: E402
+from hpcmem.um.host_optimizer.worker import Worker  # noqa: E402
 from hpcmem.um.offload import (  # noqa: E402
     Offload,
     choose_strategy,
@@ -297,9 +300,10 @@ def _streaming_budget():
 @pytest.mark.parametrize("placement", ["resident", "streamed"])
 def test_buckets_the_device_steps_agree_with_the_plain_optimizer(kind, placement):
     budget = BUDGET if placement == "resident" else _streaming_budget()
-    reference, ref_model, plain, _ = _train(kind=kind, groups=True, lr_at=3, steps=6)
+    steps = {"lr_at": PLAN_AFTER + 1, "steps": PLAN_AFTER + 3}
+    reference, ref_model, plain, _ = _train(kind=kind, groups=True, **steps)
     ours, model, optimizer, engine = _train({"gpu_share": 0.5}, kind=kind, groups=True,
-                                            lr_at=3, steps=6, budget=budget)
+                                            budget=budget, **steps)
     _agree(ours, reference, 1e-4)
     split = engine.stats()["split"]
     assert split[f"{placement}_buckets"], split
@@ -316,29 +320,31 @@ def test_buckets_the_device_steps_agree_with_the_plain_optimizer(kind, placement
 
 
 def test_buckets_kept_on_the_device_move_nothing_after_the_plan():
-    reference, *_ = _train(steps=5)
-    ours, _, _, engine = _train({"gpu_share": 1.0}, steps=5)
+    reference, *_ = _train(steps=PLAN_AFTER + 2)
+    ours, _, _, engine = _train({"gpu_share": 1.0}, steps=PLAN_AFTER + 2)
     _agree(ours, reference, 1e-4)
     split = engine.stats()["split"]
     assert split["share"] == 1.0 and not split["streamed_buckets"], split
     elements = sum(b.numel for b in engine.buckets)
-    # three steps on the CPU (the plan's measurements): fp32 master in, gradient out
-    assert engine.ledger.h2d == engine.ledger.d2h == 3 * 4 * elements
+    # the steps on the CPU (the plan's measurements): fp32 master in, gradient out
+    assert engine.ledger.h2d == engine.ledger.d2h == PLAN_AFTER * 4 * elements
     engine.close()
 
 
 def test_streamed_buckets_move_master_and_state_not_gradients():
-    reference, *_ = _train(steps=5)
-    ours, _, _, engine = _train({"gpu_share": 1.0}, steps=5, budget=_streaming_budget())
+    reference, *_ = _train(steps=PLAN_AFTER + 2)
+    ours, _, _, engine = _train({"gpu_share": 1.0}, steps=PLAN_AFTER + 2,
+                                budget=_streaming_budget())
     _agree(ours, reference, 1e-4)
     split = engine.stats()["split"]
     assert split["streamed_buckets"] and not split["resident_buckets"], split
     elements = sum(b.numel for b in engine.buckets)
     streamed = sum(engine.buckets[i].numel for i in split["streamed_buckets"])
-    # three steps on the CPU: fp32 master in, gradient out; then two with the streamed
+    # the steps on the CPU: fp32 master in, gradient out; then two with the streamed
     # buckets' master and AdamW's two moments each way, the rest as before
     for moved in (engine.ledger.h2d, engine.ledger.d2h):
-        assert moved == 3 * 4 * elements + 2 * (12 * streamed + 4 * (elements - streamed))
+        assert moved == PLAN_AFTER * 4 * elements + 2 * (12 * streamed
+                                                         + 4 * (elements - streamed))
     engine.close()
 
 
@@ -347,7 +353,7 @@ RATES = {"h2d": 50e9, "d2h": 50e9}
 
 def _plan(numels, **kwargs):
     """``plan_split`` of buckets completed in bucket order, 2.7 GB each way per step."""
-    return plan_split(**{"compute_ms": 200, "backward_ms": 150, "cpu_ms": 100,
+    return plan_split(**{"backward_ms": 150, "cpu_ms": 100,
                          "bucket_numels": numels, "order": list(range(len(numels))),
                          "states": 2, "bytes_h2d": 2.7e9, "bytes_d2h": 2.7e9,
                          "bandwidth": RATES, "room_bytes": 2**31, **kwargs})
@@ -365,7 +371,7 @@ def test_a_cpu_slower_than_backward_streams_first_then_keeps_the_tail():
     slot = slot_bytes(2**25, 2)
     # 300 ms of CPU against 150 of backward: half the elements, through two slots, spread
     # over backward; the room left keeps the last completed bucket not streamed
-    split = _plan([2**25] * 20, cpu_ms=300, compute_ms=400, room_bytes=3 * slot + slot // 2)
+    split = _plan([2**25] * 20, cpu_ms=300, room_bytes=3 * slot + slot // 2)
     assert split.slots == 2 and split.slot_numel == 2**25
     assert len(split.streamed_buckets) == 10
     assert min(b - a for a, b in itertools.pairwise(split.streamed_buckets)) >= 2
@@ -375,11 +381,12 @@ def test_a_cpu_slower_than_backward_streams_first_then_keeps_the_tail():
 
 def test_the_stream_is_limited_by_what_pcie_carries_and_the_room():
     numels = [2**25] * 20
-    # within a 200 ms span PCIe carries 10 GB each way, 8 of it taken: 2 GB more, 37% of
-    # the elements streamed, under the 50% the CPU wants
-    split = _plan(numels, cpu_ms=300, bytes_h2d=8e9, room_bytes=2 * slot_bytes(2**25, 2))
+    # within a 200 ms backward PCIe carries 10 GB each way, 8 of it taken: 2 GB more, 37%
+    # of the elements streamed, under the 50% the CPU wants
+    split = _plan(numels, cpu_ms=400, backward_ms=200, bytes_h2d=8e9,
+                  room_bytes=2 * slot_bytes(2**25, 2))
     assert split.share == pytest.approx(2e9 / (8 * 20 * 2**25), abs=0.03)
-    # PCIe full within the compute time: nothing streams
+    # PCIe full within backward: nothing streams
     assert _plan(numels, cpu_ms=300, bytes_h2d=10e9).streamed_buckets == ()
     # no room for two slots of a bucket: nothing streams, one bucket is kept
     tight = _plan(numels, cpu_ms=300, room_bytes=2 * slot_bytes(2**25, 2) - 1)
@@ -398,3 +405,36 @@ def test_a_share_asked_for_is_kept_then_streamed_as_the_room_allows():
 def test_a_share_outside_zero_to_one_is_refused():
     with pytest.raises(BudgetError, match=r"gpu_share: 1\.5 is not between 0 and 1"):
         Offload(gpu_share=1.5)
+
+
+# -- where the host optimizer's threads run --------------------------------------------------
+def _topology(tmp_path, monkeypatch, siblings):
+    """The kernel's topology files for CPUs with these hyperthread ``siblings`` lists."""
+    for cpu, text in siblings.items():
+        folder = tmp_path / f"cpu{cpu}" / "topology"
+        folder.mkdir(parents=True)
+        (folder / "thread_siblings_list").write_text(text + "\n")
+    monkeypatch.setattr(cores, "_SIBLINGS", str(tmp_path / "cpu{}/topology/thread_siblings_list"))
+
+
+def test_the_optimizer_leaves_the_first_cores_and_their_siblings_to_launches(
+        tmp_path, monkeypatch):
+    _topology(tmp_path, monkeypatch, {c: f"{c % 8},{c % 8 + 8}" for c in range(16)})
+    assert cores.optimizer_cpus(allowed=set(range(16))) == [*range(2, 8), *range(10, 16)]
+    assert cores.optimizer_cpus(4, allowed=set(range(16))) == [2, 3, 4, 5]
+    # a Slurm step of CPUs 4-7 and their siblings: 4 and 5 (with 12 and 13) launch
+    assert cores.optimizer_cpus(allowed={4, 5, 6, 7, 12, 13, 14, 15}) == [6, 7, 14, 15]
+    # more threads than CPUs left: the job's first CPUs; a single CPU: that one
+    assert cores.optimizer_cpus(13, allowed=set(range(16))) == list(range(13))
+    assert cores.optimizer_cpus(allowed={3}) == [3]
+
+
+def test_the_worker_thread_runs_on_its_cpus():
+    cpus = sorted(os.sched_getaffinity(0))[:1]
+    worker = Worker(None, [], CpuTransport(), threads=1, cpus=cpus)
+    try:
+        seen = worker._pool.submit(os.sched_getaffinity, 0).result()
+    finally:
+        worker.close()
+    assert seen == set(cpus)
+    assert os.sched_getaffinity(0) != set(cpus) or len(os.sched_getaffinity(0)) == 1

@@ -55,13 +55,14 @@ class Offload:
     micro_batches : backward passes per optimizer step; gradients accumulate on the GPU
         until the last one, which sends them to the host as they finish.
     bucket_bytes : working-weight bytes per bucket.
-    threads : CPU threads of the host optimizer (None: the job's cores less two, left to
-        the threads that launch GPU work).
+    threads : CPU threads of the host optimizer, bound to the job's CPUs less two cores
+        left to the threads that launch GPU work (None: one per such CPU;
+        :mod:`hpcmem.um.host_optimizer.cores`).
     recompute : recompute repeated blocks in backward (None: unless everything fits).
     gpu_share : ``host_optimizer``: the share of the trained elements the GPU steps instead
         of the CPU, their master and state kept on the device where the budget has room,
-        else streamed in and out (None: planned after the third step from its
-        measurements, :mod:`hpcmem.um.host_optimizer.split`; 0: none).
+        else streamed in and out (None: planned after the fourth step from the median of
+        the steps before it, :mod:`hpcmem.um.host_optimizer.split`; 0: none).
     """
 
     strategy: str | None = None

@@ -4,7 +4,8 @@ by bucket while backward goes on (:class:`HostOptimizer`; chosen by :mod:`hpcmem
 """
 
 from hpcmem.um.host_optimizer.buckets import Bucket, lay_out
-from hpcmem.um.host_optimizer.engine import HostOptimizer, host_threads
+from hpcmem.um.host_optimizer.cores import optimizer_cpus
+from hpcmem.um.host_optimizer.engine import HostOptimizer
 from hpcmem.um.host_optimizer.ledger import step_bound_ms
 
-__all__ = ["Bucket", "HostOptimizer", "host_threads", "lay_out", "step_bound_ms"]
+__all__ = ["Bucket", "HostOptimizer", "lay_out", "optimizer_cpus", "step_bound_ms"]

@@ -13,11 +13,13 @@ one of a few shared slots for the step:
 
 Each gradient, as autograd completes it, is widened into the slot's gradient on the
 compute stream (the slot's gradient is zeroed when the step begins or the bucket takes the
-slot, so a parameter without one steps with zero). When its last gradient is in, the
-compute stream waits for the state, steps the slot with an instance of the job's optimizer
-class (its fused kernel, the bucket's hyperparameters and step count), and narrows the
-master into the bucket's working weights; a streamed bucket's master and state then leave
-on the device-to-host stream. The host's step count follows.
+slot, so a parameter without one steps with zero). When its last gradient is in, a stream
+of its own waits for the compute stream and for the state, steps the slot with an instance
+of the job's optimizer class (its fused kernel, the bucket's hyperparameters and step
+count), and narrows the master into the bucket's working weights; a streamed bucket's
+master and state then leave on the device-to-host stream. The compute stream never waits
+for a copy: only for a slot's last step before it takes new gradients, and, at the end of
+the optimizer step, for the narrowed weights. The host's step count follows.
 
 Nothing crosses to the CPU optimizer: the bucket's host optimizer only keeps its state
 (a resident bucket's is written back by :meth:`DeviceStep.write_back`). A streamed bucket
@@ -27,6 +29,7 @@ for that step, with its waiting gradients (:meth:`DeviceStep.release`).
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 from hpcmem.um.host_optimizer.buckets import Bucket
@@ -47,6 +50,7 @@ class _Slot:
         self.states = {k: torch.empty(numel, dtype=torch.float32, device=device) for k in keys}
         self.free: Any = None  # token of the last copy out of it
         self.loaded: Any = None  # token of the copy of its bucket's master and state in
+        self.stepped: Any = None  # token of its last step
 
 
 class DeviceStep:
@@ -69,6 +73,7 @@ class DeviceStep:
         any_index = (split.resident_buckets + split.streamed_buckets)[0]
         keys = host.state_keys(any_index)
         device = transport.device
+        self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._resident = {i: _Slot(torch, host.buckets[i].numel, keys, device)
                           for i in split.resident_buckets}
         for index, slot in self._resident.items():
@@ -127,6 +132,8 @@ class DeviceStep:
                                         after=slot.free)]
         tokens += [self.transport.upload(state[k], slot.states[k][:numel]) for k in slot.states]
         slot.loaded = tokens[-1]
+        if slot.stepped is not None:
+            self.transport.wait(slot.stepped)
         slot.grad[:numel].zero_()  # on the compute stream, after the slot's last step
         bucket = self.host.buckets[index]
         for position, grad in self._waiting.pop(index, []):
@@ -159,17 +166,27 @@ class DeviceStep:
         slot = self._slot_of.pop(index)
         numel = self.host.buckets[index].numel
         state = self.host.state(index)
-        own = self._stepped(index, slot, numel)
+        ready = self.transport.mark()  # the slot's gradients, on the compute stream
+        with self._own_stream():
+            self.transport.wait(ready)
+            own = self._stepped(index, slot, numel)
+            if index not in self._resident:
+                slot.free = self.transport.offload(slot.master[:numel],
+                                                   self.host.masters[index], hold=False)
+                for key, tensor in own.items():
+                    slot.free = self.transport.offload(tensor, state[key], hold=False)
+            slot.stepped = self.transport.mark()
         if "step" in state:
             state["step"] += 1
-        if index in self._resident:
-            return True
-        slot.free = self.transport.offload(slot.master[:numel], self.host.masters[index],
-                                           hold=False)
-        for key, tensor in own.items():
-            slot.free = self.transport.offload(tensor, state[key], hold=False)
-        self._assign(slot)
+        if index not in self._resident:
+            self._assign(slot)
         return True
+
+    def _own_stream(self) -> Any:
+        """The device step's stream as the current one (on the CPU: nothing to switch)."""
+        if self._stream is None:
+            return nullcontext()
+        return self._torch.cuda.stream(self._stream)
 
     def _stepped(self, index: int, slot: _Slot, numel: int) -> dict[str, Any]:
         """Step bucket ``index`` in ``slot`` with the job's optimizer's fused kernel and
@@ -193,16 +210,21 @@ class DeviceStep:
             self._optimizer.state[master] = dict(own)
         with torch.no_grad():
             self._optimizer.step()
-            self.flats[index].copy_(master)  # the narrowing, on the compute stream
+            self.flats[index].copy_(master)  # the narrowing, on the device step's stream
         master.grad = None
         return own
 
     def end(self) -> None:
-        """The step is over (every copy done): the next one starts from the first bucket."""
+        """The step is over (every copy done): the next forward waits for the narrowed
+        weights, and the next step starts from the first bucket."""
+        if self._stream is not None:
+            self._torch.cuda.current_stream(self.transport.device).wait_stream(self._stream)
         self._begin()
 
     def write_back(self) -> None:
         """The resident buckets' master and state back into their host homes."""
+        if self._stream is not None:
+            self._stream.synchronize()
         for index, slot in self._resident.items():
             state = self.host.state(index)
             self.host.masters[index].copy_(slot.master)

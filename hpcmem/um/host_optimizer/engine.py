@@ -19,8 +19,9 @@ chooses ``host_optimizer`` (:mod:`hpcmem.um.offload`):
 * ``optimizer.step()``: sends what backward left (a step before the last micro-batch, a
   parameter without a gradient), waits for the worker and for the last weight copy, so the
   next forward reads updated weights;
-* after the third step, the budget's room above what that step held is spent on the GPU
-  stepping buckets from then on (:mod:`.split` plans it from that step's measurements,
+* after the fourth step, the budget's room above what a step held is spent on the GPU
+  stepping buckets from then on (:mod:`.split` plans it from the median of the steps so
+  far, the probe excepted,
   :mod:`.device_step` runs it): when the CPU optimizer took longer than backward, a share
   whose master and state cross PCIe instead of their gradients and weights; with the room
   left, buckets whose master and state stay on the device (those completed last).
@@ -33,16 +34,16 @@ and recomputation is switched off when everything fits without it.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from hpcmem.um.errors import BudgetError
 from hpcmem.um.host_optimizer.buckets import lay_out
+from hpcmem.um.host_optimizer.cores import optimizer_cpus
 from hpcmem.um.host_optimizer.device_step import DeviceStep
 from hpcmem.um.host_optimizer.host import HostBuckets, check_supported
-from hpcmem.um.host_optimizer.ledger import Ledger, StepTimes
+from hpcmem.um.host_optimizer.ledger import Ledger, StepTimes, median_times
 from hpcmem.um.host_optimizer.split import ROOM_MARGIN, Split, plan_split
 from hpcmem.um.host_optimizer.staging import OutRing
 from hpcmem.um.host_optimizer.worker import Worker
@@ -53,20 +54,12 @@ from hpcmem.um.stream.recompute import Recompute, repeated_blocks
 from hpcmem.um.stream.transport import BANDWIDTH_PROBE_BYTES, Transport
 from hpcmem.um.tensors import tensor_bytes
 
-__all__ = ["HostOptimizer", "host_threads"]
+__all__ = ["HostOptimizer"]
 
-#: CPU threads left to the threads that launch GPU work (the loop's and autograd's).
-LAUNCH_THREADS = 2
-#: The step whose measurements plan the GPU's share: the first is the probe, and on the H200
-#: the second still ran up to 35% slower than the steps after it.
-PLAN_AFTER = 3
-
-
-def host_threads(offload: Offload) -> int:
-    """The host optimizer's CPU threads: the job's cores less ``LAUNCH_THREADS``."""
-    if offload.threads is not None:
-        return offload.threads
-    return max(1, len(os.sched_getaffinity(0)) - LAUNCH_THREADS)
+#: The step after which the GPU's share is planned, from the median of the steps since the
+#: first (the probe): on the H200 one of them ran up to 35% slower than the rest, and one
+#: took 395 ms of CPU optimizer where its neighbours took 211.
+PLAN_AFTER = 4
 
 
 class HostOptimizer:
@@ -123,8 +116,9 @@ class HostOptimizer:
             self.plain_bytes += self._reserved()
         with device_scope():
             self._to_device(model, unique, trained)
+        cpus = optimizer_cpus(offload.threads) if on_gpu else None
         self.worker = Worker(self.host, self.flats, transport, through,
-                             host_threads(offload) if on_gpu else offload.threads)
+                             offload.threads or (len(cpus) if cpus else None), cpus)
         for bucket in self.buckets:
             self.worker.upload(bucket.index, transport.mark())
         transport.synchronize()
@@ -143,6 +137,7 @@ class HostOptimizer:
         self._plain_scope = plain_scope
         self.split: Split | None = None  # planned after step PLAN_AFTER
         self.device_step: DeviceStep | None = None
+        self._measured: list[StepTimes] = []  # the steps after the probe, until the plan
         self._steps = 0
         self._micro = 0  # since the last optimizer step
         self._begin_step()
@@ -297,8 +292,10 @@ class HostOptimizer:
         self._steps += 1
         if self.device_step is not None:
             self.device_step.end()
-        elif self._steps == PLAN_AFTER and self.offload.gpu_share != 0:
-            self._plan_split(times)
+        elif 1 < self._steps <= PLAN_AFTER and self.offload.gpu_share != 0:
+            self._measured.append(times)
+            if self._steps == PLAN_AFTER:
+                self._plan_split(median_times(self._measured))
         self._begin_step()
         return loss
 
@@ -313,7 +310,7 @@ class HostOptimizer:
         states = self.host.state_count()
         per_step = self.ledger.per_step()
         self.split = plan_split(
-            compute_ms=times.compute_ms, backward_ms=times.backward_ms, cpu_ms=times.cpu_ms,
+            backward_ms=times.backward_ms, cpu_ms=times.cpu_ms,
             bucket_numels=[b.numel for b in self.buckets], order=self._order, states=states,
             bytes_h2d=per_step["bytes_h2d"], bytes_d2h=per_step["bytes_d2h"],
             bandwidth=self.bandwidth, asked=self.offload.gpu_share,
@@ -350,6 +347,7 @@ class HostOptimizer:
             "working_dtype": str(self.working_dtype).removeprefix("torch."),
             "buckets": len(self.buckets),
             "host_threads": self.worker.threads or self._torch.get_num_threads(),
+            "host_cpus": self.worker.cpus,
             "recompute": self.recompute.enabled,
             "micro_batches": self.offload.micro_batches,
             "split": self.split.to_record() if self.split is not None else None,

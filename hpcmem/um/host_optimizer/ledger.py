@@ -10,6 +10,7 @@ D2H bytes / D2H rate, CPU optimizer time)``, with the rates measured in the same
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -17,7 +18,7 @@ from hpcmem.um.host_optimizer.worker import Stepped
 from hpcmem.um.stream.plan import pcie_transfer_ms
 from hpcmem.um.stream.transport import Transport
 
-__all__ = ["Ledger", "StepTimes", "step_bound_ms"]
+__all__ = ["Ledger", "StepTimes", "median_times", "step_bound_ms"]
 
 
 def step_bound_ms(
@@ -35,6 +36,11 @@ class StepTimes(NamedTuple):
     compute_ms: float
     backward_ms: float
     cpu_ms: float
+
+
+def median_times(times: Sequence[StepTimes]) -> StepTimes:
+    """Each field's median over ``times`` (one slow step does not decide a plan)."""
+    return StepTimes(*(statistics.median(field) for field in zip(*times, strict=True)))
 
 
 class Ledger:

@@ -10,8 +10,8 @@ memory per bucket for its fp32 gradient, master and optimizer state:
   slots carry as many buckets as PCIe allows: per byte of room, it takes the most work off
   the CPU. Planned when the CPU optimizer took longer than backward (the window in which
   gradients land and the CPU can step them): as much as makes the CPU finish with
-  backward, no more than either PCIe direction can carry within the compute time, spread
-  evenly over backward.
+  backward, no more than either PCIe direction can carry within backward (a share that
+  outlasts it delays the next forward), spread evenly over backward.
 * **resident buckets**, with the room left: a bucket's master and state kept on the device
   for good; nothing of it crosses PCIe or reaches the CPU. The buckets whose gradients were
   completed last are taken first, back from the last as far as the room goes: the CPU
@@ -59,7 +59,6 @@ def slot_bytes(numel: int, states: int) -> int:
 
 def plan_split(
     *,
-    compute_ms: float,
     backward_ms: float,
     cpu_ms: float,
     bucket_numels: Sequence[int],
@@ -73,8 +72,8 @@ def plan_split(
 ) -> Split:
     """The buckets the GPU steps (see the module docstring).
 
-    ``compute_ms``, ``backward_ms`` and ``cpu_ms``: the last step's compute span, the part of
-    it from the first gradient on, and its CPU optimizer time; ``bucket_numels``: elements
+    ``backward_ms`` and ``cpu_ms``: a step's compute from its first gradient on, and its CPU
+    optimizer time; ``bucket_numels``: elements
     per bucket, in bucket order; ``order``: bucket indices in the order their gradients were
     completed; ``states``: fp32 state tensors per element (AdamW 2, SGD with momentum 1);
     ``bytes_h2d``, ``bytes_d2h``: what the step moved; ``bandwidth``: bytes/s each way;
@@ -84,7 +83,7 @@ def plan_split(
     total = sum(bucket_numels)
     if not total:
         return Split((), (), 0, 0, 0.0, "nothing to step")
-    pcie = {"compute_ms": compute_ms, "bytes_h2d": bytes_h2d, "bytes_d2h": bytes_d2h,
+    pcie = {"window_ms": backward_ms, "bytes_h2d": bytes_h2d, "bytes_d2h": bytes_d2h,
             "bandwidth": bandwidth}
     if asked is None and cpu_ms > backward_ms:
         wanted = (cpu_ms - backward_ms) / cpu_ms * total
@@ -104,7 +103,7 @@ def plan_split(
         if asked is not None and goal > kept:
             left = [i for i in range(len(bucket_numels)) if i not in resident]
             streamed, why = _streamed(bucket_numels, left, states=states, room=room,
-                                      wanted=goal - kept, **{**pcie, "compute_ms": None})
+                                      wanted=goal - kept, **{**pcie, "window_ms": None})
             why = f"asked for {asked:.0%}: {why}"
     moved = sum(bucket_numels[i] for i in [*resident, *streamed])
     kept = sum(bucket_numels[i] for i in resident)
@@ -133,20 +132,20 @@ def _resident(numels: Sequence[int], order: Sequence[int], taken: set[int], stat
 
 
 def _streamed(numels: Sequence[int], candidates: Sequence[int], *, states: int, room: int,
-              wanted: float, compute_ms: float | None, bytes_h2d: float, bytes_d2h: float,
+              wanted: float, window_ms: float | None, bytes_h2d: float, bytes_d2h: float,
               bandwidth: dict[str, float]) -> tuple[list[int], str]:
     """Buckets among ``candidates`` to stream through the slots, spread evenly over them, up
-    to ``wanted`` elements and (with ``compute_ms``) what PCIe carries within the compute
-    time; and why that many."""
+    to ``wanted`` elements and (with ``window_ms``) what PCIe carries within that window
+    beside the step's own bytes; and why that many."""
     total = sum(numels[i] for i in candidates)
     if not total:
         return [], "nothing left"
     share = min(1.0, wanted / total)
     why = f"wanted {share:.0%}"
-    if compute_ms is not None:
+    if window_ms is not None:
         extra = 4 * states * total  # bytes more each way if every candidate were streamed
-        pcie = min(compute_ms / 1e3 * bandwidth["h2d"] - bytes_h2d,
-                   compute_ms / 1e3 * bandwidth["d2h"] - bytes_d2h) / extra
+        pcie = min(window_ms / 1e3 * bandwidth["h2d"] - bytes_h2d,
+                   window_ms / 1e3 * bandwidth["d2h"] - bytes_d2h) / extra
         share = max(0.0, min(share, pcie))
         why += f", PCIe allows {max(0.0, min(pcie, 1.0)):.0%}"
     if share <= 0:

@@ -7,7 +7,8 @@ of the master's dtype, :mod:`.staging`; None when the working weights are fp32 t
 PyTorch's kernels release the GIL, so the step runs beside autograd's thread; the fused
 kernel spreads each bucket over ``threads`` intra-op threads, set on the worker's own thread
 (OpenMP's thread count is a per-thread setting: one made on the main thread does not reach
-it).
+it), which is bound to ``cpus`` first, so the OpenMP threads it starts are too
+(:mod:`.cores`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from hpcmem.um.host_optimizer.cores import pin_thread
 from hpcmem.um.host_optimizer.host import HostBuckets
 from hpcmem.um.stream.transport import Transport
 
@@ -33,25 +35,31 @@ class Stepped:
 
 class Worker:
     """Steps buckets of ``host`` and copies them into ``device_flats`` through ``transport``
-    (and ``through``), on ``threads`` CPU threads (None: PyTorch's default)."""
+    (and ``through``), on ``threads`` CPU threads (None: PyTorch's default) bound to ``cpus``
+    (None: where the scheduler puts them)."""
 
     def __init__(
         self, host: HostBuckets, device_flats: list[Any], transport: Transport,
-        through: Any = None, threads: int | None = None,
+        through: Any = None, threads: int | None = None, cpus: list[int] | None = None,
     ) -> None:
-        import torch
-
         self.host = host
         self.device_flats = device_flats
         self.transport = transport
         self.through = through
         self.threads = threads
-        self._pool = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="hpcmem-host-step",
-            initializer=None if threads is None else torch.set_num_threads,
-            initargs=() if threads is None else (threads,),
-        )
+        self.cpus = cpus
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hpcmem-host-step",
+                                        initializer=self._start)
         self._jobs: list[Future[Stepped]] = []
+
+    def _start(self) -> None:
+        """On the worker's thread, before its first step: its CPUs, its thread count."""
+        import torch
+
+        if self.cpus is not None:
+            pin_thread(self.cpus)
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
 
     def submit(self, index: int, landed: Any, released: Any, missing: list[int]) -> None:
         """Step bucket ``index`` once ``landed`` (its last gradient copy) is done, and copy
