@@ -18,7 +18,7 @@ from um_functions import Block  # noqa: E402
 from hpcmem.um import BudgetError  # noqa: E402
 from hpcmem.um.host_optimizer import HostOptimizer, cores, lay_out  # noqa: E402
 from hpcmem.um.host_optimizer.buckets import ALIGN  # noqa: E402
-from hpcmem.um.host_optimizer.engine import PLAN_AFTER  # noqa: E402
+from hpcmem.um.host_optimizer.engine import PLAN_AFTER, Phase  # noqa: E402
 from hpcmem.um.host_optimizer.split import ROOM_MARGIN, plan_split, slot_bytes  # noqa: E402
 from hpcmem.um.host_optimizer.staging import OutRing  # noqa: E402
 from hpcmem.um.host_optimizer.worker import Worker  # noqa: E402
@@ -438,3 +438,14 @@ def test_the_worker_thread_runs_on_its_cpus():
         worker.close()
     assert seen == set(cpus)
     assert os.sched_getaffinity(0) != set(cpus) or len(os.sched_getaffinity(0)) == 1
+
+
+def test_the_steps_go_probe_measure_steady_and_the_plan_comes_between():
+    phases = [Phase.of(step).value for step in range(1, PLAN_AFTER + 3)]
+    assert phases == ["probe", *["measure"] * (PLAN_AFTER - 1), "steady", "steady"]
+    *_, engine = _train({"gpu_share": 1.0}, steps=PLAN_AFTER - 1)
+    assert engine.split is None and engine.stats()["phase"] == "measure"
+    engine.close()
+    *_, engine = _train({"gpu_share": 1.0}, steps=PLAN_AFTER)
+    assert engine.split is not None and engine.stats()["phase"] == "steady"
+    engine.close()

@@ -34,6 +34,7 @@ and recomputation is switched off when everything fits without it.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
@@ -54,12 +55,30 @@ from hpcmem.um.stream.recompute import Recompute, repeated_blocks
 from hpcmem.um.stream.transport import BANDWIDTH_PROBE_BYTES, Transport
 from hpcmem.um.tensors import tensor_bytes
 
-__all__ = ["HostOptimizer"]
+__all__ = ["PLAN_AFTER", "HostOptimizer", "Phase"]
 
 #: The step after which the GPU's share is planned, from the median of the steps since the
 #: first (the probe): on the H200 one of them ran up to 35% slower than the rest, and one
 #: took 395 ms of CPU optimizer where its neighbours took 211.
 PLAN_AFTER = 4
+
+
+class Phase(enum.Enum):
+    """Where a host-optimizer step stands."""
+
+    #: the first step: the device bytes it holds are measured, too small a budget refused
+    PROBE = "probe"
+    #: steps 2 to ``PLAN_AFTER``: their times are measured for the GPU's share
+    MEASURE = "measure"
+    #: every later step: the share planned from them in force
+    STEADY = "steady"
+
+    @classmethod
+    def of(cls, step: int) -> Phase:
+        """The phase of the ``step``-th step (1-based)."""
+        if step == 1:
+            return cls.PROBE
+        return cls.MEASURE if step <= PLAN_AFTER else cls.STEADY
 
 
 class HostOptimizer:
@@ -131,14 +150,13 @@ class HostOptimizer:
             self.recompute.enable()
         self._original_step = optimizer.__dict__.get("step")
         optimizer.step = self.step
-        self._scopes = 0  # forward + backward passes since attach
         self.probe_bytes: int | None = None  # what the first step held on the device
         self.outside_bytes = 0  # of which outside the managed pools (context, plain memory)
         self._plain_scope = plain_scope
         self.split: Split | None = None  # planned after step PLAN_AFTER
         self.device_step: DeviceStep | None = None
-        self._measured: list[StepTimes] = []  # the steps after the probe, until the plan
-        self._steps = 0
+        self._measured: list[StepTimes] = []  # the steps of Phase.MEASURE
+        self._steps = 0  # optimizer steps done
         self._micro = 0  # since the last optimizer step
         self._begin_step()
         transport.reset_peak()
@@ -189,7 +207,6 @@ class HostOptimizer:
     def scope(self) -> Iterator[None]:
         """One forward and backward (a micro-batch); the probe's budget check after the first."""
         self._micro += 1
-        self._scopes += 1
         if self._micro == 1:
             self.host.sync(self.optimizer.param_groups)
         start = self.transport.mark()
@@ -197,7 +214,7 @@ class HostOptimizer:
             yield
         finally:
             self.ledger.computed(start, self.transport.mark())
-        if self._scopes == 1:
+        if self.probe_bytes is None:
             self._probe()
 
     def _probe(self) -> None:
@@ -289,15 +306,20 @@ class HostOptimizer:
         self.transport.synchronize()
         self.ring.clear()
         times = self.ledger.stepped(done, self._first_grad)
-        self._steps += 1
+        phase, self._steps = self.phase, self._steps + 1
         if self.device_step is not None:
             self.device_step.end()
-        elif 1 < self._steps <= PLAN_AFTER and self.offload.gpu_share != 0:
+        elif phase is Phase.MEASURE and self.offload.gpu_share != 0:
             self._measured.append(times)
-            if self._steps == PLAN_AFTER:
+            if self.phase is Phase.STEADY:
                 self._plan_split(median_times(self._measured))
         self._begin_step()
         return loss
+
+    @property
+    def phase(self) -> Phase:
+        """The phase of the step under way (:class:`Phase`)."""
+        return Phase.of(self._steps + 1)
 
     def _plan_split(self, times: StepTimes) -> None:
         """Spend the budget's room above what a step held on buckets the GPU steps:
@@ -336,6 +358,7 @@ class HostOptimizer:
         """Per step: bytes each way and busy time, compute and CPU optimizer time, the bound."""
         return {
             "strategy": "host_optimizer",
+            "phase": self.phase.value,
             **self.ledger.per_step(),
             "probe_bytes": self.probe_bytes,
             "peak_allocated_bytes": max(0, self.transport.peak_bytes() - self._base_bytes),
