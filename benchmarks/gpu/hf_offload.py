@@ -19,7 +19,8 @@ device synchronisation:
 * ``hpcmem``: the model built on the host, ``UnifiedMemory("hpcmem", gpu_budget=B)`` and
   ``attach(model, optimizer, offload=Offload(working_dtype="bfloat16"))``, bf16 autocast.
   ``--budget-from deepspeed`` takes B from the last DeepSpeed record in ``--out`` run with
-  its default checkpointing: what ZeRO-Offload reserved.
+  its default checkpointing: what ZeRO-Offload reserved (``deepspeed-nockpt``: its run
+  without checkpointing; any variant's name works the same way).
 
 Each process appends one record to ``--out`` (JSON lines): the median step, PyTorch's peak
 allocated and reserved bytes, NVML's per-process peak, the losses, and for hpcmem the
@@ -82,7 +83,8 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--budget-gib", type=float, default=None)
     parser.add_argument("--budget-from", default=None,
                         help="take the budget from the last ok record of this variant in "
-                             "--out, run with that variant's default --checkpointing")
+                             "--out, run with that variant's default --checkpointing "
+                             "(NAME-nockpt: run without it)")
     parser.add_argument("--host-threads", type=int, default=None,
                         help="hpcmem: the host optimizer's CPU threads (default: planned)")
     parser.add_argument("--gpu-share", type=float, default=None,
@@ -342,11 +344,13 @@ def _device_used() -> int:
 
 def _budget(args: argparse.Namespace) -> int | None:
     if args.budget_from and args.out.exists():
+        variant = args.budget_from.removesuffix("-nockpt")
+        checkpointing = variant in CHECKPOINTED and variant == args.budget_from
         records = [json.loads(line) for line in args.out.read_text().splitlines() if line]
         held = [r["peak_reserved_bytes"] for r in records
-                if r.get("variant") == args.budget_from and r.get("status") == "ok"
+                if r.get("variant") == variant and r.get("status") == "ok"
                 and r.get("model") == args.model
-                and r.get("checkpointing") == (args.budget_from in CHECKPOINTED)
+                and r.get("checkpointing") == checkpointing
                 and r.get("accumulate", 1) == args.accumulate]
         if held:
             return held[-1]

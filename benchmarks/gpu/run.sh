@@ -23,7 +23,9 @@
 #               HPCMEM_HF_VARIANTS (default "cuda deepspeed hpcmem") the variants, in order, from
 #               cuda, deepspeed, deepspeed3 (ZeRO-3 + offload_param and offload_optimizer cpu),
 #               fsdp2 (FSDP2 + CPUOffloadPolicy) and hpcmem; NAME-nockpt runs NAME with
-#               --no-checkpointing (e.g. "deepspeed-nockpt"); HPCMEM_HF_STEPS and HPCMEM_HF_WARMUP
+#               --no-checkpointing (e.g. "deepspeed-nockpt"); hpcmem@NAME runs hpcmem at the
+#               bytes the variant NAME (run before it) reserved (e.g. "fsdp2 hpcmem@fsdp2
+#               deepspeed-nockpt hpcmem@deepspeed-nockpt"); HPCMEM_HF_STEPS and HPCMEM_HF_WARMUP
 #               (5, 3) the timed and warm-up steps: "HPCMEM_HF_VARIANTS='cuda hpcmem'
 #               HPCMEM_HF_STEPS=200 HPCMEM_HF_WARMUP=0" is the loss check (hf.md's last column)
 # HPCMEM_GPU_TESTS (tests/test_*.py) picks the test files, HPCMEM_TEST_SECONDS (300) caps them; HPCMEM_BENCH_SECONDS (480) the benchmark part; HPCMEM_BENCH_REPEATS (2) the repeats;
@@ -135,9 +137,10 @@ if want hf-offload; then
       for token in ${HPCMEM_HF_VARIANTS:-cuda deepspeed hpcmem}; do
         cap=$(( DEADLINE - SECONDS - 10 )); (( cap > 240 )) && cap=240
         (( cap > 20 )) || { echo "skipped (out of time): hf $token" | tee -a "$OUT/bench.log"; status=1; continue; }
-        variant=${token%-nockpt}; extra=()
-        [[ $token == *-nockpt ]] && extra=(--no-checkpointing)
-        [[ $variant == hpcmem ]] && extra+=(--budget-from deepspeed --budget-gib 9.6)
+        variant=${token%%@*}; variant=${variant%-nockpt}; extra=()
+        [[ ${token%%@*} == *-nockpt ]] && extra=(--no-checkpointing)
+        if [[ $token == hpcmem@* ]]; then extra+=(--budget-from "${token#hpcmem@}")
+        elif [[ $variant == hpcmem ]]; then extra+=(--budget-from deepspeed --budget-gib 9.6); fi
         timeout "$cap" "$PY" benchmarks/gpu/hf_offload.py --variant "$variant" --repeat "$repeat" \
           --model "${HPCMEM_HF_MODEL:-gpt2-large}" --accumulate "$accumulate" \
           --steps "${HPCMEM_HF_STEPS:-5}" --warmup "${HPCMEM_HF_WARMUP:-3}" \
