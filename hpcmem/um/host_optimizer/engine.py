@@ -8,14 +8,15 @@ chooses ``host_optimizer`` (:mod:`hpcmem.um.offload`):
   its working weights (the autocast dtype) to one flat buffer of plain device memory (every
   copy's device end is plain memory: :mod:`.staging` says why), of which every parameter's
   ``.data`` is a view; frozen parameters and buffers are copied to the device;
-* backward: on the last micro-batch of a step, each gradient is widened to fp32 into the
-  out ring (:class:`.staging.OutRing`) and copied from there to its bucket's page-locked
-  fp32 gradient as soon as autograd has accumulated it (``post_accumulate_grad`` hook, on
-  the device-to-host stream), and freed; a bucket whose gradients are all out goes to the
-  worker thread (:mod:`.worker`), which steps it on the CPU and copies its fp32 masters up
-  once the compute stream is done with the old weights, narrowing them into the working
-  weights on the device, while backward goes on; earlier micro-batches accumulate in
-  ``param.grad`` on the device;
+* backward: on the last micro-batch of a step, each gradient is copied into the out ring
+  (:class:`.staging.OutRing`) in the dtype the bucket kernel reads (:mod:`.kernel`: the
+  working dtype for hpcmem's Adam, fp32 for PyTorch's kernel) and from there to its
+  bucket's page-locked gradient as soon as autograd has accumulated it
+  (``post_accumulate_grad`` hook, on the device-to-host stream), and freed; a bucket whose
+  gradients are all out goes to the worker thread (:mod:`.worker`), which steps it on the
+  CPU and copies its updated weights up once the compute stream is done with the old ones
+  (an fp32 master narrowed into them on the device), while backward goes on; earlier
+  micro-batches accumulate in ``param.grad`` on the device;
 * ``optimizer.step()``: sends what backward left (a step before the last micro-batch, a
   parameter without a gradient), waits for the worker and for the last weight copy, so the
   next forward reads updated weights;
@@ -34,7 +35,6 @@ and recomputation is switched off when everything fits without it.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
@@ -44,7 +44,9 @@ from hpcmem.um.host_optimizer.buckets import lay_out
 from hpcmem.um.host_optimizer.cores import optimizer_cpus
 from hpcmem.um.host_optimizer.device_step import DeviceStep
 from hpcmem.um.host_optimizer.host import HostBuckets, check_supported
+from hpcmem.um.host_optimizer.kernel import bucket_kernel
 from hpcmem.um.host_optimizer.ledger import Ledger, StepTimes, median_times
+from hpcmem.um.host_optimizer.phases import Phase
 from hpcmem.um.host_optimizer.split import ROOM_MARGIN, Split, plan_split
 from hpcmem.um.host_optimizer.staging import OutRing
 from hpcmem.um.host_optimizer.worker import Worker
@@ -55,31 +57,7 @@ from hpcmem.um.stream.recompute import Recompute, repeated_blocks
 from hpcmem.um.stream.transport import BANDWIDTH_PROBE_BYTES, Transport
 from hpcmem.um.tensors import tensor_bytes
 
-__all__ = ["PLAN_AFTER", "HostOptimizer", "Phase"]
-
-#: The step after which the GPU's share is planned, from the median of the steps since the
-#: first (the probe): on the H200 one of them ran up to 35% slower than the rest, and one
-#: took 395 ms of CPU optimizer where its neighbours took 211.
-PLAN_AFTER = 4
-
-
-class Phase(enum.Enum):
-    """Where a host-optimizer step stands."""
-
-    #: the first step: the device bytes it holds are measured, too small a budget refused
-    PROBE = "probe"
-    #: steps 2 to ``PLAN_AFTER``: their times are measured for the GPU's share
-    MEASURE = "measure"
-    #: every later step: the share planned from them in force
-    STEADY = "steady"
-
-    @classmethod
-    def of(cls, step: int) -> Phase:
-        """The phase of the ``step``-th step (1-based)."""
-        if step == 1:
-            return cls.PROBE
-        return cls.MEASURE if step <= PLAN_AFTER else cls.STEADY
-
+__all__ = ["HostOptimizer"]
 
 class HostOptimizer:
     """``model`` and ``optimizer`` trained within ``budget`` device bytes (module docstring).
@@ -126,18 +104,20 @@ class HostOptimizer:
                               "of the model")
         self.buckets = lay_out(trained, [group_of[id(p)] for p in trained],
                                offload.bucket_bytes, self.working_dtype.itemsize)
-        self.arena = HostArena(transport)
-        self.host = HostBuckets(self.buckets, optimizer, arena=self.arena)
         on_gpu = transport.device.type == "cuda"  # on the CPU the model computes there too
+        cpus = optimizer_cpus(offload.threads) if on_gpu else None
+        threads = offload.threads or (len(cpus) if cpus else None)
+        kernel = bucket_kernel(optimizer, self.working_dtype,
+                               threads=threads or torch.get_num_threads(), cpus=cpus)
+        self.arena = HostArena(transport)
+        self.host = HostBuckets(self.buckets, optimizer, arena=self.arena, kernel=kernel)
         with plain_scope():
             self.plain_bytes = -self._reserved()
             self.flats, self.ring, through = self._plain_buffers(budget)
             self.plain_bytes += self._reserved()
         with device_scope():
             self._to_device(model, unique, trained)
-        cpus = optimizer_cpus(offload.threads) if on_gpu else None
-        self.worker = Worker(self.host, self.flats, transport, through,
-                             offload.threads or (len(cpus) if cpus else None), cpus)
+        self.worker = Worker(self.host, self.flats, transport, through, threads, cpus)
         for bucket in self.buckets:
             self.worker.upload(bucket.index, transport.mark())
         transport.synchronize()
@@ -168,16 +148,17 @@ class HostOptimizer:
 
     def _plain_buffers(self, budget: int) -> tuple[list[Any], OutRing, Any]:
         """Each bucket's working weights in one flat device buffer (filled by the worker's
-        uploads), the out ring, and the fp32 buffer uploads narrow through (None for fp32
-        working weights)."""
+        uploads), the out ring in the dtype gradients leave in, and the fp32 buffer uploads
+        narrow through (None when the host uploads the working dtype)."""
         torch, device = self._torch, self.transport.device
         ring_bytes, through_bytes = staging_bytes(budget)
         flats = [torch.empty(b.numel, dtype=self.working_dtype, device=device)
                  for b in self.buckets]
         through = None
-        if self.working_dtype != torch.float32:
+        if self.host.upload_source(0).dtype != self.working_dtype:
             through = torch.empty(through_bytes // 4, dtype=torch.float32, device=device)
-        return flats, OutRing(self.transport, ring_bytes // 4), through
+        wire = self.host.kernel.grad_dtype
+        return flats, OutRing(self.transport, ring_bytes // wire.itemsize, wire), through
 
     def _to_device(self, model: Any, unique: list[Any], trained: list[Any]) -> None:
         """The parameters views of their bucket's working weights; the other parameters and
@@ -257,10 +238,10 @@ class HostOptimizer:
         self._left[index].discard(position)
 
     def _send(self, index: int, position: int, grad: Any) -> None:
-        """A gradient for the CPU: widened to fp32 here, into the out ring, and copied out."""
+        """A gradient for the CPU: into the out ring (in the kernel's dtype), and out."""
         host = self.buckets[index].slot(self.host.grads[index], position)
         self._landed[index] = self.ring.send(grad, host)
-        self.ledger.d2h += grad.numel() * 4
+        self.ledger.d2h += tensor_bytes(host)
 
     def _submit(self, index: int, missing: list[int]) -> None:
         self._submitted[index] = True
@@ -274,7 +255,7 @@ class HostOptimizer:
             for position, grad in self.device_step.release(index):
                 self._send(index, position, grad)
         self.worker.submit(index, self._landed[index], self.transport.mark(), missing)
-        self.ledger.h2d += tensor_bytes(self.host.masters[index])
+        self.ledger.h2d += tensor_bytes(self.host.upload_source(index))
 
     # -- the optimizer step ---------------------------------------------------------------
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
@@ -369,6 +350,7 @@ class HostOptimizer:
             "working_bytes": sum(tensor_bytes(f) for f in self.flats),
             "working_dtype": str(self.working_dtype).removeprefix("torch."),
             "buckets": len(self.buckets),
+            "host_kernel": self.host.kernel.name,
             "host_threads": self.worker.threads or self._torch.get_num_threads(),
             "host_cpus": self.worker.cpus,
             "recompute": self.recompute.enabled,

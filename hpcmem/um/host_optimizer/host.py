@@ -1,18 +1,15 @@
 """The host side of the host-optimizer mode: per bucket, fp32 master weights, gradients and
 optimizer state in host memory, and the optimizer step of one bucket on the CPU.
 
-Each bucket is one flat fp32 master tensor, stepped by its own instance of the job's
-optimizer class with PyTorch's fused CPU kernel (vectorised, on the intra-op threads) and
-the hyperparameters of the bucket's param group, copied from the job's optimizer before
-every step (a learning-rate schedule applies). Elementwise optimizers only (``ELEMENTWISE``):
-stepping a flat bucket is then stepping each parameter in it.
-
-Gradients land in the fp32 gradient and updated weights leave from the fp32 master, both
-page-locked, so the CPU does the optimizer's arithmetic and nothing else: the casts from and
-to the working dtype run on the GPU (:mod:`.engine`). On an H200 the CPU was the bound
-(casting bf16 gradients up and weights down on the host took the bucket steps of GPT-2-large
-from the optimizer's 28 bytes of memory traffic per parameter to 40), while PCIe had room
-for fp32 both ways (``docs/budget-streaming.md``).
+Each bucket is one flat fp32 master tensor with the state of its own instance of the job's
+optimizer class, whose hyperparameters are those of the bucket's param group, copied from
+the job's optimizer before every step (a learning-rate schedule applies). Elementwise
+optimizers only (``ELEMENTWISE``): stepping a flat bucket is then stepping each parameter
+in it. The step itself is the bucket kernel's (:mod:`.kernel`): hpcmem's native Adam
+reads the gradient in the working dtype and writes the working weights beside the master
+(``outs``: what is uploaded); PyTorch's fused kernel reads an fp32 gradient and the master
+is uploaded, the casts then running on the GPU (:mod:`.engine`). Gradients land and
+weights leave page-locked.
 """
 
 from __future__ import annotations
@@ -21,6 +18,7 @@ from typing import Any
 
 from hpcmem.um.errors import BudgetError
 from hpcmem.um.host_optimizer.buckets import Bucket
+from hpcmem.um.host_optimizer.kernel import BucketKernel
 from hpcmem.um.offload import ELEMENTWISE
 from hpcmem.um.stream.host import ALIGN, HostArena
 
@@ -45,32 +43,54 @@ def check_supported(optimizer: Any) -> None:
 
 
 class HostBuckets:
-    """Masters, gradients and optimizers of ``buckets`` (see the module docstring);
-    ``optimizer`` is the job's, whose state (if any) is taken over."""
+    """Masters, gradients, optimizers and uploaded weights of ``buckets``, stepped by
+    ``kernel`` (see the module docstring); ``optimizer`` is the job's, whose state (if any)
+    is taken over."""
 
-    def __init__(self, buckets: list[Bucket], optimizer: Any, *, arena: HostArena) -> None:
+    def __init__(self, buckets: list[Bucket], optimizer: Any, *, arena: HostArena,
+                 kernel: BucketKernel) -> None:
         import torch
 
         check_supported(optimizer)
         self._torch = torch
         self.buckets = buckets
+        self.kernel = kernel
         self.masters: list[Any] = []
         self.grads: list[Any] = []
+        self.outs: list[Any] = []  # the working weights the kernel writes (if it does)
         self.optimizers: list[Any] = []
-        arena.reserve(sum(b.numel * 8 + 2 * ALIGN for b in buckets))
+        per_element = 4 + kernel.grad_dtype.itemsize + (
+            kernel.out_dtype.itemsize if kernel.out_dtype is not None else 0)
+        arena.reserve(sum(b.numel * per_element + 3 * ALIGN for b in buckets))
         for bucket in buckets:
-            like = torch.empty(bucket.numel, dtype=torch.float32, device="meta")
-            master, grad = (arena.take(like).zero_() for _ in range(2))
+            master = self._take(arena, bucket.numel, torch.float32)
+            grad = self._take(arena, bucket.numel, kernel.grad_dtype)
+            out = (None if kernel.out_dtype is None
+                   else self._take(arena, bucket.numel, kernel.out_dtype))
             for position, param in enumerate(bucket.params):
                 bucket.slot(master, position).copy_(param.detach())
-            master.grad = grad
+                if out is not None:
+                    bucket.slot(out, position).copy_(param.detach())
+            kernel.attach(master, grad)
             step = type(optimizer)([master], lr=optimizer.param_groups[bucket.group]["lr"],
                                    fused=True)
             self.masters.append(master)
             self.grads.append(grad)
+            if out is not None:
+                self.outs.append(out)
             self.optimizers.append(step)
         self.sync(optimizer.param_groups)
         self._take_state(optimizer)
+
+    def _take(self, arena: HostArena, numel: int, dtype: Any) -> Any:
+        """``numel`` zeros of ``dtype`` from ``arena``."""
+        like = self._torch.empty(numel, dtype=dtype, device="meta")
+        return arena.take(like).zero_()
+
+    def upload_source(self, index: int) -> Any:
+        """What goes up to bucket ``index``'s working weights: the weights the kernel wrote,
+        or the master."""
+        return self.outs[index] if self.outs else self.masters[index]
 
     def sync(self, param_groups: list[dict[str, Any]]) -> None:
         """Take the hyperparameters of the job's param groups (a schedule may change them)."""
@@ -88,10 +108,7 @@ class HostBuckets:
             if not any(states):
                 continue
             step = self.optimizers[index]
-            rate = step.param_groups[0]["lr"]
-            step.param_groups[0]["lr"] = 0.0  # makes the state; changes no weight
-            step.step()
-            step.param_groups[0]["lr"] = rate
+            self.kernel.init_state(step, self.masters[index])
             own = step.state[self.masters[index]]
             for key, value in own.items():
                 if not isinstance(value, self._torch.Tensor):
@@ -124,7 +141,8 @@ class HostBuckets:
         bucket = self.buckets[index]
         for position in missing:
             bucket.slot(self.grads[index], position).zero_()
-        self.optimizers[index].step()
+        out = self.outs[index] if self.outs else None
+        self.kernel.step(self.optimizers[index], self.masters[index], self.grads[index], out)
 
     def give_back(self, optimizer: Any) -> None:
         """Put masters and state into the job's parameters and optimizer (fp32, host)."""

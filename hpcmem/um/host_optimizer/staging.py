@@ -8,12 +8,14 @@ and plain device memory (``cudaMalloc``: PyTorch's own allocator, outside the ma
 copies overlap compute. So the working weights, and the two fixed buffers every byte
 crosses on its way, are plain device memory, allocated once and counted in the budget:
 
-* :class:`OutRing`: each gradient is widened into a ring of fp32 on the compute stream and
-  copied out from there, in pieces no larger than the ring; before a region is written
+* :class:`OutRing`: each gradient is copied into a ring of the dtype it leaves in (widened
+  to fp32 for PyTorch's CPU kernel, :mod:`.kernel`) on the compute stream and copied out
+  from there, in pieces no larger than the ring; before a region is written
   again the compute stream waits for the copy that last read it (on the GPU: the host
   never blocks), so the gradient itself is free as soon as it is widened;
-* the upload buffer: fp32 master weights come in through it in pieces, each narrowed into
-  the working weights on the copy stream (:meth:`hpcmem.um.host_optimizer.worker.Worker.upload`).
+* the upload buffer, where the host uploads fp32 masters into working weights of another
+  dtype: they come in through it in pieces, each narrowed into the working weights on the
+  copy stream (:meth:`hpcmem.um.host_optimizer.worker.Worker.upload`).
 """
 
 from __future__ import annotations
@@ -27,27 +29,28 @@ __all__ = ["OutRing"]
 
 
 class OutRing:
-    """A ring of ``numel`` fp32 elements on ``transport``'s device that gradients leave
-    through (see the module docstring)."""
+    """A ring of ``numel`` elements of ``dtype`` (None: fp32) on ``transport``'s device that
+    gradients leave through (see the module docstring)."""
 
-    def __init__(self, transport: Transport, numel: int) -> None:
+    def __init__(self, transport: Transport, numel: int, dtype: Any = None) -> None:
         import torch
 
         self.transport = transport
-        self.buffer = torch.empty(numel, dtype=torch.float32, device=transport.device)
+        self.buffer = torch.empty(numel, dtype=dtype or torch.float32,
+                                  device=transport.device)
         self._head = 0
         self._reads: deque[tuple[int, int, Any]] = deque()  # (start, end, copy's token)
 
     def send(self, tensor: Any, host: Any) -> Any:
-        """Copy device ``tensor`` (any floating dtype) into fp32 ``host`` (as many elements);
-        the token of the last piece's copy."""
+        """Copy device ``tensor`` (any floating dtype) into ``host`` (as many elements, of
+        the ring's dtype); the token of the last piece's copy."""
         flat, out = tensor.reshape(-1), host.reshape(-1)
         size = self.buffer.numel()
         token = None
         for start in range(0, flat.numel(), size):
             piece = flat[start : start + size]
             region = self._take(piece.numel())
-            region.copy_(piece)  # the widening, on the compute stream
+            region.copy_(piece)  # on the compute stream: the gradient is free after it
             token = self.transport.offload(region, out[start : start + piece.numel()],
                                            hold=False)
             self._reads.append((self._head - piece.numel(), self._head, token))

@@ -1,11 +1,13 @@
 """The thread that steps buckets on the CPU while backward goes on, in the order they land.
 
 One job per bucket: wait (on this thread) for its gradient to land in host memory, step it,
-and copy its updated master weights to the device once the compute stream is done with the
-old working weights, narrowed there into them (``through``: a buffer of plain device memory
-of the master's dtype, :mod:`.staging`; None when the working weights are fp32 themselves).
-PyTorch's kernels release the GIL, so the step runs beside autograd's thread; the fused
-kernel spreads each bucket over ``threads`` intra-op threads, set on the worker's own thread
+and copy its updated weights to the device once the compute stream is done with the old
+working weights: those the kernel wrote in the working dtype, or the fp32 master, narrowed
+on the device (``through``: a buffer of plain device memory of the master's dtype,
+:mod:`.staging`; None when nothing is narrowed).
+Both bucket kernels release the GIL, so the step runs beside autograd's thread. The native
+one has threads of its own, bound one to each of ``cpus`` (:mod:`.kernel`); PyTorch's
+spreads each bucket over ``threads`` intra-op threads, set on the worker's own thread
 (OpenMP's thread count is a per-thread setting: one made on the main thread does not reach
 it), which is bound to ``cpus`` first, so the OpenMP threads it starts are too
 (:mod:`.cores`).
@@ -79,10 +81,11 @@ class Worker:
         return Stepped(index, cpu_ms)
 
     def upload(self, index: int, after: Any = None) -> None:
-        """Copy bucket ``index``'s master weights into its working weights on the device,
-        after ``after``; by way of ``through``, in pieces of its size, narrowed one by one."""
-        flat, master = self.device_flats[index], self.host.masters[index]
-        if self.through is None:
+        """Copy bucket ``index``'s updated weights into its working weights on the device,
+        after ``after``; a master of another dtype by way of ``through``, in pieces of its
+        size, narrowed one by one."""
+        flat, master = self.device_flats[index], self.host.upload_source(index)
+        if self.through is None or master.dtype == flat.dtype:
             self.transport.upload(master, flat, after=after)
             return
         size = self.through.numel()

@@ -1,0 +1,129 @@
+// The Adam kernel, compiled once per instruction set from one body and chosen at run time.
+//
+// The body is plain C++ that the compiler vectorizes; each entry point below inlines it under
+// its own target attribute, so one source gives the AVX-512, AVX2 and baseline versions.
+// Floating-point contraction is off for this file (CMakeLists.txt): the versions then give
+// bit-identical results, on any CPU.
+#include "adam.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+namespace hpcmem::optim {
+namespace {
+
+inline float load(const void* base, Dtype dtype, std::size_t i) {
+  if (dtype == Dtype::float32) return static_cast<const float*>(base)[i];
+  std::uint32_t bits = static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(base)[i]) << 16;
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+/// fp32 to bf16, rounding to nearest even; NaN stays a (quiet) NaN.
+inline std::uint16_t to_bfloat16(float value) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  std::uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  return static_cast<std::uint16_t>(value != value ? 0x7FC0u : rounded);
+}
+
+/// One element range of the step: AdamW's decay (`Decoupled`) or Adam's L2 term; `Write`:
+/// also write the working weights as `O`.
+template <Dtype G, bool Decoupled, bool Write, Dtype O>
+__attribute__((always_inline)) inline void body(const AdamStep& s, const AdamTensors& t,
+                                                std::size_t begin, std::size_t end) {
+  // locals, not the structs' fields: stores through the pointers could alias those, which
+  // keeps the compiler from vectorizing
+  float* __restrict master = t.master;
+  float* __restrict m = t.exp_avg;
+  float* __restrict v = t.exp_avg_sq;
+  const void* __restrict grad = t.grad;
+  void* __restrict out = t.out;
+  const float beta2 = s.beta2, eps = s.eps, step_size = s.step_size;
+  const float correction2 = s.bias_correction2_sqrt, decay = s.decay_factor, l2 = s.l2;
+  const float sign = s.sign, one_minus_beta1 = s.one_minus_beta1;
+  const float one_minus_beta2 = s.one_minus_beta2;
+  for (std::size_t i = begin; i < end; ++i) {
+    // no branch on run-time values, so that the loop vectorizes; the sign is +-1 (exact)
+    float g = sign * load(grad, G, i);
+    if constexpr (!Decoupled) g = g + l2 * master[i];
+    const float mi = m[i] + one_minus_beta1 * (g - m[i]);
+    const float vi = beta2 * v[i] + one_minus_beta2 * g * g;
+    const float denom = std::sqrt(vi) / correction2 + eps;
+    const float decayed = Decoupled ? master[i] * decay : master[i];
+    const float p = decayed - step_size * mi / denom;
+    m[i] = mi;
+    v[i] = vi;
+    master[i] = p;
+    if constexpr (Write && O == Dtype::float32) static_cast<float*>(out)[i] = p;
+    if constexpr (Write && O == Dtype::bfloat16) {
+      static_cast<std::uint16_t*>(out)[i] = to_bfloat16(p);
+    }
+  }
+}
+
+template <Dtype G, bool Decoupled>
+__attribute__((always_inline)) inline void with_decay(const AdamStep& s, const AdamTensors& t,
+                                                      std::size_t begin, std::size_t end) {
+  if (t.out == nullptr) return body<G, Decoupled, false, Dtype::float32>(s, t, begin, end);
+  if (t.out_dtype == Dtype::bfloat16) {
+    return body<G, Decoupled, true, Dtype::bfloat16>(s, t, begin, end);
+  }
+  body<G, Decoupled, true, Dtype::float32>(s, t, begin, end);
+}
+
+template <Dtype G>
+__attribute__((always_inline)) inline void with_grad(const AdamStep& s, const AdamTensors& t,
+                                                     std::size_t begin, std::size_t end) {
+  if (s.decoupled) return with_decay<G, true>(s, t, begin, end);
+  with_decay<G, false>(s, t, begin, end);
+}
+
+__attribute__((always_inline)) inline void dispatch(const AdamStep& s, const AdamTensors& t,
+                                                    std::size_t begin, std::size_t end) {
+  if (t.grad_dtype == Dtype::bfloat16) return with_grad<Dtype::bfloat16>(s, t, begin, end);
+  with_grad<Dtype::float32>(s, t, begin, end);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))) void adam_avx512(
+    const AdamStep& s, const AdamTensors& t, std::size_t begin, std::size_t end) {
+  dispatch(s, t, begin, end);
+}
+
+__attribute__((target("avx2,fma"))) void adam_avx2(const AdamStep& s, const AdamTensors& t,
+                                                   std::size_t begin, std::size_t end) {
+  dispatch(s, t, begin, end);
+}
+
+void adam_scalar(const AdamStep& s, const AdamTensors& t, std::size_t begin, std::size_t end) {
+  dispatch(s, t, begin, end);
+}
+
+bool has_avx512() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+
+bool has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+
+}  // namespace
+
+std::vector<std::string> instruction_sets() {
+  std::vector<std::string> sets;
+  if (has_avx512()) sets.emplace_back("avx512");
+  if (has_avx2()) sets.emplace_back("avx2");
+  sets.emplace_back("scalar");
+  return sets;
+}
+
+void adam_range(const std::string& isa, const AdamStep& step, const AdamTensors& tensors,
+                std::size_t begin, std::size_t end) {
+  if (isa == "avx512" && has_avx512()) return adam_avx512(step, tensors, begin, end);
+  if (isa == "avx2" && has_avx2()) return adam_avx2(step, tensors, begin, end);
+  if (isa == "scalar") return adam_scalar(step, tensors, begin, end);
+  throw std::invalid_argument("instruction set '" + isa + "' is not one this CPU runs");
+}
+
+}  // namespace hpcmem::optim
