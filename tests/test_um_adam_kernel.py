@@ -62,7 +62,7 @@ def test_fp32_steps_agree_with_torch_optim(kind, options):
 
 
 def test_every_instruction_set_and_thread_count_gives_the_same_bits():
-    assert ISAS[-1] == "scalar"
+    assert ISAS[-1] == "baseline"
     runs = [_native_run(isa=isa, threads=threads) for isa in ISAS for threads in (1, 3)]
     first_master, first_state, first_out = runs[0]
     for master, state, out in runs[1:]:

@@ -87,6 +87,11 @@ __attribute__((always_inline)) inline void dispatch(const AdamStep& s, const Ada
   with_grad<Dtype::float32>(s, t, begin, end);
 }
 
+void adam_baseline(const AdamStep& s, const AdamTensors& t, std::size_t begin, std::size_t end) {
+  dispatch(s, t, begin, end);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))) void adam_avx512(
     const AdamStep& s, const AdamTensors& t, std::size_t begin, std::size_t end) {
   dispatch(s, t, begin, end);
@@ -97,32 +102,33 @@ __attribute__((target("avx2,fma"))) void adam_avx2(const AdamStep& s, const Adam
   dispatch(s, t, begin, end);
 }
 
-void adam_scalar(const AdamStep& s, const AdamTensors& t, std::size_t begin, std::size_t end) {
-  dispatch(s, t, begin, end);
-}
-
 bool has_avx512() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 }
 
 bool has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
-
+#else  // elsewhere (aarch64: Grace) the baseline version, which the compiler vectorizes too
+bool has_avx512() { return false; }
+bool has_avx2() { return false; }
+#endif
 }  // namespace
 
 std::vector<std::string> instruction_sets() {
   std::vector<std::string> sets;
   if (has_avx512()) sets.emplace_back("avx512");
   if (has_avx2()) sets.emplace_back("avx2");
-  sets.emplace_back("scalar");
+  sets.emplace_back("baseline");
   return sets;
 }
 
 void adam_range(const std::string& isa, const AdamStep& step, const AdamTensors& tensors,
                 std::size_t begin, std::size_t end) {
+#if defined(__x86_64__) || defined(__i386__)
   if (isa == "avx512" && has_avx512()) return adam_avx512(step, tensors, begin, end);
   if (isa == "avx2" && has_avx2()) return adam_avx2(step, tensors, begin, end);
-  if (isa == "scalar") return adam_scalar(step, tensors, begin, end);
+#endif
+  if (isa == "baseline") return adam_baseline(step, tensors, begin, end);
   throw std::invalid_argument("instruction set '" + isa + "' is not one this CPU runs");
 }
 

@@ -37,7 +37,7 @@ struct AdamTensors {
   Dtype out_dtype;
 };
 
-/// Instruction sets this CPU can run the kernel with, best first ("scalar" always).
+/// Instruction sets this CPU can run the kernel with, best first ("baseline" always).
 std::vector<std::string> instruction_sets();
 
 /// Step elements [begin, end) with `isa` (one of instruction_sets()).
