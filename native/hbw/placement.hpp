@@ -12,10 +12,11 @@ namespace hpcmem::hbw {
 std::size_t page_size() noexcept;
 
 /// Pages of [address, address + bytes) counted by NUMA node. A non-negative key is a
-/// node id; a negative key is -errno for pages not placed (-ENOENT: never touched,
-/// -EFAULT: not mapped or the shared zero page). Throws std::system_error (with the
-/// byte count) when the kernel refuses the query, e.g. EPERM in a container without
-/// CAP_SYS_NICE.
+/// node id; a negative key is -errno for pages not placed (never touched, not mapped or
+/// the shared zero page: -ENOENT or -EFAULT, as the kernel has it). A page NUMA balancing
+/// hid from move_pages(2) is faulted in and counted on its node. Throws std::system_error
+/// (with the byte count) when the kernel refuses the query, e.g. EPERM in a container
+/// without CAP_SYS_NICE.
 std::map<int, std::size_t> page_nodes(std::uintptr_t address, std::size_t bytes);
 
 /// Pages of [address, address + bytes) counted by the memory policy that governs them,

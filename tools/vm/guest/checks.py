@@ -8,7 +8,8 @@ It writes one JSON object that tests/test_vm_topologies.py asserts on:
 ``kinds``     per backend built in and per CPU node (the process bound there by numactl),
               where the pages of a written array of each kind the node has landed (``dram``
               and ``hbw_preferred`` always, the HBW kinds with HBW nodes, ``dax_kmem`` with a
-              DAX KMEM tier)
+              DAX KMEM tier), measured after NUMA balancing has scanned them once
+              (:func:`await_numa_scan`)
 ``plan``      ``mpirun -n N hpcmem bind hbw -- hpcmem collectives`` on hbw buffers, a rank
               per CPU node and at least two (:func:`plan_ranks`): per rank the numactl
               arguments the plan gave and what the kernel applied (CPUs, memory policy), and
@@ -76,14 +77,48 @@ def kinds(names: list[str]) -> dict[str, Any]:
     warnings.simplefilter("ignore", hbw.HBWFallbackWarning)  # hbw_preferred without HBW
     out: dict[str, Any] = {"backend": hbw.backend().to_record(),
                            "cpus": sorted(os.sched_getaffinity(0))}
-    for kind in names:
-        array = hbw.zeros(4 * MiB, "uint8", kind=kind)
+    arrays = {kind: hbw.zeros(4 * MiB, "uint8", kind=kind) for kind in names}
+    out["numa_scan"] = await_numa_scan()
+    for kind, array in arrays.items():
         out[kind] = hbw.placement(array).to_record()
         try:
             out[kind]["verify"] = hbw.verify(array)
         except OSError as error:
             out[kind]["verify"] = str(error)
     return out
+
+
+def _numa_scan_seq() -> int:
+    """How many NUMA balancing scans of this process's memory have begun."""
+    with open("/proc/self/sched") as sched:
+        line = next(line for line in sched if line.startswith("mm->numa_scan_seq"))
+    return int(line.split(":")[1])
+
+
+def await_numa_scan(most_seconds: float = 60) -> dict[str, Any]:
+    """Keep the CPU busy until NUMA balancing has scanned all of this process's memory once
+    (two scans begun), so the pages measured next are the PROT_NONE ones it leaves behind,
+    which some kernels' move_pages(2) reports as never touched. Scans run from the timer
+    tick of a running task: a sleeping one is never scanned."""
+    with open("/proc/sys/kernel/numa_balancing") as setting:
+        if setting.read().strip() == "0":
+            return {"balancing": False, "scans": 0}
+    begun = time.monotonic()
+    first = _numa_scan_seq()
+    while _numa_scan_seq() < first + 2 and time.monotonic() - begun < most_seconds:
+        sum(range(100_000))
+    return {"balancing": True, "scans": _numa_scan_seq() - first}
+
+
+def quicken_numa_balancing() -> None:
+    """Scan a process's memory from its start and every 100-200 ms (the kernel's are 1 s,
+    then up to 60 s), so :func:`await_numa_scan` waits for a fraction of a second."""
+    debug = Path("/sys/kernel/debug")
+    if not (debug / "sched").exists():
+        subprocess.run(["mount", "-t", "debugfs", "debugfs", str(debug)], check=True)
+    knobs = {"scan_delay_ms": 0, "scan_period_min_ms": 100, "scan_period_max_ms": 200}
+    for knob, value in knobs.items():
+        (debug / "sched" / "numa_balancing" / knob).write_text(str(value))
 
 
 def _cpu_nodes(info: dict[str, Any]) -> list[int]:
@@ -196,6 +231,7 @@ def main(out: str, plan: bool) -> None:
         return value
 
     scratch = Path("/tmp/hpcmem-vm-checks")
+    quicken_numa_balancing()
     info = timed("info", lambda: json.loads(run(["hpcmem", "info", "--json"])))
     result: dict[str, Any] = {"info": info}
     result["kinds"] = timed("kinds", lambda: _kinds_everywhere(info))
