@@ -271,11 +271,14 @@ def test_placement_of_plain_numpy_arrays() -> None:
     # that earlier tests touched; nothing touched yet
     fresh = np.empty(40 << 20, dtype=np.uint8)
     untouched = hbw.placement(fresh)
+    assert fresh.sum() == 0  # read only: the kernel's shared zero pages (NumPy asks for huge)
+    read = hbw.placement(fresh)
     fresh[:] = 1
     touched = hbw.placement(fresh)
     expected = (fresh.ctypes.data % page + fresh.nbytes + page - 1) // page
-    assert untouched.pages == touched.pages == expected
+    assert untouched.pages == read.pages == touched.pages == expected
     assert untouched.untouched >= expected - 1  # malloc's header may share the first page
+    assert read.untouched >= expected - 1  # zero pages are no node's
     node_ids = {n.id for n in topology.numa_nodes()}
     assert touched.untouched == 0 and set(touched.nodes) <= node_ids
     assert sum(touched.nodes.values()) == expected and touched.kind is None

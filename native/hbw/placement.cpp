@@ -5,14 +5,14 @@
 // sampled pages PROT_NONE to catch the next access. Some kernels' move_pages(2) reports such
 // a page as not placed (-EFAULT, as for a page never touched): measured on Debian 12's 6.1,
 // where every page of a written default-policy array read so within seconds of being
-// written. mincore(2) still counts those pages resident: they are faulted in (the hinting
-// fault the program's next access would take) and asked again. A page never touched is not
-// resident and is not faulted in.
+// written. /proc/self/pagemap still shows them present, and get_mempolicy(2) finds their
+// node through the fault path (find_hidden_pages). A page never touched is not present and
+// is not faulted in.
 #include "placement.hpp"
 
+#include <fcntl.h>
 #include <numa.h>
 #include <numaif.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -88,23 +88,34 @@ std::string policy_of(void* address) {
   }
 }
 
-// Faults in each page move_pages(2) reported not placed that is resident all the same (a
-// page NUMA balancing mapped PROT_NONE), through get_mempolicy(2)'s node lookup, which
-// reads it as the program would; true if there was one. `pages` are consecutive; a range
-// mincore(2) refuses (part of it unmapped) is left alone. A read-only page of zeros is
-// resident too, and stays not placed on the next query: the shared zero page is no node's.
-bool fault_in_hidden_pages(void* const* pages, const int* status, std::size_t n) {
-  if (std::none_of(status, status + n, [](int s) { return s < 0; })) return false;
-  std::vector<unsigned char> resident(n);
-  if (mincore(pages[0], n * page_size(), resident.data()) != 0) return false;
-  bool any = false;
-  for (std::size_t i = 0; i < n; ++i) {
+// /proc/self/pagemap bits (Documentation/admin-guide/mm/pagemap.rst): readable by the
+// process itself, without the frame numbers unless it is privileged.
+constexpr std::uint64_t kPresent = 1ULL << 63, kExclusive = 1ULL << 56;
+
+// Gives its node to each page move_pages(2) reported not placed that is present and mapped
+// by this process alone: one NUMA balancing mapped PROT_NONE. get_mempolicy(2)'s node
+// lookup reads it, taking the hinting fault the program's next access would take, and says
+// where it is after it. The zero pages (read-only pages of zeros, 4 KiB or huge) are mapped
+// by all, never exclusively, and stay not placed; so do hidden pages another process maps
+// too. Without pagemap, statuses stay as reported.
+void find_hidden_pages(void* const* pages, int* status, std::size_t n) {
+  if (std::none_of(status, status + n, [](int s) { return s < 0; })) return;
+  const int pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (pagemap < 0) return;
+  std::vector<std::uint64_t> entries(n);
+  const auto bytes = static_cast<ssize_t>(n * sizeof(std::uint64_t));
+  const auto offset = static_cast<off_t>(reinterpret_cast<std::uintptr_t>(pages[0]) /
+                                         page_size() * sizeof(std::uint64_t));
+  const bool read = pread(pagemap, entries.data(), bytes, offset) == bytes;
+  close(pagemap);
+  for (std::size_t i = 0; read && i < n; ++i) {
+    const std::uint64_t entry = entries[i];
     int node = -1;
-    if (status[i] < 0 && (resident[i] & 1)) {
-      any |= get_mempolicy(&node, nullptr, 0, pages[i], MPOL_F_NODE | MPOL_F_ADDR) == 0;
+    if (status[i] < 0 && (entry & kPresent) && (entry & kExclusive) &&
+        get_mempolicy(&node, nullptr, 0, pages[i], MPOL_F_NODE | MPOL_F_ADDR) == 0) {
+      status[i] = node;
     }
   }
-  return any;
 }
 
 }  // namespace
@@ -125,15 +136,12 @@ std::map<int, std::size_t> page_nodes(std::uintptr_t address, std::size_t bytes)
     for (std::size_t i = 0; i < n; ++i) {
       pages[i] = reinterpret_cast<void*>(first + (done + i) * page);
     }
-    const auto query = [&] {
-      if (move_pages(0, n, pages.data(), nullptr, status.data(), 0) != 0) {
-        throw std::system_error(
-            errno, std::generic_category(),
-            "move_pages query of " + std::to_string(bytes) + " bytes at " + hex(address));
-      }
-    };
-    query();
-    if (fault_in_hidden_pages(pages.data(), status.data(), n)) query();
+    if (move_pages(0, n, pages.data(), nullptr, status.data(), 0) != 0) {
+      throw std::system_error(
+          errno, std::generic_category(),
+          "move_pages query of " + std::to_string(bytes) + " bytes at " + hex(address));
+    }
+    find_hidden_pages(pages.data(), status.data(), n);
     for (std::size_t i = 0; i < n; ++i) ++counts[status[i]];
   }
   return counts;
