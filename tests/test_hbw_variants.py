@@ -1,7 +1,7 @@
 """hpcmem._hbw built with one backend alone: UMF without memkind, memkind without UMF.
 
-Each variant is configured and built here with CMake (the _hbw target only, about 10 s on
-two cores) and loaded by tests/hbw_probe.py in place of the installed module, so a site
+Each variant is configured and built here with CMake (native/hbw alone, about 15 s on two
+quiet cores) and loaded by tests/hbw_probe.py in place of the installed module, so a site
 with only one of the two libraries is what these tests run.
 """
 
@@ -33,15 +33,15 @@ def variant(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     if cmake is None:
         pytest.fail("cmake not found: run `make setup`")
     build = tmp_path_factory.mktemp(f"hbw-{name}")
-    configure = [cmake, "-S", str(REPO / "native"), "-B", str(build), "-G", "Unix Makefiles",
-                 f"-DPython_EXECUTABLE={sys.executable}",
+    configure = [cmake, "-S", str(REPO / "native" / "hbw"), "-B", str(build),
+                 "-G", "Unix Makefiles", f"-DPython_EXECUTABLE={sys.executable}",
                  f"-Dpybind11_DIR={pybind11.get_cmake_dir()}", "-DCMAKE_BUILD_TYPE=Release",
                  VARIANTS[name]]
     configured = _run(configure)
     if f"hpcmem._hbw: backends {name} " not in configured:
         pytest.fail(f"the {name} variant did not find {name}: run `make setup`\n{configured}")
     _run([cmake, "--build", str(build), "--target", "_hbw", "-j", "2"])
-    (extension,) = build.glob("hbw/_hbw*.so")
+    (extension,) = build.glob("_hbw*.so")
     return name, extension
 
 

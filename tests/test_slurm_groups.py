@@ -13,8 +13,8 @@ other record as it was.
 Each point is as cheap as one gets (one rank, one 8-byte message, one iteration, one
 repeat): what it costs is Snakemake's own start for each point in its job, about 3 s on 2
 cores, so the full size takes 11 to 17 minutes. By default (``make test``) the same tests
-run 20 points (4 of the operations), 10 per job, under MaxSubmitJobs=2: the same rules at a
-tenth of the size.
+run 10 points (2 of the operations), 5 per job, under MaxSubmitJobs=2, and grouped 2 per
+job the preflight refuses them: the same rules at a twentieth of the size.
 """
 
 from __future__ import annotations
@@ -55,13 +55,14 @@ OPS = ("bcast", "gather", "allreduce", "reduce", "allgather", "alltoall", "scatt
 @dataclass(frozen=True)
 class Size:
     """How big the sweep is: its operations and bindings (x 5 buffers, one rank), points per
-    Slurm job, the association's MaxSubmitJobs (and the profile's jobs:), and the fewest
-    points per job the preflight then names for a sweep grouped 5 per job."""
+    Slurm job, the association's MaxSubmitJobs (and the profile's jobs:), a grouping that
+    queues more jobs than that, and the fewest points per job the preflight then names."""
 
     ops: tuple[str, ...]
     bindings: tuple[str, ...]
     per_job: int
     most_queued: int
+    refused_per_job: int
     fewest_per_job: int
     #: profile settings beyond the template's
     profile: dict = field(default_factory=dict)
@@ -73,11 +74,12 @@ class Size:
 
 SIZES = {
     "200": Size(OPS, ("none", "cores", "hbw", "dram", "interleave"), per_job=25,
-                most_queued=20, fewest_per_job=10),  # the template's group-components: 25
-    "20": Size(OPS[:4], ("none",), per_job=10, most_queued=2, fewest_per_job=10,
-               profile={"group-components": {"points": 10}}),
+                most_queued=20, refused_per_job=5,
+                fewest_per_job=10),  # the template's group-components: 25
+    "10": Size(OPS[:2], ("none",), per_job=5, most_queued=2, refused_per_job=2,
+               fewest_per_job=5, profile={"group-components": {"points": 5}}),
 }
-SIZE = SIZES[os.environ.get("HPCMEM_GROUPED_SWEEP", "20")]
+SIZE = SIZES[os.environ.get("HPCMEM_GROUPED_SWEEP", "10")]
 #: the sweep: the size's ops x 5 buffers x its bindings, one rank each
 SWEEP = {
     "container": {"enabled": False},
@@ -169,14 +171,15 @@ def test_points_grouped_past_max_submit_jobs_are_refused(sweep: Sweep, tmp_path:
                                                          ) -> None:
     profile = site_profile(tmp_path / "hpcmem", sweep.cluster, SWEEP, jobs=MOST_QUEUED, **{
         "slurm-qos": "normal", "default-resources__slurm_account": ACCOUNT,
-        "group-components": {"points": 5}})
+        "group-components": {"points": SIZE.refused_per_job}})
     since = time.strftime("%Y-%m-%dT%H:%M:%S")
     result = preflight(sweep.cluster, profile, sweep.workdir)
     assert result.returncode == 2, result.stdout
-    jobs = POINTS // 5
+    grouped = SIZE.refused_per_job
+    jobs = POINTS // grouped
     assert result.stdout.splitlines() == [
-        f"hpcmem preflight: group-components: points=5 puts {POINTS} points in {jobs} Slurm "
-        f"jobs: {jobs} jobs queued at once (the run submits {jobs + 2}), more than the "
+        f"hpcmem preflight: group-components: points={grouped} puts {POINTS} points in {jobs} "
+        f"Slurm jobs: {jobs} jobs queued at once (the run submits {jobs + 2}), more than the "
         f"association of user 'root' with account '{ACCOUNT}' allows "
         f"(MaxSubmitJobs={MOST_QUEUED}): set group-components: points={SIZE.fewest_per_job} "
         "or more",
