@@ -20,7 +20,8 @@ device synchronisation:
   ``attach(model, optimizer, offload=Offload(working_dtype="bfloat16"))``, bf16 autocast.
   ``--budget-from deepspeed`` takes B from the last DeepSpeed record in ``--out`` run with
   its default checkpointing: what ZeRO-Offload reserved (``deepspeed-nockpt``: its run
-  without checkpointing; any variant's name works the same way).
+  without checkpointing; any variant's name works the same way), ``--budget-scale`` a share
+  of it (``--budget-from cuda --budget-scale 0.3``: 30% of what the unconstrained run held).
 
 Each process appends one record to ``--out`` (JSON lines): the median step, PyTorch's peak
 allocated and reserved bytes, NVML's per-process peak, the losses, and for hpcmem the
@@ -64,6 +65,32 @@ MODELS = {
                                  "num_hidden_layers": 28, "num_attention_heads": 32,
                                  "num_key_value_heads": 8, "vocab_size": 32000,
                                  "max_position_embeddings": 1024}),
+    # more families, below 0.7B: each brings a layout the two above lack
+    "qwen2-0.5b": ("Qwen2Config", {"hidden_size": 896, "intermediate_size": 4864,  # tied, qkv bias
+                                   "num_hidden_layers": 24, "num_attention_heads": 14,
+                                   "num_key_value_heads": 2, "vocab_size": 151936,
+                                   "tie_word_embeddings": True,
+                                   "max_position_embeddings": 1024}),
+    "opt-350m": ("OPTConfig", {"hidden_size": 1024, "ffn_dim": 4096,  # projections in and out
+                               "num_hidden_layers": 24, "num_attention_heads": 16,
+                               "word_embed_proj_dim": 512, "vocab_size": 50272,
+                               "do_layer_norm_before": False,
+                               "max_position_embeddings": 2048}),
+    "pythia-410m": ("GPTNeoXConfig", {"hidden_size": 1024, "intermediate_size": 4096,  # parallel
+                                      "num_hidden_layers": 24, "num_attention_heads": 16,
+                                      "vocab_size": 50304, "rotary_pct": 0.25,
+                                      "max_position_embeddings": 2048}),
+    "bloom-560m": ("BloomConfig", {"hidden_size": 1024, "n_layer": 24, "n_head": 16,  # ALiBi
+                                   "vocab_size": 250880}),
+    "gemma-0.5b": ("GemmaConfig", {"hidden_size": 1024, "intermediate_size": 4096,  # 256k vocab
+                                   "num_hidden_layers": 12, "num_attention_heads": 8,
+                                   "num_key_value_heads": 1, "head_dim": 128,
+                                   "vocab_size": 256000, "max_position_embeddings": 1024}),
+    "mixtral-0.5b": ("MixtralConfig", {"hidden_size": 1024, "intermediate_size": 1536,  # MoE
+                                       "num_hidden_layers": 8, "num_attention_heads": 16,
+                                       "num_key_value_heads": 4, "num_local_experts": 8,
+                                       "num_experts_per_tok": 2, "vocab_size": 32000,
+                                       "max_position_embeddings": 1024}),
 }
 
 
@@ -85,6 +112,8 @@ def _args() -> argparse.Namespace:
                         help="take the budget from the last ok record of this variant in "
                              "--out, run with that variant's default --checkpointing "
                              "(NAME-nockpt: run without it)")
+    parser.add_argument("--budget-scale", type=float, default=1.0,
+                        help="the share of --budget-from's bytes to take (default: 1)")
     parser.add_argument("--host-threads", type=int, default=None,
                         help="hpcmem: the host optimizer's CPU threads (default: planned)")
     parser.add_argument("--gpu-share", type=float, default=None,
@@ -353,7 +382,7 @@ def _budget(args: argparse.Namespace) -> int | None:
                 and r.get("checkpointing") == checkpointing
                 and r.get("accumulate", 1) == args.accumulate]
         if held:
-            return held[-1]
+            return int(args.budget_scale * held[-1])
     return int(args.budget_gib * 2**30) if args.budget_gib else None
 
 

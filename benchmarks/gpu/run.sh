@@ -14,7 +14,8 @@
 #   cnn         ResNet-50 without a budget (fp32, batch 256, CPU-written batches): cuda, um, hpcmem
 #   pinned      ResNet-50 bf16, batch 128, pinned batches (as DataLoader(pin_memory=True)):
 #               cuda, hpcmem, then the jobs hpcmem, um, hpcmem, cuda, hpcmem in one process
-#   hf-offload  (asked for by name) a Hugging Face model (HPCMEM_HF_MODEL, gpt2-large; random weights, 8 x 1024 tokens,
+#   hf-offload  (asked for by name) Hugging Face models (HPCMEM_HF_MODELS, gpt2-large; one after the
+#               other, each with all its variants; random weights, 8 x 1024 tokens,
 #               bf16, AdamW), one process per variant, interleaved (HPCMEM_HF_REPEATS, 1): cuda,
 #               DeepSpeed ZeRO-2 + offload_optimizer cpu + HF checkpointing, hpcmem at the budget
 #               ZeRO-Offload reserved (hf.jsonl, hf.md). DeepSpeed is installed for it from the
@@ -25,7 +26,8 @@
 #               fsdp2 (FSDP2 + CPUOffloadPolicy) and hpcmem; NAME-nockpt runs NAME with
 #               --no-checkpointing (e.g. "deepspeed-nockpt"); hpcmem@NAME runs hpcmem at the
 #               bytes the variant NAME (run before it) reserved (e.g. "fsdp2 hpcmem@fsdp2
-#               deepspeed-nockpt hpcmem@deepspeed-nockpt"); HPCMEM_HF_STEPS and HPCMEM_HF_WARMUP
+#               deepspeed-nockpt hpcmem@deepspeed-nockpt"), hpcmem@NAME*F at the share F of
+#               them (e.g. "cuda hpcmem@cuda*0.3"); HPCMEM_HF_STEPS and HPCMEM_HF_WARMUP
 #               (5, 3) the timed and warm-up steps: "HPCMEM_HF_VARIANTS='cuda hpcmem'
 #               HPCMEM_HF_STEPS=200 HPCMEM_HF_WARMUP=0" is the loss check (hf.md's last column)
 # HPCMEM_GPU_TESTS (tests/test_*.py) picks the test files, HPCMEM_TEST_SECONDS (300) caps them; HPCMEM_BENCH_SECONDS (480) the benchmark part; HPCMEM_BENCH_REPEATS (2) the repeats;
@@ -139,19 +141,23 @@ if want hf-offload; then
       export PYTHONPATH=$PYTHONPATH:$TMP_DIR/deepspeed-site || echo "DeepSpeed did not install (bench.log)"
   fi
   for repeat in $(seq 1 "${HPCMEM_HF_REPEATS:-1}"); do
-    for accumulate in ${HPCMEM_HF_ACCUMULATE:-1}; do
-      for token in ${HPCMEM_HF_VARIANTS:-cuda deepspeed hpcmem}; do
-        cap=$(( DEADLINE - SECONDS - 10 )); (( cap > 240 )) && cap=240
-        (( cap > 20 )) || { echo "skipped (out of time): hf $token" | tee -a "$OUT/bench.log"; status=1; continue; }
-        variant=${token%%@*}; variant=${variant%-nockpt}; extra=()
-        [[ ${token%%@*} == *-nockpt ]] && extra=(--no-checkpointing)
-        if [[ $token == hpcmem@* ]]; then extra+=(--budget-from "${token#hpcmem@}")
-        elif [[ $variant == hpcmem ]]; then extra+=(--budget-from deepspeed --budget-gib 9.6); fi
-        timeout "$cap" "$PY" benchmarks/gpu/hf_offload.py --variant "$variant" --repeat "$repeat" \
-          --model "${HPCMEM_HF_MODEL:-gpt2-large}" --accumulate "$accumulate" \
-          --steps "${HPCMEM_HF_STEPS:-5}" --warmup "${HPCMEM_HF_WARMUP:-3}" \
-          --out "$OUT/hf.jsonl" "${extra[@]}" 2>&1 |
-          relative | tee -a "$OUT/bench.log" | grep -v -E "^\s|Warning|warn" | tail -3
+    for model in ${HPCMEM_HF_MODELS:-gpt2-large}; do
+      for accumulate in ${HPCMEM_HF_ACCUMULATE:-1}; do
+        for token in ${HPCMEM_HF_VARIANTS:-cuda deepspeed hpcmem}; do
+          cap=$(( DEADLINE - SECONDS - 10 )); (( cap > 240 )) && cap=240
+          (( cap > 20 )) || { echo "skipped (out of time): hf $model $token" | tee -a "$OUT/bench.log"; status=1; continue; }
+          variant=${token%%@*}; variant=${variant%-nockpt}; extra=()
+          [[ ${token%%@*} == *-nockpt ]] && extra=(--no-checkpointing)
+          if [[ $token == hpcmem@* ]]; then
+            from=${token#hpcmem@}; extra+=(--budget-from "${from%%\**}")
+            [[ $from == *\** ]] && extra+=(--budget-scale "${from#*\*}")
+          elif [[ $variant == hpcmem ]]; then extra+=(--budget-from deepspeed --budget-gib 9.6); fi
+          timeout "$cap" "$PY" benchmarks/gpu/hf_offload.py --variant "$variant" --repeat "$repeat" \
+            --model "$model" --accumulate "$accumulate" \
+            --steps "${HPCMEM_HF_STEPS:-5}" --warmup "${HPCMEM_HF_WARMUP:-3}" \
+            --out "$OUT/hf.jsonl" "${extra[@]}" 2>&1 |
+            relative | tee -a "$OUT/bench.log" | grep -v -E "^\s|Warning|warn" | tail -3
+        done
       done
     done
   done
