@@ -8,6 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from hpcmem.um.errors import BudgetError  # noqa: E402
 from hpcmem.um.host_optimizer.kernel import (  # noqa: E402
     NativeAdam,
     TorchFused,
@@ -126,5 +127,9 @@ def test_what_the_native_kernel_cannot_step_goes_to_pytorch_saying_why(make, dty
     optimizer = make([torch.nn.Parameter(torch.zeros(4))])
     assert reason in native_refusal(optimizer, dtype)
     assert isinstance(bucket_kernel(optimizer, dtype, threads=1), TorchFused)
+    with pytest.raises(BudgetError, match=f"'native' cannot step this job: .*{reason}"):
+        bucket_kernel(optimizer, dtype, threads=1, kind="native")
     adam = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(4))])
     assert bucket_kernel(adam, torch.bfloat16, threads=1).name == f"hpcmem-{ISAS[0]}"
+    assert bucket_kernel(adam, torch.bfloat16, threads=1, kind="native").name.startswith("hpcmem")
+    assert isinstance(bucket_kernel(adam, torch.bfloat16, threads=1, kind="torch"), TorchFused)

@@ -210,12 +210,13 @@ def test_fp32_training_agrees_with_the_plain_optimizer(kind):
         torch.testing.assert_close(a, b.detach(), rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize(("kind", "kernel", "wire"), [("AdamW", "hpcmem-", 2),
-                                                    ("SGD", "torch-fused", 4)])
-def test_bf16_working_weights_agree_within_one_percent(kind, kernel, wire):
+@pytest.mark.parametrize(("kind", "asked", "kernel", "wire"), [
+    ("AdamW", None, "hpcmem-", 2), ("AdamW", "torch", "torch-fused", 4),
+    ("SGD", None, "torch-fused", 4)])
+def test_bf16_working_weights_agree_within_one_percent(kind, asked, kernel, wire):
     reference, *_ = _train(bf16=True, steps=8, kind=kind)
-    ours, model, _, engine = _train({"working_dtype": "bfloat16"}, bf16=True, steps=8,
-                                    kind=kind)
+    ours, model, _, engine = _train({"working_dtype": "bfloat16", "host_kernel": asked},
+                                    bf16=True, steps=8, kind=kind)
     _agree(ours, reference, 1e-2)
     assert all(p.dtype == torch.bfloat16 for p in model.parameters())
     stats = engine.stats()
@@ -410,6 +411,11 @@ def test_a_share_asked_for_is_kept_then_streamed_as_the_room_allows():
 def test_a_share_outside_zero_to_one_is_refused():
     with pytest.raises(BudgetError, match=r"gpu_share: 1\.5 is not between 0 and 1"):
         Offload(gpu_share=1.5)
+
+
+def test_an_unknown_host_kernel_is_refused_naming_the_kernels():
+    with pytest.raises(BudgetError, match=r"host_kernel: 'avx' is not one of native, torch"):
+        Offload(host_kernel="avx")
 
 
 # -- where the host optimizer's threads run --------------------------------------------------

@@ -119,6 +119,9 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--gpu-share", type=float, default=None,
                         help="hpcmem: share of the optimizer's elements the GPU steps "
                              "(default: planned)")
+    parser.add_argument("--host-kernel", choices=("native", "torch"), default=None,
+                        help="hpcmem: the host optimizer's kernel (default: native where "
+                             "it applies)")
     parser.add_argument("--trace", type=Path, default=None,
                         help="profile one more step after the timed ones into this "
                              "Chrome trace (.json.gz); benchmarks/gpu/trace_gaps.py reads it")
@@ -339,7 +342,8 @@ def run_hpcmem(args: argparse.Namespace, model: Any, budget: int) -> dict[str, A
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE,
                                   weight_decay=WEIGHT_DECAY)
     offload = Offload(working_dtype="bfloat16", micro_batches=args.accumulate,
-                      threads=args.host_threads, gpu_share=args.gpu_share)
+                      threads=args.host_threads, gpu_share=args.gpu_share,
+                      host_kernel=args.host_kernel)
     used = {}  # the device's used memory (cudaMemGetInfo): everything, the context included
     with UnifiedMemory("hpcmem", device=0, gpu_budget=budget) as um:
         um.attach(model, optimizer, offload=offload)

@@ -24,6 +24,7 @@ from hpcmem.um.errors import BudgetError
 __all__ = [
     "DEFAULT_BUCKET_BYTES",
     "ELEMENTWISE",
+    "HOST_KERNELS",
     "HOST_OPTIMIZER_SHARE",
     "STRATEGIES",
     "Offload",
@@ -43,6 +44,8 @@ HOST_OPTIMIZER_SHARE = 0.5
 #: Optimizers (``torch.optim`` class names) the host-optimizer mode can step.
 ELEMENTWISE = ("SGD", "Adam", "AdamW")
 DTYPES = ("float32", "bfloat16", "float16")
+#: The host optimizer's kernels (:mod:`hpcmem.um.host_optimizer.kernel`).
+HOST_KERNELS = ("native", "torch")
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,9 @@ class Offload:
         of the CPU, their master and state kept on the device where the budget has room,
         else streamed in and out (None: planned after the fourth step from the median of
         the steps before it, :mod:`hpcmem.um.host_optimizer.split`; 0: none).
+    host_kernel : ``host_optimizer``: ``native`` (hpcmem's Adam/AdamW, refused where it
+        does not apply), ``torch`` (PyTorch's fused CPU kernel), or None (native where it
+        applies, :func:`hpcmem.um.host_optimizer.kernel.bucket_kernel`).
     """
 
     strategy: str | None = None
@@ -72,6 +78,7 @@ class Offload:
     threads: int | None = None
     recompute: bool | None = None
     gpu_share: float | None = None
+    host_kernel: str | None = None
 
     def __post_init__(self) -> None:
         if self.strategy is not None and self.strategy not in STRATEGIES:
@@ -87,6 +94,9 @@ class Offload:
             raise BudgetError(f"offload threads: {self.threads} must be >= 1")
         if self.gpu_share is not None and not 0 <= self.gpu_share <= 1:
             raise BudgetError(f"offload gpu_share: {self.gpu_share} is not between 0 and 1")
+        if self.host_kernel is not None and self.host_kernel not in HOST_KERNELS:
+            raise BudgetError(f"offload host_kernel: {self.host_kernel!r} is not one of "
+                              f"{', '.join(HOST_KERNELS)}")
 
     def to_record(self) -> dict[str, object]:
         """The value as a record field."""

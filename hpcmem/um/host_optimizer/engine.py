@@ -108,7 +108,8 @@ class HostOptimizer:
         cpus = optimizer_cpus(offload.threads) if on_gpu else None
         threads = offload.threads or (len(cpus) if cpus else None)
         kernel = bucket_kernel(optimizer, self.working_dtype,
-                               threads=threads or torch.get_num_threads(), cpus=cpus)
+                               threads=threads or torch.get_num_threads(), cpus=cpus,
+                               kind=offload.host_kernel)
         self.arena = HostArena(transport)
         self.host = HostBuckets(self.buckets, optimizer, arena=self.arena, kernel=kernel)
         with plain_scope():

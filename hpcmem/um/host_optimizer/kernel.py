@@ -24,6 +24,8 @@ import importlib
 from abc import ABC, abstractmethod
 from typing import Any
 
+from hpcmem.um.errors import BudgetError
+
 __all__ = ["BucketKernel", "NativeAdam", "TorchFused", "bucket_kernel", "native_refusal"]
 
 #: Working dtypes the native kernel reads gradients and writes weights in.
@@ -173,9 +175,15 @@ def _dtype_name(dtype: Any) -> str:
 
 
 def bucket_kernel(optimizer: Any, working_dtype: Any, *, threads: int,
-                  cpus: list[int] | None = None) -> BucketKernel:
-    """The native kernel where it can step ``optimizer`` (:func:`native_refusal`), PyTorch's
-    fused one otherwise."""
-    if native_refusal(optimizer, working_dtype) is None:
+                  cpus: list[int] | None = None, kind: str | None = None) -> BucketKernel:
+    """The kernel ``kind`` asks for (``Offload.host_kernel``): ``torch``, PyTorch's fused
+    one; ``native``, hpcmem's, refused with the reason where it cannot step ``optimizer``
+    (:func:`native_refusal`); None, the native kernel where it can, PyTorch's otherwise."""
+    if kind == "torch":
+        return TorchFused()
+    refusal = native_refusal(optimizer, working_dtype)
+    if refusal is None:
         return NativeAdam(working_dtype, threads=threads, cpus=cpus)
+    if kind == "native":
+        raise BudgetError(f"offload host_kernel: 'native' cannot step this job: {refusal}")
     return TorchFused()
