@@ -120,10 +120,19 @@ def test_buckets_the_gpu_steps_agree_inside_the_budget(torch):
     losses, stats = _train(torch, _transformer, budget=BUDGET, offload="host_optimizer",
                            gpu_share=0.5, bucket_bytes=4 * 2**20)
     assert losses == pytest.approx(reference, rel=1e-2)
-    _check_budget(stats, BUDGET)
-    split = stats["offload"]["split"]
+    _check_budget(stats, BUDGET, through_host=False)
+    offload = stats["offload"]
+    split = offload["split"]
     assert split["resident_buckets"] or split["streamed_buckets"], split
     assert 0 < split["share"] < 1, split
+    # the counts are per step since step 2: before the plan every bucket crossed PCIe, after
+    # it a kept bucket crossed nothing (a streamed one its master and state instead)
+    wire = 2 if offload["host_kernel"].startswith("hpcmem") else 4  # bytes per element
+    crossed = offload["working_bytes"] * wire // 2
+    assert (1 - split["share"]) * crossed <= offload["bytes_h2d"], offload
+    if not split["streamed_buckets"]:
+        assert offload["bytes_h2d"] == offload["bytes_d2h"] < crossed, offload
+    assert offload["h2d_busy_ms"] > 0 and offload["d2h_busy_ms"] > 0
 
 
 def test_gpt2_from_transformers(torch):
