@@ -160,14 +160,58 @@ def test_the_plan_keeps_working_weights_on_the_gpu_when_half_the_budget_holds_th
     assert staging_bytes(2**30) == (64 * 2**20, 16 * 2**20)
 
 
+class _CountingTransport(CpuTransport):
+    """The CPU transport, counting its copies out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.copies_out = 0
+
+    def offload(self, device_tensor, host, hold=True):
+        self.copies_out += 1
+        return super().offload(device_tensor, host, hold)
+
+
 def test_gradients_leave_through_a_ring_smaller_than_them():
     ring = OutRing(CpuTransport(), 100)
     sent = [torch.randn(250, dtype=torch.bfloat16), torch.randn(7, 9), torch.randn(60)]
     homes = [torch.zeros(t.numel()) for t in sent]
-    for tensor, home in zip(sent, homes, strict=True):
-        ring.send(tensor, home)
+    for key, (tensor, home) in enumerate(zip(sent, homes, strict=True)):
+        ring.send(tensor, home, 0, key=key)
+        ring.flush(key)
     for tensor, home in zip(sent, homes, strict=True):
         assert torch.equal(home, tensor.float().reshape(-1))
+
+
+def test_a_buckets_gradients_leave_in_one_copy_when_the_ring_holds_them():
+    transport = _CountingTransport()
+    ring = OutRing(transport, 1000)
+    home = torch.zeros(192)
+    grads = [torch.randn(64) for _ in range(3)]
+    for position, grad in enumerate(grads):
+        ring.send(grad, home, 64 * position, key="bucket")
+    assert transport.copies_out == 0  # nothing leaves before the bucket is complete
+    ring.flush("bucket")
+    assert transport.copies_out == 1
+    assert torch.equal(home, torch.cat(grads))
+    ring.clear()
+
+
+def test_interleaved_buckets_and_a_full_ring_still_land_every_gradient():
+    transport = _CountingTransport()
+    ring = OutRing(transport, 100)
+    homes = {"a": torch.zeros(256), "b": torch.zeros(256)}
+    sent = {"a": torch.randn(256), "b": torch.randn(256)}
+    for start in range(0, 256, 64):  # out of order in the host buffer, and the ring wraps
+        for key in ("b", "a"):
+            ring.send(sent[key][start : start + 64], homes[key], start, key=key)
+    with pytest.raises(RuntimeError, match=r"copies of \['a'\] were never flushed"):
+        ring.clear()
+    for key in ("a", "b"):
+        ring.flush(key)
+        assert torch.equal(homes[key], sent[key])
+    assert transport.copies_out == 8  # the ring holds one gradient at a time: no merging
+    ring.clear()
 
 
 def test_make_strategy_follows_the_plan_or_the_value():

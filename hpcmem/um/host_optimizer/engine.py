@@ -10,13 +10,13 @@ chooses ``host_optimizer`` (:mod:`hpcmem.um.offload`):
   ``.data`` is a view; frozen parameters and buffers are copied to the device;
 * backward: on the last micro-batch of a step, each gradient is copied into the out ring
   (:class:`.staging.OutRing`) in the dtype the bucket kernel reads (:mod:`.kernel`: the
-  working dtype for hpcmem's Adam, fp32 for PyTorch's kernel) and from there to its
-  bucket's page-locked gradient as soon as autograd has accumulated it
-  (``post_accumulate_grad`` hook, on the device-to-host stream), and freed; a bucket whose
-  gradients are all out goes to the worker thread (:mod:`.worker`), which steps it on the
-  CPU and copies its updated weights up once the compute stream is done with the old ones
-  (an fp32 master narrowed into them on the device), while backward goes on; earlier
-  micro-batches accumulate in ``param.grad`` on the device;
+  working dtype for hpcmem's Adam, fp32 for PyTorch's kernel) as soon as autograd has
+  accumulated it (``post_accumulate_grad`` hook), and freed; once a bucket's gradients
+  are all in, they go from the ring to its page-locked gradient (one copy, on the
+  device-to-host stream) and the bucket to the worker thread (:mod:`.worker`), which
+  steps it on the CPU and copies its updated weights up once the compute stream is done
+  with the old ones (an fp32 master narrowed into them on the device), while backward goes
+  on; earlier micro-batches accumulate in ``param.grad`` on the device;
 * ``optimizer.step()``: sends what backward left (a step before the last micro-batch, a
   parameter without a gradient), waits for the worker and for the last weight copy, so the
   next forward reads updated weights;
@@ -239,10 +239,11 @@ class HostOptimizer:
         self._left[index].discard(position)
 
     def _send(self, index: int, position: int, grad: Any) -> None:
-        """A gradient for the CPU: into the out ring (in the kernel's dtype), and out."""
-        host = self.buckets[index].slot(self.host.grads[index], position)
-        self._landed[index] = self.ring.send(grad, host)
-        self.ledger.d2h += tensor_bytes(host)
+        """A gradient for the CPU: into the out ring (in the kernel's dtype), out with the
+        rest of its bucket (:meth:`_submit`)."""
+        bucket, home = self.buckets[index], self.host.grads[index]
+        self.ring.send(grad, home, bucket.offsets[position], key=index)
+        self.ledger.d2h += grad.numel() * home.element_size()
 
     def _submit(self, index: int, missing: list[int]) -> None:
         self._submitted[index] = True
@@ -255,7 +256,7 @@ class HostOptimizer:
                 return
             for position, grad in self.device_step.release(index):
                 self._send(index, position, grad)
-        self.worker.submit(index, self._landed[index], self.transport.mark(), missing)
+        self.worker.submit(index, self.ring.flush(index), self.transport.mark(), missing)
         self.ledger.h2d += tensor_bytes(self.host.upload_source(index))
 
     # -- the optimizer step ---------------------------------------------------------------
@@ -331,7 +332,6 @@ class HostOptimizer:
         self._micro = 0
         self._left = [set(range(len(b.params))) for b in self.buckets]
         self._submitted = [False] * len(self.buckets)
-        self._landed: list[Any] = [None] * len(self.buckets)
         self._first_grad: Any = None  # the mark at the step's first gradient sent
         self._order: list[int] = []  # buckets in the order they were submitted
 
