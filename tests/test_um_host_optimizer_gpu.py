@@ -132,6 +132,8 @@ def test_buckets_the_gpu_steps_agree_inside_the_budget(torch):
     assert (1 - split["share"]) * crossed <= offload["bytes_h2d"], offload
     if not split["streamed_buckets"]:
         assert offload["bytes_h2d"] == offload["bytes_d2h"] < crossed, offload
+    assert offload["bytes_d2h"] > 0
+    assert offload["cpu_optimizer_ms"] > 0 and offload["compute_ms"] > 0
     assert offload["h2d_busy_ms"] > 0 and offload["d2h_busy_ms"] > 0
 
 
