@@ -41,6 +41,7 @@ class Net(nn.Module):
     def __init__(self, width: int = 128) -> None:
         super().__init__()
         self.embed = nn.Embedding(VOCAB, width)
+        nn.init.normal_(self.embed.weight, std=0.02)  # as language models start: loss ~ln(VOCAB)
         self.blocks = nn.ModuleList(Block(width) for _ in range(3))
         self.frozen = nn.Parameter(torch.ones(width), requires_grad=False)
         self.register_buffer("scale", torch.full((width,), 0.5))
@@ -50,7 +51,8 @@ class Net(nn.Module):
         for block in self.blocks:
             x = block(x)
         logits = (x * self.scale * 2) @ self.embed.weight.t()
-        return nn.functional.cross_entropy(logits.float(), tokens)
+        # the next token: a loss that stays away from 0, so every step has gradients
+        return nn.functional.cross_entropy(logits[:-1].float(), tokens[1:])
 
 
 def _optimizer(model, kind="AdamW", groups=False):
@@ -403,7 +405,7 @@ RATES = {"h2d": 50e9, "d2h": 50e9}
 
 def _plan(numels, **kwargs):
     """``plan_split`` of buckets completed in bucket order, 2.7 GB each way per step."""
-    return plan_split(**{"backward_ms": 150, "cpu_ms": 100,
+    return plan_split(**{"window_ms": 150, "cpu_ms": 100,
                          "bucket_numels": numels, "order": list(range(len(numels))),
                          "states": 2, "bytes_h2d": 2.7e9, "bytes_d2h": 2.7e9,
                          "bandwidth": RATES, "room_bytes": 2**31, **kwargs})
@@ -433,7 +435,7 @@ def test_the_stream_is_limited_by_what_pcie_carries_and_the_room():
     numels = [2**25] * 20
     # within a 200 ms backward PCIe carries 10 GB each way, 8 of it taken: 2 GB more, 37%
     # of the elements streamed, under the 50% the CPU wants
-    split = _plan(numels, cpu_ms=400, backward_ms=200, bytes_h2d=8e9,
+    split = _plan(numels, cpu_ms=400, window_ms=200, bytes_h2d=8e9,
                   room_bytes=2 * slot_bytes(2**25, 2))
     assert split.share == pytest.approx(2e9 / (8 * 20 * 2**25), abs=0.03)
     # PCIe full within backward: nothing streams
@@ -504,3 +506,86 @@ def test_the_steps_go_probe_measure_steady_and_the_plan_comes_between():
     *_, engine = _train({"gpu_share": 1.0}, steps=PLAN_AFTER)
     assert engine.split is not None and engine.stats()["phase"] == "steady"
     engine.close()
+
+
+# -- the delayed update --------------------------------------------------------------------
+def _delayed_reference(steps, lr_at, undelayed=frozenset()):
+    """``_train``'s run with a plain AdamW on separate masters, delayed as ZeRO-Offload's
+    update from the steady phase on: each step's gradient is taken at weights one update
+    behind the masters; the parameters at positions in ``undelayed`` are never delayed.
+    The losses, the masters and the weights the model holds."""
+    torch.manual_seed(0)
+    model = Net()
+    trained = [p for p in model.parameters() if p.requires_grad]
+    masters = [p.detach().clone() for p in trained]
+    optimizer = torch.optim.AdamW(masters, lr=1e-3, fused=True)
+    generator = torch.Generator().manual_seed(1)
+    losses = []
+    for step in range(steps):
+        if step == lr_at:
+            optimizer.param_groups[0]["lr"] *= 0.1
+        loss = model(torch.randint(VOCAB, (256,), generator=generator))
+        loss.backward()
+        losses.append(loss.item())
+        delayed = Phase.of(step + 1) is Phase.STEADY
+        for position, (param, master) in enumerate(zip(trained, masters, strict=True)):
+            master.grad, param.grad = param.grad, None
+            if delayed and position not in undelayed:
+                param.data.copy_(master)  # the update before this step's
+        optimizer.step()
+        for position, (param, master) in enumerate(zip(trained, masters, strict=True)):
+            if not delayed or position in undelayed:
+                param.data.copy_(master)
+    return losses, masters, trained
+
+
+def test_the_delayed_update_steps_on_weights_one_update_behind():
+    steps = {"steps": PLAN_AFTER + 4, "lr_at": PLAN_AFTER + 2}  # a schedule reaches it too
+    reference, masters, held = _delayed_reference(**steps)
+    undelayed, *_ = _train({"gpu_share": 0}, **steps)
+    ours, model, _, engine = _train({"gpu_share": 0, "delayed_update": True}, **steps)
+    _agree(ours, reference, 1e-5)
+    assert ours[: PLAN_AFTER + 1] == pytest.approx(undelayed[: PLAN_AFTER + 1], rel=1e-5)
+    assert max(abs(a - b) / b for a, b in zip(ours, undelayed, strict=True)) > 1e-4
+    stats = engine.stats()
+    assert stats["delayed_update"] and stats["phase"] == "steady"
+    assert stats["cpu_optimizer_ms"] > 0
+    trained = [p for p in model.parameters() if p.requires_grad]
+    for mine, theirs, master in zip(trained, held, masters, strict=True):
+        torch.testing.assert_close(mine.detach(), theirs.detach(), rtol=1e-5, atol=1e-7)
+        assert not torch.allclose(mine.detach(), master, rtol=1e-6, atol=0)  # one behind
+    weights = [w for w, p in zip(_close(engine, model), model.parameters(), strict=True)
+               if p.requires_grad]
+    for mine, theirs in zip(weights, masters, strict=True):  # close brings the masters
+        torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-6)
+
+
+def test_buckets_the_gpu_steps_are_not_delayed():
+    steps = {"steps": PLAN_AFTER + 3, "lr_at": None}
+    ours, model, _, engine = _train({"gpu_share": 0.5, "delayed_update": True},
+                                    budget=_streaming_budget(), **steps)
+    split = engine.stats()["split"]
+    assert split["streamed_buckets"] and 0 < split["share"] < 1, split
+    on_gpu = {id(p) for i in (*split["streamed_buckets"], *split["resident_buckets"])
+              for p in engine.buckets[i].params}
+    trained = [p for p in model.parameters() if p.requires_grad]
+    undelayed = frozenset(i for i, p in enumerate(trained) if id(p) in on_gpu)
+    reference, masters, held = _delayed_reference(**steps, undelayed=undelayed)
+    _agree(ours, reference, 1e-5)
+    for position, (mine, theirs) in enumerate(zip(trained, held, strict=True)):
+        torch.testing.assert_close(mine.detach(), theirs.detach(), rtol=1e-5, atol=1e-7)
+        behind = not torch.allclose(theirs.detach(), masters[position], rtol=1e-6, atol=0)
+        assert behind == (position not in undelayed)
+    engine.close()
+
+
+def test_the_delayed_update_is_refused_with_the_stream_strategy():
+    with pytest.raises(BudgetError, match="delayed_update: True applies to strategy "
+                                          "host_optimizer only"):
+        Offload("stream", delayed_update=True)
+    model = Net()
+    with pytest.raises(BudgetError, match="the plan chose stream"):
+        make_strategy(model, torch.optim.Adagrad(model.parameters()),
+                      offload=Offload(delayed_update=True), transport=CpuTransport(),
+                      budget=BUDGET, priority=("params", "activations", "inputs"),
+                      device_scope=contextlib.nullcontext)

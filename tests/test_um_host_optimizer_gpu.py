@@ -137,6 +137,15 @@ def test_buckets_the_gpu_steps_agree_inside_the_budget(torch):
     assert offload["h2d_busy_ms"] > 0 and offload["d2h_busy_ms"] > 0
 
 
+def test_the_delayed_update_stays_inside_the_budget_and_near_the_losses(torch):
+    reference, _ = _train(torch, _transformer)
+    losses, stats = _train(torch, _transformer, budget=BUDGET, offload="host_optimizer",
+                           gpu_share=0, delayed_update=True)
+    assert losses == pytest.approx(reference, rel=1e-2)
+    _check_budget(stats, BUDGET)
+    assert stats["offload"]["delayed_update"]
+
+
 def test_gpt2_from_transformers(torch):
     transformers = pytest.importorskip("transformers")
     config = transformers.GPT2Config(n_layer=4, n_embd=512, n_head=8, vocab_size=8192,

@@ -122,6 +122,9 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--host-kernel", choices=("native", "torch"), default=None,
                         help="hpcmem: the host optimizer's kernel (default: native where "
                              "it applies)")
+    parser.add_argument("--delayed-update", action="store_true",
+                        help="hpcmem: ZeRO-Offload's one-step delayed parameter update from "
+                             "the fifth step on")
     parser.add_argument("--trace", type=Path, default=None,
                         help="profile one more step after the timed ones into this "
                              "Chrome trace (.json.gz); benchmarks/gpu/trace_gaps.py reads it")
@@ -343,7 +346,7 @@ def run_hpcmem(args: argparse.Namespace, model: Any, budget: int) -> dict[str, A
                                   weight_decay=WEIGHT_DECAY)
     offload = Offload(working_dtype="bfloat16", micro_batches=args.accumulate,
                       threads=args.host_threads, gpu_share=args.gpu_share,
-                      host_kernel=args.host_kernel)
+                      host_kernel=args.host_kernel, delayed_update=args.delayed_update)
     used = {}  # the device's used memory (cudaMemGetInfo): everything, the context included
     with UnifiedMemory("hpcmem", device=0, gpu_budget=budget) as um:
         um.attach(model, optimizer, offload=offload)

@@ -75,8 +75,8 @@ def _percent(value: float | None) -> str:
 def _variant(record: dict[str, Any]) -> str:
     """The record's row: its variant; ``-ckpt`` or ``-nockpt`` after it where its
     checkpointing was not the variant's default; for hpcmem ``@`` its budget in GiB, ``~``
-    the GPU share asked for, ``%`` the host optimizer's kernel and ``:`` its threads, where
-    set."""
+    the GPU share asked for, ``%`` the host optimizer's kernel, ``+delayed`` the delayed
+    update and ``:`` its threads, where set."""
     name = record["variant"]
     checkpointing = record.get("checkpointing")
     if checkpointing is not None and checkpointing != (name in CHECKPOINTED):
@@ -88,13 +88,15 @@ def _variant(record: dict[str, Any]) -> str:
         name += f"~{offload['gpu_share']:g}"
     if offload.get("host_kernel"):
         name += f"%{offload['host_kernel']}"
+    if offload.get("delayed_update"):
+        name += "+delayed"
     threads = offload.get("threads")
     return f"{name}:{threads}" if threads else name
 
 
 def _base(variant: str) -> str:
     """The hf_offload.py variant of a ``_variant`` key."""
-    return re.split(r"[-@~%:]", variant)[0]
+    return re.split(r"[-@~%:+]", variant)[0]
 
 
 def _label(variant: str) -> str:
@@ -106,6 +108,7 @@ def _label(variant: str) -> str:
             + (f", {CHECKPOINTING[checkpointing.group(0)]}" if checkpointing else "")
             + (f", GPU share {share.group(1)} asked" if share else "")
             + (f", {kernel.group(1)} host kernel" if kernel else "")
+            + (", delayed update" if "+delayed" in variant else "")
             + (f", {threads.group(1)} host threads" if threads else ""))
 
 

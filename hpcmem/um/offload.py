@@ -23,6 +23,7 @@ from hpcmem.um.errors import BudgetError
 
 __all__ = [
     "DEFAULT_BUCKET_BYTES",
+    "DELAYED_STREAM",
     "ELEMENTWISE",
     "HOST_KERNELS",
     "HOST_OPTIMIZER_SHARE",
@@ -46,6 +47,9 @@ ELEMENTWISE = ("SGD", "Adam", "AdamW")
 DTYPES = ("float32", "bfloat16", "float16")
 #: The host optimizer's kernels (:mod:`hpcmem.um.host_optimizer.kernel`).
 HOST_KERNELS = ("native", "torch")
+#: Why the delayed update and the ``stream`` strategy do not go together.
+DELAYED_STREAM = ("offload delayed_update: True applies to strategy host_optimizer only; "
+                  "strategy stream steps every chunk on the GPU as it passes")
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,12 @@ class Offload:
     host_kernel : ``host_optimizer``: ``native`` (hpcmem's Adam/AdamW, refused where it
         does not apply), ``torch`` (PyTorch's fused CPU kernel), or None (native where it
         applies, :func:`hpcmem.um.host_optimizer.kernel.bucket_kernel`).
+    delayed_update : ``host_optimizer``: ZeRO-Offload's one-step delayed parameter update,
+        from the steady phase on (the fifth step): ``optimizer.step()`` returns while the
+        CPU still steps, and each forward and backward runs on weights that lack the last
+        step's update, which lands during it (the buckets the GPU steps are not delayed).
+        The step then takes the longer of the compute and the CPU optimizer instead of
+        about their sum; the trajectory is not the undelayed one's.
     """
 
     strategy: str | None = None
@@ -79,6 +89,7 @@ class Offload:
     recompute: bool | None = None
     gpu_share: float | None = None
     host_kernel: str | None = None
+    delayed_update: bool = False
 
     def __post_init__(self) -> None:
         if self.strategy is not None and self.strategy not in STRATEGIES:
@@ -97,6 +108,8 @@ class Offload:
         if self.host_kernel is not None and self.host_kernel not in HOST_KERNELS:
             raise BudgetError(f"offload host_kernel: {self.host_kernel!r} is not one of "
                               f"{', '.join(HOST_KERNELS)}")
+        if self.delayed_update and self.strategy == "stream":
+            raise BudgetError(DELAYED_STREAM)
 
     def to_record(self) -> dict[str, object]:
         """The value as a record field."""

@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from hpcmem.um.offload import Offload, choose_strategy
+from hpcmem.um.errors import BudgetError
+from hpcmem.um.offload import DELAYED_STREAM, Offload, choose_strategy
 from hpcmem.um.stream.transport import Transport
 from hpcmem.um.tensors import tensor_bytes
 
@@ -55,6 +56,8 @@ def make_strategy(
         return HostOptimizer(model, optimizer, transport=transport, budget=budget,
                              offload=offload, device_scope=device_scope,
                              plain_scope=plain_scope)
+    if offload.delayed_update:
+        raise BudgetError(f"{DELAYED_STREAM} (the plan chose stream for this budget)")
     from hpcmem.um.stream import Streamer
 
     return Streamer(model, optimizer, transport=transport, budget=budget, priority=priority,

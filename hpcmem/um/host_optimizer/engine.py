@@ -27,6 +27,15 @@ chooses ``host_optimizer`` (:mod:`hpcmem.um.offload`):
   whose master and state cross PCIe instead of their gradients and weights; with the room
   left, buckets whose master and state stay on the device (those completed last).
 
+Under ``Offload(delayed_update=True)`` the steps from the steady phase on are delayed
+(ZeRO-Offload's delayed parameter update): ``optimizer.step()`` does not wait for the CPU.
+A bucket's job only steps; when the bucket's gradients are complete in the next backward
+(the compute stream done with its weights), the engine waits for that job and uploads its
+weights, then sends the new gradients to the bucket's other gradient buffer and submits
+the next job; the next forward waits, on the device, for the last upload. Each forward
+and backward so runs on weights one update behind the master, and the CPU steps while
+the GPU computes.
+
 The first step is the probe: it recomputes the repeated blocks and measures the device
 bytes one step needs, the CUDA context and everything outside the managed pools included
 (:meth:`Transport.outside_bytes`); a budget below them is refused (:class:`BudgetTooSmall`),
@@ -49,7 +58,7 @@ from hpcmem.um.host_optimizer.ledger import Ledger, StepTimes, median_times
 from hpcmem.um.host_optimizer.phases import Phase
 from hpcmem.um.host_optimizer.split import ROOM_MARGIN, Split, plan_split
 from hpcmem.um.host_optimizer.staging import OutRing
-from hpcmem.um.host_optimizer.worker import Worker
+from hpcmem.um.host_optimizer.worker import Stepped, Worker
 from hpcmem.um.offload import Offload, staging_bytes
 from hpcmem.um.stream.host import HostArena
 from hpcmem.um.stream.plan import TARGET_FRACTION, check_minimum
@@ -111,7 +120,8 @@ class HostOptimizer:
                                threads=threads or torch.get_num_threads(), cpus=cpus,
                                kind=offload.host_kernel)
         self.arena = HostArena(transport)
-        self.host = HostBuckets(self.buckets, optimizer, arena=self.arena, kernel=kernel)
+        self.host = HostBuckets(self.buckets, optimizer, arena=self.arena, kernel=kernel,
+                                grad_sets=2 if offload.delayed_update else 1)
         with plain_scope():
             self.plain_bytes = -self._reserved()
             self.flats, self.ring, through = self._plain_buffers(budget)
@@ -139,6 +149,10 @@ class HostOptimizer:
         self._measured: list[StepTimes] = []  # the steps of Phase.MEASURE
         self._steps = 0  # optimizer steps done
         self._micro = 0  # since the last optimizer step
+        self._delayed = False  # this step's update is delayed (module docstring)
+        self._parity = 0  # the gradient buffer this step's gradients land in
+        self._stepped: list[Stepped] = []  # jobs of the step before, waited for in this one
+        self._uploaded: Any = None  # the last upload of this step (delayed)
         self._begin_step()
         transport.reset_peak()
 
@@ -189,8 +203,6 @@ class HostOptimizer:
     def scope(self) -> Iterator[None]:
         """One forward and backward (a micro-batch); the probe's budget check after the first."""
         self._micro += 1
-        if self._micro == 1:
-            self.host.sync(self.optimizer.param_groups)
         start = self.transport.mark()
         try:
             yield
@@ -241,13 +253,15 @@ class HostOptimizer:
     def _send(self, index: int, position: int, grad: Any) -> None:
         """A gradient for the CPU: into the out ring (in the kernel's dtype), out with the
         rest of its bucket (:meth:`_submit`)."""
-        bucket, home = self.buckets[index], self.host.grads[index]
+        bucket, home = self.buckets[index], self.host.grads[self._parity][index]
         self.ring.send(grad, home, bucket.offsets[position], key=index)
         self.ledger.d2h += grad.numel() * home.element_size()
 
     def _submit(self, index: int, missing: list[int]) -> None:
         self._submitted[index] = True
         self._order.append(index)
+        before = self._catch_up(index)
+        self.host.sync(self.optimizer.param_groups, index)
         if self.device_step is not None and self.device_step.holds(index):
             if self.device_step.run(index):  # a missing gradient is the slot's zeros
                 moved = self.device_step.bucket_bytes(index)
@@ -256,8 +270,21 @@ class HostOptimizer:
                 return
             for position, grad in self.device_step.release(index):
                 self._send(index, position, grad)
-        self.worker.submit(index, self.ring.flush(index), self.transport.mark(), missing)
+        released = None if self._delayed else self.transport.mark()
+        self.worker.submit(index, self.ring.flush(index), released, missing,
+                           parity=self._parity, before=before)
         self.ledger.h2d += tensor_bytes(self.host.upload_source(index))
+
+    def _catch_up(self, index: int) -> Any:
+        """Bucket ``index``'s delayed job of the step before: waited for, its weights sent
+        up once the compute work queued so far is done; the token of that copy (None:
+        nothing was outstanding)."""
+        done = self.worker.wait(index)
+        if done is None:
+            return None
+        self._stepped.append(done)
+        self._uploaded = self.worker.upload(index, self.transport.mark())
+        return self._uploaded
 
     # -- the optimizer step ---------------------------------------------------------------
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
@@ -270,8 +297,6 @@ class HostOptimizer:
         if closure is not None:
             with self._torch.enable_grad():
                 loss = closure()
-        if self._micro == 0:
-            self.host.sync(self.optimizer.param_groups)
         for bucket in self.buckets:
             if self._submitted[bucket.index]:
                 continue
@@ -283,11 +308,7 @@ class HostOptimizer:
                 else:
                     self._ship(bucket.index, position, param)
             self._submit(bucket.index, missing)
-        done = self.worker.drain()
-        # The next forward reads the weights the last copy brings, and the gradients held
-        # for their copies are free again: the device is idle until then in any case.
-        self.transport.synchronize()
-        self.ring.clear()
+        done = self._finish_delayed() if self._delayed else self._finish()
         times = self.ledger.stepped(done, self._first_grad)
         phase, self._steps = self.phase, self._steps + 1
         if self.device_step is not None:
@@ -296,8 +317,37 @@ class HostOptimizer:
             self._measured.append(times)
             if self.phase is Phase.STEADY:
                 self._plan_split(median_times(self._measured))
+        self._delayed = self.offload.delayed_update and self.phase is Phase.STEADY
         self._begin_step()
         return loss
+
+    def _finish(self) -> list[Stepped]:
+        """The step's jobs done and their weights up: the next forward reads them, and the
+        gradients held for their copies are free again (the device is idle until then in
+        any case)."""
+        done = self.worker.drain()
+        self.transport.synchronize()
+        self.ring.clear()
+        return done
+
+    def _finish_delayed(self) -> list[Stepped]:
+        """A delayed step's end: the next forward waits (on the device) for this step's
+        uploads; a bucket the GPU steps next step has its job of this one (it went back to
+        the CPU, :meth:`DeviceStep.release`) finished and uploaded now, before the GPU
+        reads its master. The jobs of the step before, waited for during this one."""
+        for index in self._gpu_buckets():
+            self._catch_up(index)
+        if self._uploaded is not None:
+            self.transport.wait(self._uploaded)
+        self._parity ^= 1
+        done, self._stepped, self._uploaded = self._stepped, [], None
+        return done
+
+    def _gpu_buckets(self) -> list[int]:
+        """The buckets the GPU's share takes (:mod:`.split`)."""
+        if self.split is None:
+            return []
+        return [*self.split.resident_buckets, *self.split.streamed_buckets]
 
     @property
     def phase(self) -> Phase:
@@ -315,7 +365,8 @@ class HostOptimizer:
         states = self.host.state_count()
         per_step = self.ledger.per_step()
         self.split = plan_split(
-            backward_ms=times.backward_ms, cpu_ms=times.cpu_ms,
+            window_ms=times.compute_ms if self.offload.delayed_update else times.backward_ms,
+            cpu_ms=times.cpu_ms,
             bucket_numels=[b.numel for b in self.buckets], order=self._order, states=states,
             bytes_h2d=per_step["bytes_h2d"], bytes_d2h=per_step["bytes_d2h"],
             bandwidth=self.bandwidth, asked=self.offload.gpu_share,
@@ -356,6 +407,7 @@ class HostOptimizer:
             "host_cpus": self.worker.cpus,
             "recompute": self.recompute.enabled,
             "micro_batches": self.offload.micro_batches,
+            "delayed_update": self._delayed,
             "split": self.split.to_record() if self.split is not None else None,
             "host_bytes": self.arena.reserved_bytes,
         }

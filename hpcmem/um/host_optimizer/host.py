@@ -9,7 +9,8 @@ in it. The step itself is the bucket kernel's (:mod:`.kernel`): hpcmem's native 
 reads the gradient in the working dtype and writes the working weights beside the master
 (``outs``: what is uploaded); PyTorch's fused kernel reads an fp32 gradient and the master
 is uploaded, the casts then running on the GPU (:mod:`.engine`). Gradients land and
-weights leave page-locked.
+weights leave page-locked. Under the delayed update a bucket has two gradient buffers, one
+per step parity: the next step's gradients land in one while the CPU steps from the other.
 """
 
 from __future__ import annotations
@@ -43,12 +44,12 @@ def check_supported(optimizer: Any) -> None:
 
 
 class HostBuckets:
-    """Masters, gradients, optimizers and uploaded weights of ``buckets``, stepped by
-    ``kernel`` (see the module docstring); ``optimizer`` is the job's, whose state (if any)
-    is taken over."""
+    """Masters, gradients (``grad_sets`` buffers each), optimizers and uploaded weights of
+    ``buckets``, stepped by ``kernel`` (see the module docstring); ``optimizer`` is the
+    job's, whose state (if any) is taken over."""
 
     def __init__(self, buckets: list[Bucket], optimizer: Any, *, arena: HostArena,
-                 kernel: BucketKernel) -> None:
+                 kernel: BucketKernel, grad_sets: int = 1) -> None:
         import torch
 
         check_supported(optimizer)
@@ -56,26 +57,28 @@ class HostBuckets:
         self.buckets = buckets
         self.kernel = kernel
         self.masters: list[Any] = []
-        self.grads: list[Any] = []
+        self.grads: list[list[Any]] = [[] for _ in range(grad_sets)]  # by parity, bucket
         self.outs: list[Any] = []  # the working weights the kernel writes (if it does)
         self.optimizers: list[Any] = []
-        per_element = 4 + kernel.grad_dtype.itemsize + (
+        per_element = 4 + grad_sets * kernel.grad_dtype.itemsize + (
             kernel.out_dtype.itemsize if kernel.out_dtype is not None else 0)
-        arena.reserve(sum(b.numel * per_element + 3 * ALIGN for b in buckets))
+        arena.reserve(sum(b.numel * per_element + (2 + grad_sets) * ALIGN for b in buckets))
         for bucket in buckets:
             master = self._take(arena, bucket.numel, torch.float32)
-            grad = self._take(arena, bucket.numel, kernel.grad_dtype)
+            grads = [self._take(arena, bucket.numel, kernel.grad_dtype)
+                     for _ in range(grad_sets)]
             out = (None if kernel.out_dtype is None
                    else self._take(arena, bucket.numel, kernel.out_dtype))
             for position, param in enumerate(bucket.params):
                 bucket.slot(master, position).copy_(param.detach())
                 if out is not None:
                     bucket.slot(out, position).copy_(param.detach())
-            kernel.attach(master, grad)
+            kernel.attach(master, grads[0])
             step = type(optimizer)([master], lr=optimizer.param_groups[bucket.group]["lr"],
                                    fused=True)
             self.masters.append(master)
-            self.grads.append(grad)
+            for parity, grad in enumerate(grads):
+                self.grads[parity].append(grad)
             if out is not None:
                 self.outs.append(out)
             self.optimizers.append(step)
@@ -92,11 +95,13 @@ class HostBuckets:
         or the master."""
         return self.outs[index] if self.outs else self.masters[index]
 
-    def sync(self, param_groups: list[dict[str, Any]]) -> None:
-        """Take the hyperparameters of the job's param groups (a schedule may change them)."""
-        for bucket, step in zip(self.buckets, self.optimizers, strict=True):
-            group = param_groups[bucket.group]
-            step.param_groups[0].update(
+    def sync(self, param_groups: list[dict[str, Any]], index: int | None = None) -> None:
+        """Take the hyperparameters of the job's param groups (a schedule may change them):
+        into bucket ``index``'s optimizer (None: every bucket's)."""
+        indices = range(len(self.buckets)) if index is None else (index,)
+        for i in indices:
+            group = param_groups[self.buckets[i].group]
+            self.optimizers[i].param_groups[0].update(
                 {k: v for k, v in group.items() if k not in IMPLEMENTATION_KEYS}
             )
 
@@ -135,14 +140,14 @@ class HostBuckets:
         """Optimizer state tensors per element, as large as a bucket (AdamW: 2)."""
         return len(self.state_keys(0))
 
-    def step_bucket(self, index: int, missing: list[int]) -> None:
-        """Step bucket ``index`` from the gradient landed in it (the positions in ``missing``
-        had none: stepped with a zero gradient)."""
-        bucket = self.buckets[index]
+    def step_bucket(self, index: int, missing: list[int], parity: int = 0) -> None:
+        """Step bucket ``index`` from the gradient landed in its buffer ``parity`` (the
+        positions in ``missing`` had none: stepped with a zero gradient)."""
+        bucket, grad = self.buckets[index], self.grads[parity][index]
         for position in missing:
-            bucket.slot(self.grads[index], position).zero_()
+            bucket.slot(grad, position).zero_()
         out = self.outs[index] if self.outs else None
-        self.kernel.step(self.optimizers[index], self.masters[index], self.grads[index], out)
+        self.kernel.step(self.optimizers[index], self.masters[index], grad, out)
 
     def give_back(self, optimizer: Any) -> None:
         """Put masters and state into the job's parameters and optimizer (fp32, host)."""

@@ -75,6 +75,7 @@ class TorchFused(BucketKernel):
         step.state[master]["step"].zero_()
 
     def step(self, step: Any, master: Any, grad: Any, out: Any) -> None:
+        master.grad = grad  # one of the bucket's buffers (two under the delayed update)
         step.step()
 
 

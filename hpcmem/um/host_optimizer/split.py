@@ -8,10 +8,11 @@ memory per bucket for its fp32 gradient, master and optimizer state:
   (:mod:`.device_step`). That costs ``4 * states`` bytes more each way per element than the
   CPU's path (master and state instead of the master in and the gradient out), but two
   slots carry as many buckets as PCIe allows: per byte of room, it takes the most work off
-  the CPU. Planned when the CPU optimizer took longer than backward (the window in which
-  gradients land and the CPU can step them): as much as makes the CPU finish with
-  backward, no more than either PCIe direction can carry within backward (a share that
-  outlasts it delays the next forward), spread evenly over backward.
+  the CPU. Planned when the CPU optimizer took longer than its window (backward, in which
+  gradients land and the CPU can step them; the whole compute under the delayed update):
+  as much as makes the CPU finish with the window, no more than either PCIe direction can
+  carry within it (a share that outlasts it delays the next forward), spread evenly over
+  it.
 * **resident buckets**, with the room left: a bucket's master and state kept on the device
   for good; nothing of it crosses PCIe or reaches the CPU. The buckets whose gradients were
   completed last are taken first, back from the last as far as the room goes: the CPU
@@ -59,7 +60,7 @@ def slot_bytes(numel: int, states: int) -> int:
 
 def plan_split(
     *,
-    backward_ms: float,
+    window_ms: float,
     cpu_ms: float,
     bucket_numels: Sequence[int],
     order: Sequence[int],
@@ -72,24 +73,24 @@ def plan_split(
 ) -> Split:
     """The buckets the GPU steps (see the module docstring).
 
-    ``backward_ms`` and ``cpu_ms``: a step's compute from its first gradient on, and its CPU
-    optimizer time; ``bucket_numels``: elements
-    per bucket, in bucket order; ``order``: bucket indices in the order their gradients were
-    completed; ``states``: fp32 state tensors per element (AdamW 2, SGD with momentum 1);
-    ``bytes_h2d``, ``bytes_d2h``: what the step moved; ``bandwidth``: bytes/s each way;
-    ``room_bytes``: device bytes free for the GPU's share; ``asked``: the share the job
-    asked for.
+    ``window_ms`` and ``cpu_ms``: the time a step's CPU optimizer has (its compute from
+    the first gradient on; all of it under the delayed update), and the time it took;
+    ``bucket_numels``: elements per bucket, in bucket order; ``order``: bucket indices in
+    the order their gradients were completed; ``states``: fp32 state tensors per element
+    (AdamW 2, SGD with momentum 1); ``bytes_h2d``, ``bytes_d2h``: what the step moved;
+    ``bandwidth``: bytes/s each way; ``room_bytes``: device bytes free for the GPU's share;
+    ``asked``: the share the job asked for.
     """
     total = sum(bucket_numels)
     if not total:
         return Split((), (), 0, 0, 0.0, "nothing to step")
-    pcie = {"window_ms": backward_ms, "bytes_h2d": bytes_h2d, "bytes_d2h": bytes_d2h,
+    pcie = {"window_ms": window_ms, "bytes_h2d": bytes_h2d, "bytes_d2h": bytes_d2h,
             "bandwidth": bandwidth}
-    if asked is None and cpu_ms > backward_ms:
-        wanted = (cpu_ms - backward_ms) / cpu_ms * total
+    if asked is None and cpu_ms > window_ms:
+        wanted = (cpu_ms - window_ms) / cpu_ms * total
         streamed, why = _streamed(bucket_numels, range(len(bucket_numels)), states=states,
                                   room=room_bytes, wanted=wanted, **pcie)
-        why = (f"CPU optimizer {cpu_ms:.1f} ms over backward {backward_ms:.1f} ms: {why}")
+        why = f"CPU optimizer {cpu_ms:.1f} ms over its window {window_ms:.1f} ms: {why}"
         room = room_bytes - SLOTS * slot_bytes(
             max((bucket_numels[i] for i in streamed), default=0), states)
         resident = _resident(bucket_numels, order, set(streamed), states, room, total)
@@ -98,8 +99,8 @@ def plan_split(
         resident = _resident(bucket_numels, order, set(), states, room_bytes, goal)
         kept = sum(bucket_numels[i] for i in resident)
         room = room_bytes - sum(slot_bytes(bucket_numels[i], states) for i in resident)
-        streamed, why = [], (f"CPU optimizer {cpu_ms:.1f} ms within backward "
-                             f"{backward_ms:.1f} ms")
+        streamed, why = [], (f"CPU optimizer {cpu_ms:.1f} ms within its window "
+                             f"{window_ms:.1f} ms")
         if asked is not None and goal > kept:
             left = [i for i in range(len(bucket_numels)) if i not in resident]
             streamed, why = _streamed(bucket_numels, left, states=states, room=room,
@@ -151,7 +152,7 @@ def _streamed(numels: Sequence[int], candidates: Sequence[int], *, states: int, 
     if share <= 0:
         return [], f"{why}: none"
     chosen, moved = [], 0
-    for position, index in enumerate(candidates):  # spread evenly over backward
+    for position, index in enumerate(candidates):  # spread evenly over the window
         numel = numels[index]
         fits = SLOTS * slot_bytes(numel, states) <= room
         if fits and moved + numel <= share * total * (position + 1) / len(candidates) + numel / 2:

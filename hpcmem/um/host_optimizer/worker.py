@@ -4,7 +4,10 @@ One job per bucket: wait (on this thread) for its gradient to land in host memor
 and copy its updated weights to the device once the compute stream is done with the old
 working weights: those the kernel wrote in the working dtype, or the fp32 master, narrowed
 on the device (``through``: a buffer of plain device memory of the master's dtype,
-:mod:`.staging`; None when nothing is narrowed).
+:mod:`.staging`; None when nothing is narrowed). Under the delayed update the job only
+steps: the engine waits for it (:meth:`Worker.wait`) when the bucket's next gradients are
+complete, and uploads it then (:meth:`Worker.upload`); the bucket's next job waits for that
+copy before it writes what the copy reads.
 Both bucket kernels release the GIL, so the step runs beside autograd's thread. The native
 one has threads of its own, bound one to each of ``cpus`` (:mod:`.kernel`); PyTorch's
 spreads each bucket over ``threads`` intra-op threads, set on the worker's own thread
@@ -52,7 +55,7 @@ class Worker:
         self.cpus = cpus
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hpcmem-host-step",
                                         initializer=self._start)
-        self._jobs: list[Future[Stepped]] = []
+        self._jobs: dict[int, Future[Stepped]] = {}  # by bucket, in the order submitted
 
     def _start(self) -> None:
         """On the worker's thread, before its first step: its CPUs, its thread count."""
@@ -63,43 +66,57 @@ class Worker:
         if self.threads is not None:
             torch.set_num_threads(self.threads)
 
-    def submit(self, index: int, landed: Any, released: Any, missing: list[int]) -> None:
-        """Step bucket ``index`` once ``landed`` (its last gradient copy) is done, and copy
-        it up once ``released`` (the compute work that read the old weights) is."""
-        self._jobs.append(self._pool.submit(self._run, index, landed, released, missing))
+    def submit(self, index: int, landed: Any, released: Any, missing: list[int], *,
+               parity: int = 0, before: Any = None) -> None:
+        """Step bucket ``index`` from its gradient buffer ``parity`` once ``landed`` (its
+        last gradient copy) and ``before`` (the last copy reading its weights) are done, and
+        copy it up once ``released`` (the compute work that read the old weights) is; None:
+        the caller uploads it (:meth:`upload`) after :meth:`wait`."""
+        if index in self._jobs:
+            raise RuntimeError(f"host optimizer: bucket {index} submitted twice")
+        self._jobs[index] = self._pool.submit(self._run, index, landed, released, missing,
+                                              parity, before)
 
-    def _run(self, index: int, landed: Any, released: Any, missing: list[int]) -> Stepped:
+    def _run(self, index: int, landed: Any, released: Any, missing: list[int], parity: int,
+             before: Any) -> Stepped:
         import torch
 
-        if landed is not None:
-            self.transport.settle(landed)
+        for token in (before, landed):
+            if token is not None:
+                self.transport.settle(token)
         start = time.perf_counter()
         with torch.no_grad():
-            self.host.step_bucket(index, missing)
+            self.host.step_bucket(index, missing, parity)
         cpu_ms = (time.perf_counter() - start) * 1e3
-        self.upload(index, released)
+        if released is not None:
+            self.upload(index, released)
         return Stepped(index, cpu_ms)
 
-    def upload(self, index: int, after: Any = None) -> None:
+    def upload(self, index: int, after: Any = None) -> Any:
         """Copy bucket ``index``'s updated weights into its working weights on the device,
         after ``after``; a master of another dtype by way of ``through``, in pieces of its
-        size, narrowed one by one."""
+        size, narrowed one by one. The token of the last copy."""
         flat, master = self.device_flats[index], self.host.upload_source(index)
         if self.through is None or master.dtype == flat.dtype:
-            self.transport.upload(master, flat, after=after)
-            return
-        size = self.through.numel()
+            return self.transport.upload(master, flat, after=after)
+        size, token = self.through.numel(), None
         for start in range(0, flat.numel(), size):  # one stream: each piece after the last
             end = min(start + size, flat.numel())
-            self.transport.upload(master[start:end], flat[start:end],
-                                  after=after if start == 0 else None,
-                                  through=self.through[: end - start])
+            token = self.transport.upload(master[start:end], flat[start:end],
+                                          after=after if start == 0 else None,
+                                          through=self.through[: end - start])
+        return token
+
+    def wait(self, index: int) -> Stepped | None:
+        """Wait for bucket ``index``'s job, if one is outstanding; its result."""
+        job = self._jobs.pop(index, None)
+        return None if job is None else job.result()
 
     def drain(self) -> list[Stepped]:
-        """Wait for every job submitted since the last drain; their results, in order (the
-        first job's error, if one failed)."""
-        jobs, self._jobs = self._jobs, []
-        return [job.result() for job in jobs]
+        """Wait for every outstanding job; their results, in the order submitted (the first
+        job's error, if one failed)."""
+        jobs, self._jobs = self._jobs, {}
+        return [job.result() for job in jobs.values()]
 
     def close(self) -> None:
         """Finish what was submitted and stop the thread."""
