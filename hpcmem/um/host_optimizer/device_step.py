@@ -70,7 +70,7 @@ class DeviceStep:
         chosen = set(split.streamed_buckets)
         self._order = [i for i in order if i in chosen]
         self._order += [i for i in split.streamed_buckets if i not in self._order]
-        any_index = (split.resident_buckets + split.streamed_buckets)[0]
+        any_index = split.gpu_buckets[0]
         keys = host.state_keys(any_index)
         device = transport.device
         self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None

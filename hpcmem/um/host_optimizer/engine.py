@@ -4,10 +4,9 @@
 chooses ``host_optimizer`` (:mod:`hpcmem.um.offload`):
 
 * set-up: the trained parameters are laid out in buckets (:mod:`.buckets`); each bucket's
-  fp32 master weights, gradient and optimizer state move to host memory (:mod:`.host`) and
-  its working weights (the autocast dtype) to one flat buffer of plain device memory (every
-  copy's device end is plain memory: :mod:`.staging` says why), of which every parameter's
-  ``.data`` is a view; frozen parameters and buffers are copied to the device;
+  fp32 master weights, gradient and optimizer state move to host memory (:mod:`.host`),
+  its working weights (the autocast dtype) to plain device memory (:mod:`.placement`;
+  every copy's device end is plain memory: :mod:`.staging` says why);
 * backward: on the last micro-batch of a step, each gradient is copied into the out ring
   (:class:`.staging.OutRing`) in the dtype the bucket kernel reads (:mod:`.kernel`: the
   working dtype for hpcmem's Adam, fp32 for PyTorch's kernel) as soon as autograd has
@@ -20,26 +19,20 @@ chooses ``host_optimizer`` (:mod:`hpcmem.um.offload`):
 * ``optimizer.step()``: sends what backward left (a step before the last micro-batch, a
   parameter without a gradient), waits for the worker and for the last weight copy, so the
   next forward reads updated weights;
-* after the fourth step, the budget's room above what a step held is spent on the GPU
-  stepping buckets from then on (:mod:`.split` plans it from the median of the steps so
-  far, the probe excepted,
-  :mod:`.device_step` runs it): when the CPU optimizer took longer than backward, a share
-  whose master and state cross PCIe instead of their gradients and weights; with the room
-  left, buckets whose master and state stay on the device (those completed last).
+* from the steady phase on (:class:`.phases.Phase`), the budget's room above what a step
+  held is spent on buckets the GPU steps (:mod:`.split` plans it from the measured steps,
+  :mod:`.device_step` runs it): streamed when the CPU optimizer outlasts backward, kept on
+  the device with the room left.
 
-Under ``Offload(delayed_update=True)`` the steps from the steady phase on are delayed
-(ZeRO-Offload's delayed parameter update): ``optimizer.step()`` does not wait for the CPU.
-A bucket's job only steps; when the bucket's gradients are complete in the next backward
-(the compute stream done with its weights), the engine waits for that job and uploads its
-weights, then sends the new gradients to the bucket's other gradient buffer and submits
-the next job; the next forward waits, on the device, for the last upload. Each forward
-and backward so runs on weights one update behind the master, and the CPU steps while
-the GPU computes.
+Under ``Offload(delayed_update=True)`` the steady steps are delayed (ZeRO-Offload's delayed
+parameter update): ``optimizer.step()`` does not wait for the CPU; a bucket's job is waited
+for, and its weights uploaded, when the bucket's gradients of the next backward are
+complete, so forward and backward run on weights one update behind while the CPU steps.
 
-The first step is the probe: it recomputes the repeated blocks and measures the device
-bytes one step needs, the CUDA context and everything outside the managed pools included
-(:meth:`Transport.outside_bytes`); a budget below them is refused (:class:`BudgetTooSmall`),
-and recomputation is switched off when everything fits without it.
+The first step is the probe: it measures the device bytes one step needs, everything
+outside the managed pools included (:meth:`Transport.outside_bytes`); a budget below them
+is refused (:class:`BudgetTooSmall`), and recomputation is switched off when everything
+fits without it.
 """
 
 from __future__ import annotations
@@ -56,10 +49,10 @@ from hpcmem.um.host_optimizer.host import HostBuckets, check_supported
 from hpcmem.um.host_optimizer.kernel import bucket_kernel
 from hpcmem.um.host_optimizer.ledger import Ledger, StepTimes, median_times
 from hpcmem.um.host_optimizer.phases import Phase
+from hpcmem.um.host_optimizer.placement import device_buffers, place_model
 from hpcmem.um.host_optimizer.split import ROOM_MARGIN, Split, plan_split
-from hpcmem.um.host_optimizer.staging import OutRing
 from hpcmem.um.host_optimizer.worker import Stepped, Worker
-from hpcmem.um.offload import Offload, staging_bytes
+from hpcmem.um.offload import Offload
 from hpcmem.um.stream.host import HostArena
 from hpcmem.um.stream.plan import TARGET_FRACTION, check_minimum
 from hpcmem.um.stream.recompute import Recompute, repeated_blocks
@@ -104,13 +97,11 @@ class HostOptimizer:
         group_of = {id(p): g for g, group in enumerate(optimizer.param_groups)
                     for p in group["params"]}
         trained = [p for p in reversed(unique) if p.requires_grad and id(p) in group_of]
-        self.working_dtype = (
-            getattr(torch, offload.working_dtype) if offload.working_dtype
-            else (trained[0].dtype if trained else torch.float32)
-        )
         if not trained:
             raise BudgetError("offload host_optimizer: the optimizer trains no parameter "
                               "of the model")
+        self.working_dtype = (getattr(torch, offload.working_dtype) if offload.working_dtype
+                              else trained[0].dtype)
         self.buckets = lay_out(trained, [group_of[id(p)] for p in trained],
                                offload.bucket_bytes, self.working_dtype.itemsize)
         on_gpu = transport.device.type == "cuda"  # on the CPU the model computes there too
@@ -122,12 +113,13 @@ class HostOptimizer:
         self.arena = HostArena(transport)
         self.host = HostBuckets(self.buckets, optimizer, arena=self.arena, kernel=kernel,
                                 grad_sets=2 if offload.delayed_update else 1)
-        with plain_scope():
-            self.plain_bytes = -self._reserved()
-            self.flats, self.ring, through = self._plain_buffers(budget)
-            self.plain_bytes += self._reserved()
+        self.plain_bytes = 0
+        self._plain_scope = plain_scope
+        with self._plain():
+            self.flats, self.ring, through = device_buffers(
+                self.buckets, self.host, self.working_dtype, transport, budget)
         with device_scope():
-            self._to_device(model, unique, trained)
+            place_model(model, self.buckets, self.flats, self.working_dtype, transport.device)
         self.worker = Worker(self.host, self.flats, transport, through, threads, cpus)
         for bucket in self.buckets:
             self.worker.upload(bucket.index, transport.mark())
@@ -143,7 +135,6 @@ class HostOptimizer:
         optimizer.step = self.step
         self.probe_bytes: int | None = None  # what the first step held on the device
         self.outside_bytes = 0  # of which outside the managed pools (context, plain memory)
-        self._plain_scope = plain_scope
         self.split: Split | None = None  # planned after step PLAN_AFTER
         self.device_step: DeviceStep | None = None
         self._measured: list[StepTimes] = []  # the steps of Phase.MEASURE
@@ -157,46 +148,15 @@ class HostOptimizer:
         transport.reset_peak()
 
     # -- set-up -------------------------------------------------------------------------
-    def _reserved(self) -> int:
+    @contextmanager
+    def _plain(self) -> Iterator[None]:
+        """Allocations in plain device memory, their bytes added to ``plain_bytes``."""
         torch, device = self._torch, self.transport.device
-        return torch.cuda.memory_reserved(device) if device.type == "cuda" else 0
-
-    def _plain_buffers(self, budget: int) -> tuple[list[Any], OutRing, Any]:
-        """Each bucket's working weights in one flat device buffer (filled by the worker's
-        uploads), the out ring in the dtype gradients leave in, and the fp32 buffer uploads
-        narrow through (None when the host uploads the working dtype)."""
-        torch, device = self._torch, self.transport.device
-        ring_bytes, through_bytes = staging_bytes(budget)
-        flats = [torch.empty(b.numel, dtype=self.working_dtype, device=device)
-                 for b in self.buckets]
-        through = None
-        if self.host.upload_source(0).dtype != self.working_dtype:
-            through = torch.empty(through_bytes // 4, dtype=torch.float32, device=device)
-        wire = self.host.kernel.grad_dtype
-        return flats, OutRing(self.transport, ring_bytes // wire.itemsize, wire), through
-
-    def _to_device(self, model: Any, unique: list[Any], trained: list[Any]) -> None:
-        """The parameters views of their bucket's working weights; the other parameters and
-        the buffers copied to the device."""
-        for bucket, flat in zip(self.buckets, self.flats, strict=True):
-            for position, param in enumerate(bucket.params):
-                param.grad = None
-                param.data = bucket.slot(flat, position)
-        bucketed = {id(p) for p in trained}
-        for param in unique:
-            if id(param) not in bucketed:
-                dtype = self.working_dtype if param.is_floating_point() else param.dtype
-                param.grad = None
-                param.data = self._device_copy(param.data, dtype)
-        for module in model.modules():
-            for name, buffer in module._buffers.items():
-                if buffer is not None:
-                    module._buffers[name] = self._device_copy(buffer, buffer.dtype)
-
-    def _device_copy(self, tensor: Any, dtype: Any) -> Any:
-        out = self._torch.empty(tensor.shape, dtype=dtype, device=self.transport.device)
-        out.copy_(tensor)
-        return out
+        on_gpu = device.type == "cuda"
+        with self._plain_scope():
+            before = torch.cuda.memory_reserved(device) if on_gpu else 0
+            yield
+            self.plain_bytes += (torch.cuda.memory_reserved(device) if on_gpu else 0) - before
 
     # -- forward and backward ---------------------------------------------------------------
     @contextmanager
@@ -335,19 +295,13 @@ class HostOptimizer:
         uploads; a bucket the GPU steps next step has its job of this one (it went back to
         the CPU, :meth:`DeviceStep.release`) finished and uploaded now, before the GPU
         reads its master. The jobs of the step before, waited for during this one."""
-        for index in self._gpu_buckets():
+        for index in self.split.gpu_buckets if self.split is not None else ():
             self._catch_up(index)
         if self._uploaded is not None:
             self.transport.wait(self._uploaded)
         self._parity ^= 1
         done, self._stepped, self._uploaded = self._stepped, [], None
         return done
-
-    def _gpu_buckets(self) -> list[int]:
-        """The buckets the GPU's share takes (:mod:`.split`)."""
-        if self.split is None:
-            return []
-        return [*self.split.resident_buckets, *self.split.streamed_buckets]
 
     @property
     def phase(self) -> Phase:
@@ -373,11 +327,9 @@ class HostOptimizer:
             room_bytes=int((1 - ROOM_MARGIN) * self.budget) - held,
         )
         if self.split.share:
-            with self._plain_scope():
-                self.plain_bytes -= self._reserved()
+            with self._plain():
                 self.device_step = DeviceStep(self.host, self.flats, self.transport,
                                               self.arena, self.split, self._order)
-                self.plain_bytes += self._reserved()
 
     def _begin_step(self) -> None:
         self._micro = 0

@@ -48,6 +48,11 @@ class Split:
     share: float
     why: str
 
+    @property
+    def gpu_buckets(self) -> tuple[int, ...]:
+        """Every bucket the GPU steps: kept, then streamed."""
+        return self.resident_buckets + self.streamed_buckets
+
     def to_record(self) -> dict[str, object]:
         """The plan as a record field."""
         return asdict(self)

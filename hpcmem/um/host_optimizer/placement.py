@@ -1,0 +1,65 @@
+"""What the host-optimizer mode puts on the device at set-up.
+
+Each bucket's working weights are one flat buffer of plain device memory, of which every
+trained parameter's ``.data`` is a view; the parameters the optimizer does not train and
+the module buffers are copied to the device as they are. Beside them, the fixed buffers
+every copied byte crosses (:mod:`.staging`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hpcmem.um.host_optimizer.buckets import Bucket
+from hpcmem.um.host_optimizer.host import HostBuckets
+from hpcmem.um.host_optimizer.staging import OutRing
+from hpcmem.um.offload import staging_bytes
+from hpcmem.um.stream.transport import Transport
+
+__all__ = ["device_buffers", "place_model"]
+
+
+def device_buffers(buckets: list[Bucket], host: HostBuckets, working_dtype: Any,
+                   transport: Transport, budget: int) -> tuple[list[Any], OutRing, Any]:
+    """Each bucket's flat working weights (filled by the uploads), the out ring in the
+    dtype gradients leave in, and the fp32 buffer uploads narrow through (None when the
+    host uploads the working dtype)."""
+    import torch
+
+    device = transport.device
+    ring_bytes, through_bytes = staging_bytes(budget)
+    flats = [torch.empty(b.numel, dtype=working_dtype, device=device) for b in buckets]
+    through = None
+    if host.upload_source(0).dtype != working_dtype:
+        through = torch.empty(through_bytes // 4, dtype=torch.float32, device=device)
+    wire = host.kernel.grad_dtype
+    return flats, OutRing(transport, ring_bytes // wire.itemsize, wire), through
+
+
+def place_model(model: Any, buckets: list[Bucket], flats: list[Any], working_dtype: Any,
+                device: Any) -> None:
+    """Trained parameters become views of their bucket's flat buffer; the other floating
+    parameters are copied in ``working_dtype``, the rest and the buffers as they are."""
+    bucketed = set()
+    for bucket, flat in zip(buckets, flats, strict=True):
+        for position, param in enumerate(bucket.params):
+            param.grad = None
+            param.data = bucket.slot(flat, position)
+            bucketed.add(id(param))
+    for param in {id(p): p for p in model.parameters()}.values():
+        if id(param) not in bucketed:
+            dtype = working_dtype if param.is_floating_point() else param.dtype
+            param.grad = None
+            param.data = _device_copy(param.data, dtype, device)
+    for module in model.modules():
+        for name, buffer in module._buffers.items():
+            if buffer is not None:
+                module._buffers[name] = _device_copy(buffer, buffer.dtype, device)
+
+
+def _device_copy(tensor: Any, dtype: Any, device: Any) -> Any:
+    import torch
+
+    out = torch.empty(tensor.shape, dtype=dtype, device=device)
+    out.copy_(tensor)
+    return out
