@@ -58,7 +58,8 @@ TMP_DIR=${TMPDIR:-/tmp}
 # the logs name no folder of this machine: the checkout's paths relative to it, the temporary
 # and the home folder as <tmp> and ~ (as benchmarks/provenance.py's shown does for records)
 relative() { sed -u -e "s|$PWD/||g" -e "s|$TMP_DIR/|<tmp>/|g" -e "s|$HOME/|~/|g"; }
-# Python packages the GPU image lacks (e.g. jsonschema), carried as wheels in .whl/.
+# Python packages the GPU image lacks, carried as wheels in .whl/: spython and jsonschema at
+# least (the test plugins import them; without them pytest stops before any test).
 if compgen -G ".whl/*.whl" >/dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$TMP_DIR/hpcmem-site" .whl/*.whl &&
     export PYTHONPATH=$PYTHONPATH:$TMP_DIR/hpcmem-site
