@@ -28,9 +28,11 @@ BUDGETS = ("512M", "1G")
 H200_RUN = Path(__file__).parents[1] / "benchmarks" / "results" / "gpu-20261130-um-stream-f"
 
 
-def _record(budget: str, accumulate: int = 1) -> dict:
+def _record(budget: str, accumulate: int = 1, steps: int = 3,
+            delayed_update: bool = False) -> dict:
     point = make_point(params="3M", batch=2, seq_len=64, vocab=512, gpu_budget=budget,
-                       steps=3, warmup=1, device="cpu", dtype="fp32", accumulate=accumulate)
+                       steps=steps, warmup=1, device="cpu", dtype="fp32",
+                       accumulate=accumulate, delayed_update=delayed_update)
     data = synthetic_data(point.model, batch=point.batch, seq_len=point.seq_len,
                           vocab=point.vocab, image_size=0, classes=10, seed=point.seed)
     return train_point(point, shape_for_params(point), data, CpuMemory(point.gpu_budget),
@@ -90,3 +92,21 @@ def test_micro_batches_accumulate_into_one_optimizer_step():
     assert "/batch=2/accum=3/" in TRAIN.point_key(record)
     # the loss of a step is the mean of its micro-batches': near ln(vocab) at the start
     assert abs(record["losses"]["first"][0] - math.log(512)) < 0.5
+
+
+def test_the_delayed_update_is_a_point_of_its_own(tmp_path):
+    # 7 steps: the update is delayed from the steady phase (step 5) on
+    plain, delayed = (_record("1G", steps=6, delayed_update=flag) for flag in (False, True))
+    assert delayed["status"] == "ok" and delayed["delayed_update"] is True
+    assert delayed["memory"]["offload"]["delayed_update"] is True
+    assert plain["memory"]["offload"]["delayed_update"] is False
+    # the same steps up to the plan; then the next forward runs on weights one update behind
+    assert delayed["losses"]["first"] == plain["losses"]["first"]
+    assert delayed["losses"]["last"][-2:] != plain["losses"]["last"][-2:]
+    keys = [TRAIN.point_key(r) for r in (plain, delayed)]
+    assert "delayed" not in keys[0] and keys[1] == keys[0].replace("/policy=",
+                                                                   "/delayed=True/policy=")
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (plain, delayed)))
+    aggregate([tmp_path / "train.jsonl"], tmp_path / "summary")
+    table = time_parts(read_summary(tmp_path / "summary").points)
+    assert list(table["delayed_update"]) == [False, True]

@@ -83,6 +83,9 @@ def test_help_documents_every_option_with_units_and_defaults(hpcmem_exe: str) ->
          "--params: 1,000,000 is out of reach for the transformer: the nearest shape has "
          "3,400,640 parameters (the embeddings of --vocab 50304 alone need 3,219,456; "
          "accepted: a count the model can come within 10% of)"),
+        (["--delayed-update"],
+         "--delayed-update: applies under --gpu-budget only (it delays the host optimizer's "
+         "update); give a --gpu-budget or leave it out"),
         (["--model", "cnn", "--params", "50K"],
          "--params: 50,000 is out of reach for the cnn: the nearest shape has 224,492 "
          "parameters (the smallest CNN (width 4) has 224,492"),

@@ -18,7 +18,8 @@ that escaped routing, losses). Without a CUDA GPU the command fails, or with
 Counts take decimal units (125M, 1.3B, 6B); byte sizes binary units (512M, 40G).
 Exit status: 0 done (or skipped), 1 no GPU or out of memory (a `failed` record is
 written), 2 bad option value, refused oversubscription, or an --output that cannot be
-written (checked before training), 3 --gpu-budget below the least one step needs
+written (checked before training) or --delayed-update with a --gpu-budget too small
+for the host optimizer, 3 --gpu-budget below the least one step needs
 (measured by the first step; the `failed` record and the message name the budget and
 that minimum, `budget_minimum_bytes`).
 """
@@ -72,6 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     memory.add_argument("--gpu-budget", metavar="BYTES",
                         help="GPU memory the whole job may hold, binary units (40G, 512M); "
                         "the rest lives on the host; default: no budget")
+    memory.add_argument("--delayed-update", action="store_true",
+                        help="under --gpu-budget, step the optimizer on the CPU while the next "
+                        "forward and backward run, on weights one update behind "
+                        "(ZeRO-Offload's delayed update; losses differ slightly); "
+                        "default: every step updates before the next")
     memory.add_argument("--oversubscribe", type=float, metavar="RATIO",
                         help="size the model so its estimated footprint (weights, gradients, "
                         "AdamW state, activations) is RATIO x free GPU memory, instead of "
@@ -111,6 +117,7 @@ def _point(args: argparse.Namespace) -> Any:
             image_size=args.image_size, dtype=args.dtype, policy=args.policy,
             gpu_budget=args.gpu_budget, steps=args.steps, warmup=args.warmup, seed=args.seed,
             device=args.device, accumulate=args.accumulate,
+            delayed_update=args.delayed_update,
         )
     with bad_input(OSError, ValueError, where="--policy"):
         policy = load_policy(point.policy)
@@ -137,9 +144,12 @@ def run(args: argparse.Namespace) -> int:
 
     from hpcmem.train.benchmark import NoGPUError, run_point
     from hpcmem.train.sizing import SizingError
+    from hpcmem.um.errors import BudgetError
 
     try:
-        with bad_input(SizingError):
+        # a BudgetError that is not a budget below the minimum (a failed record, exit 3):
+        # --delayed-update where the plan for the budget streams the weights
+        with bad_input(SizingError), bad_input(BudgetError, where="--delayed-update"):
             record = run_point(point, policy=policy, allow_oversubscription=allowed,
                                skip_if_no_gpu=args.skip_if_no_gpu)
     except NoGPUError as error:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hpcmem.draw.plots import PALETTE, embed, log_value_axis, panel_grid
-from hpcmem.train.tables import MODEL, STEP, model_title
+from hpcmem.train.tables import DELAYED, MODEL, STEP, delayed, model_title
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,7 +34,7 @@ def budget_points(points: pd.DataFrame) -> pd.DataFrame:
     resident = table.get("peak_gpu_resident_bytes", pd.Series(float("nan"), index=table.index))
     reserved = table.get("peak_reserved_bytes", pd.Series(float("nan"), index=table.index))
     held = resident.where(table["gpu_budget"].notna(), reserved).astype(float)
-    drawn = table.assign(**{MEMORY: held}).dropna(subset=[MEMORY, STEP])
+    drawn = delayed(table).assign(**{MEMORY: held}).dropna(subset=[MEMORY, STEP])
     return drawn[drawn[MEMORY] > 0]  # nothing held on a GPU (a CPU run): off the log axis
 
 
@@ -48,14 +48,17 @@ def budget_figure(points: pd.DataFrame) -> str | None:
     models = list(table.groupby(MODEL, sort=True, dropna=False))
     figure, panels = panel_grid(len(models), 2, 5.6, 4.2)
     for axes, (key, group) in zip(panels, models, strict=True):
-        curve = group[group["gpu_budget"].notna()].sort_values(MEMORY)
+        budgeted = group[group["gpu_budget"].notna()]
         others = group[group["gpu_budget"].isna()]
-        axes.plot(curve[MEMORY] / GiB, curve[STEP], "o-", color=PALETTE[0],
-                  label="hpcmem under a budget")
-        for _, point in curve.iterrows():
-            axes.annotate(f"{point['gpu_budget'] / GiB:.1f}",
-                          (point[MEMORY] / GiB, point[STEP]), textcoords="offset points",
-                          xytext=(4, 4), fontsize=7)
+        for is_delayed, curve in budgeted.groupby(DELAYED, sort=True):
+            curve = curve.sort_values(MEMORY)
+            axes.plot(curve[MEMORY] / GiB, curve[STEP], "o--" if is_delayed else "o-",
+                      color=PALETTE[0], label="hpcmem under a budget"
+                      + (", delayed update" if is_delayed else ""))
+            for _, point in curve.iterrows():
+                axes.annotate(f"{point['gpu_budget'] / GiB:.1f}",
+                              (point[MEMORY] / GiB, point[STEP]), textcoords="offset points",
+                              xytext=(4, 4), fontsize=7)
         for index, (policy, rows_) in enumerate(others.groupby("policy", sort=True)):
             axes.plot(rows_[MEMORY] / GiB, rows_[STEP], "s", markersize=7,
                       color=PALETTE[1 + index % (len(PALETTE) - 1)], label=policy)

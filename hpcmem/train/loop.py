@@ -181,6 +181,7 @@ def train(
     pinned_inputs: bool = False,
     offload: str | None = None,
     accumulate: int = 1,
+    delayed_update: bool = False,
 ) -> TrainResult:
     """Train ``shape`` on ``data`` for ``warmup + steps`` steps under ``memory`` (UnifiedMemory).
 
@@ -188,8 +189,9 @@ def train(
     ``memory.stage`` under every policy (as from ``DataLoader(pin_memory=True)``).
     ``offload``: the budget strategy (``host_optimizer``, ``stream``; None: planned), its
     working weights in the autocast dtype. ``accumulate``: micro-batches per optimizer step,
-    each loss scaled by its share (a step's loss is their mean). NVML samples the process's
-    device memory.
+    each loss scaled by its share (a step's loss is their mean). ``delayed_update``:
+    ZeRO-Offload's one-step delayed update under a budget (:class:`Offload`). NVML samples
+    the process's device memory.
     """
     from contextlib import nullcontext
 
@@ -197,7 +199,7 @@ def train(
     from hpcmem.um.offload import Offload
 
     chosen = Offload(offload, working_dtype="bfloat16" if dtype == "bf16" else None,
-                     micro_batches=accumulate)
+                     micro_batches=accumulate, delayed_update=delayed_update)
     sampler = (NvmlPeak(device.index or 0, managed=_managed_on_gpu(memory))
                if device.type == "cuda" else nullcontext())
     with sampler:

@@ -53,6 +53,8 @@ class TrainPoint:
     seed: int
     device: str
     accumulate: int = 1  # micro-batches of ``batch`` samples per optimizer step
+    #: ZeRO-Offload's one-step delayed update (``Offload(delayed_update=True)``), budgets only
+    delayed_update: bool = False
 
 
 def default_params(model: str) -> int:
@@ -117,6 +119,7 @@ def make_point(
     seed: int = 0,
     device: str = "cuda:0",
     accumulate: int = 1,
+    delayed_update: bool = False,
 ) -> TrainPoint:
     """The point these options describe; None takes the model's default (:data:`DEFAULTS`).
 
@@ -147,6 +150,9 @@ def make_point(
         budget = None if gpu_budget is None else parse_size(gpu_budget, positive=True)
     except UnitError as error:
         raise PointError(f"--gpu-budget: {error}") from None
+    if delayed_update and budget is None:
+        raise PointError("--delayed-update: applies under --gpu-budget only (it delays the "
+                         "host optimizer's update); give a --gpu-budget or leave it out")
     if not _DEVICE.fullmatch(device):
         raise PointError(f"--device: {device!r} is not one of cuda, cuda:N, cpu")
     transformer, cnn = model == "transformer", model == "cnn"
@@ -169,6 +175,7 @@ def make_point(
         seed=_at_least("seed", seed, 0),
         device=device,
         accumulate=_at_least("accumulate", accumulate),
+        delayed_update=delayed_update,
     )
 
 

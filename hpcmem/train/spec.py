@@ -1,9 +1,10 @@
 """What the training benchmark's records hold, declared once for the results pipeline.
 
 A point is (model, parameters asked for, batch, micro-batches per step, sequence length,
-dtype, GPU budget, memory policy); its key reads
-``train/<model>/params=<n>/batch=<n>[/accum=<n>]/seq=<n|none>/<dtype>/budget=<bytes|none>/policy=<name>``
-(``accum`` only when a step accumulates more than one micro-batch).
+dtype, GPU budget, delayed update, memory policy); its key reads
+``train/<model>/params=<n>/batch=<n>[/accum=<n>]/seq=<n|none>/<dtype>/budget=<bytes|none>[/delayed=True]/policy=<name>``
+(``accum`` only when a step accumulates more than one micro-batch, ``delayed`` only for
+ZeRO-Offload's delayed update, ``hpcmem train --delayed-update``).
 A workflow job sweeps model, params, budget and policy (its folder:
 ``<model>/params=<n>/budget=<bytes|none>/policy=<name>``); batch, sequence length and dtype
 follow from the model. Median and first step times are checked in every run.
@@ -50,6 +51,9 @@ TRAIN = Benchmark(
         Coordinate("dtype"),
         Coordinate("gpu_budget", "budget", missing="none", integer=True, nullable=True,
                    swept=True, option="--gpu-budget"),
+        # ZeRO-Offload's one-step delayed update; records made before the axis had none
+        Coordinate("delayed_update", "delayed", implied=False,
+                   read=lambda record: bool(record.get("delayed_update", False))),
         Coordinate("policy", "policy", read=_policy, swept=True, option="--policy"),
     ),
     metrics=(

@@ -10,20 +10,24 @@ from hpcmem.units import format_count, format_size
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["BASELINES", "MODEL", "MODEL_POINT", "STEP", "model_title", "step_time_table"]
+__all__ = ["BASELINES", "DELAYED", "MODEL", "MODEL_POINT", "STEP", "delayed", "model_title",
+           "step_time_table"]
 
 #: the presets every policy is compared with: managed memory without advice, PyTorch's own
 BASELINES = ("um", "cuda")
 #: a model's coordinates: a point without its budget and policy
 MODEL = ["model", "params", "batch", "seq_len", "dtype", "accumulate"]
+#: ZeRO-Offload's one-step delayed update (budgeted points only)
+DELAYED = "delayed_update"
 #: the coordinates of a model point: everything but the policy
-MODEL_POINT = [*MODEL, "gpu_budget"]
+MODEL_POINT = [*MODEL, "gpu_budget", DELAYED]
 #: the metric the ratios are taken of
 STEP = "step_ms.median"
 
 
 def model_title(key: tuple[Any, ...]) -> str:
-    """A panel's title for the values of :data:`MODEL` (and a budget after them, if any)."""
+    """A panel's title for the values of :data:`MODEL` (and a budget and :data:`DELAYED`
+    after them, if any)."""
     import pandas as pd
 
     model, params, batch, _seq_len, dtype, accumulate, *budget = key
@@ -31,14 +35,24 @@ def model_title(key: tuple[Any, ...]) -> str:
     title = f"{model}, {format_count(params)} params, batch {batch}{micro}, {dtype}"
     if budget and not pd.isna(budget[0]):
         title += f", budget {format_size(float(budget[0]))}"
+    if len(budget) > 1 and budget[1] is True:
+        title += ", delayed update"
     return title
+
+
+def delayed(points: pd.DataFrame) -> pd.DataFrame:
+    """``points`` with the :data:`DELAYED` column (False where a summary made before the
+    axis lacks it)."""
+    if DELAYED in points:
+        return points.assign(**{DELAYED: points[DELAYED].fillna(False).astype(bool)})
+    return points.assign(**{DELAYED: False})
 
 
 def step_time_table(points: pd.DataFrame) -> pd.DataFrame:
     """Step times per model point and policy, with ``ratio_to_um`` and ``ratio_to_cuda``."""
     columns = [*MODEL_POINT, "policy", STEP, "step_ms.p10", "step_ms.p90", "first_step_ms",
                "repeats"]
-    table = points[columns].copy()
+    table = delayed(points)[columns].copy()
     for preset in BASELINES:
         baseline = table.loc[table["policy"] == preset, [*MODEL_POINT, STEP]]
         baseline = baseline.rename(columns={STEP: f"_{preset}"})

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hpcmem.draw.plots import PALETTE, embed, panel_grid
-from hpcmem.train.tables import MODEL, STEP, model_title
+from hpcmem.train.tables import DELAYED, MODEL, STEP, delayed, model_title
 from hpcmem.units import format_size
 
 if TYPE_CHECKING:
@@ -39,8 +39,9 @@ def time_parts(points: pd.DataFrame) -> pd.DataFrame:
     columns = [column for column, _ in PARTS]
     if "gpu_budget" not in points or any(c not in points for c in columns):
         return points.iloc[0:0]
-    accounted = points[points["gpu_budget"].notna() & points["compute_ms"].notna()]
-    return accounted[[*MODEL, "gpu_budget", *columns]].sort_values([*MODEL, "gpu_budget"])
+    accounted = delayed(points[points["gpu_budget"].notna() & points["compute_ms"].notna()])
+    order = [*MODEL, "gpu_budget", DELAYED]
+    return accounted[[*order, *columns]].sort_values(order)
 
 
 def time_figure(points: pd.DataFrame) -> str | None:
@@ -58,7 +59,9 @@ def time_figure(points: pd.DataFrame) -> str | None:
         for index, (column, label) in enumerate(PARTS):
             axes.bar(where + (index - (len(PARTS) - 1) / 2) * width, group[column], width,
                      label=label, color=PALETTE[index % len(PALETTE)])
-        axes.set_xticks(where, [format_size(float(b)) for b in group["gpu_budget"]])
+        axes.set_xticks(where, [format_size(float(b)) + ("\ndelayed" if d else "")
+                                for b, d in zip(group["gpu_budget"], group[DELAYED],
+                                                strict=True)])
         axes.set_xlabel("GPU budget")
         axes.set_ylabel("ms per step")
         axes.grid(True, axis="y", alpha=0.3)
