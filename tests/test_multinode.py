@@ -104,7 +104,10 @@ def sweep(multinode_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFact
     for name in ("config.yaml", "references.yaml"):
         (work / "work" / "config" / name).write_text(
             (REPO / ".test" / "config" / name).read_text())
-    profile = site_profile(work / "site-profile", multinode_cluster, SWEEP, **ONE_JOB_PER_POINT)
+    # 5 minutes a point, not the template's 1: on two cores shared with other work the
+    # two-node point's 4 yielding ranks ran past a minute and Slurm ended the job (TIMEOUT)
+    profile = site_profile(work / "site-profile", multinode_cluster, SWEEP, **ONE_JOB_PER_POINT,
+                           **{"set-resources.run_collectives.runtime": 5})
     sweep = Sweep(multinode_cluster, work / "work", profile)
     local = sweep.command(REPO / "profiles" / "local", until="install_wheel")
     built = subprocess.run([*local, "--configfile", str(profile / "sweep.yaml")],
