@@ -102,6 +102,9 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--accumulate", type=int, default=1,
                         help="micro-batches per optimizer step (gradient accumulation)")
     parser.add_argument("--seq-len", type=int, default=1024)
+    parser.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16",
+                        help="bf16: autocast and bf16 working weights; fp32: neither "
+                             "(cuda and hpcmem only)")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--checkpointing", action=argparse.BooleanOptionalAction, default=None,
@@ -247,7 +250,8 @@ def run_cuda(args: argparse.Namespace, model: Any) -> dict[str, Any]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE,
                                   weight_decay=WEIGHT_DECAY, fused=True)
 
-    return timed(args, plain_step(model, optimizer), model.config.vocab_size)
+    return timed(args, plain_step(model, optimizer, autocast=args.dtype == "bf16"),
+                 model.config.vocab_size)
 
 
 def _one_rank() -> None:
@@ -344,14 +348,16 @@ def run_hpcmem(args: argparse.Namespace, model: Any, budget: int) -> dict[str, A
         model.gradient_checkpointing_enable({"use_reentrant": False})
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE,
                                   weight_decay=WEIGHT_DECAY)
-    offload = Offload(working_dtype="bfloat16", micro_batches=args.accumulate,
+    working = "bfloat16" if args.dtype == "bf16" else "float32"
+    offload = Offload(working_dtype=working, micro_batches=args.accumulate,
                       threads=args.host_threads, gpu_share=args.gpu_share,
                       host_kernel=args.host_kernel, delayed_update=args.delayed_update)
     used = {}  # the device's used memory (cudaMemGetInfo): everything, the context included
     with UnifiedMemory("hpcmem", device=0, gpu_budget=budget) as um:
         um.attach(model, optimizer, offload=offload)
         used["after_attach"] = _device_used()
-        step = plain_step(model, optimizer, scope=um.activations)
+        step = plain_step(model, optimizer, scope=um.activations,
+                          autocast=args.dtype == "bf16")
         result = timed(args, step, model.config.vocab_size, stage=um.stage,
                        warmed=um.reset_stats)
         used["after_steps"] = _device_used()
@@ -387,7 +393,8 @@ def _budget(args: argparse.Namespace) -> int | None:
                 if r.get("variant") == variant and r.get("status") == "ok"
                 and r.get("model") == args.model
                 and r.get("checkpointing") == checkpointing
-                and r.get("accumulate", 1) == args.accumulate]
+                and r.get("accumulate", 1) == args.accumulate
+                and r.get("dtype", "bf16") == args.dtype]
         if held:
             return int(args.budget_scale * held[-1])
     return int(args.budget_gib * 2**30) if args.budget_gib else None
@@ -397,6 +404,9 @@ def main() -> int:
     args = _args()
     if args.checkpointing is None:
         args.checkpointing = args.variant in CHECKPOINTED
+    if args.dtype != "bf16" and args.variant not in ("cuda", "hpcmem"):
+        raise SystemExit(f"hf_offload: --dtype {args.dtype} runs with the variants cuda and "
+                         f"hpcmem, not {args.variant}")
     import torch
     import transformers
 
@@ -405,7 +415,7 @@ def main() -> int:
     budget = _budget(args) if args.variant == "hpcmem" else None
     record: dict[str, Any] = {
         "variant": args.variant, "model": args.model, "batch": args.batch,
-        "accumulate": args.accumulate, "steps": args.warmup + args.steps,
+        "accumulate": args.accumulate, "steps": args.warmup + args.steps, "dtype": args.dtype,
         "seq_len": args.seq_len, "checkpointing": args.checkpointing, "gpu_budget": budget,
         "repeat": args.repeat, "git": os.environ.get("HPCMEM_GIT_SHA"),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

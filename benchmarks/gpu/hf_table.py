@@ -115,20 +115,20 @@ def _label(variant: str) -> str:
 def table(records: list[dict[str, Any]]) -> str:
     """Markdown: one table per model and work per step, then the hpcmem accounting."""
     lines = []
-    by_model: dict[tuple[str, int, int, int, int | None], dict[str, list[dict[str, Any]]]] = (
-        defaultdict(lambda: defaultdict(list)))
+    by_model: dict[tuple[str, int, int, int, int | None, str],
+                   dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for record in records:
         work = (record["model"], record["batch"], record["seq_len"], record.get("accumulate", 1),
-                record.get("steps"))
+                record.get("steps"), record.get("dtype", "bf16"))
         by_model[work][_variant(record)].append(record)
-    for (model, batch, seq_len, accumulate, steps), variants in by_model.items():
+    for (model, batch, seq_len, accumulate, steps, dtype), variants in by_model.items():
         ok = {v: [r for r in rs if r["status"] == "ok"] for v, rs in variants.items()}
         step = {v: _median(rs, lambda r: r["step_ms"]["median"]) for v, rs in ok.items()}
         reference = (ok.get("cuda") or [{}])[0].get("losses")
         tokens = batch * seq_len * accumulate
         micro = f" x {accumulate} micro-batches" if accumulate > 1 else ""
         counted = f", {steps} steps" if steps else ""
-        lines += [f"## {model}, {batch} x {seq_len} tokens{micro} per step{counted}", "",
+        lines += [f"## {model}, {dtype}, {batch} x {seq_len} tokens{micro} per step{counted}", "",
                   "| variant | checkpointing | budget GiB | step ms (repeats) | tokens/s | GiB "
                   "allocated / reserved | NVML GiB | held GiB | vs ZeRO-Offload | vs cuda | "
                   "loss vs cuda, most |",
