@@ -71,7 +71,7 @@ vm-image: $(STAMPS)/system
 	mkdir -p "$(VM_CACHE)" && flock "$(VM_CACHE)/build.lock" tools/vm/build-image.sh "$(VM_CACHE)"
 
 test: setup lint container-runtime osu
-	HPCMEM_OSU_DIR="$(abspath $(OSU_DIR))" PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q tests
+	HPCMEM_OSU_DIR="$(abspath $(OSU_DIR))" PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -n 2 --no-loadscope-reorder tests
 
 bench: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/collectives_overhead.py

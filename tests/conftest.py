@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,14 +28,54 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+#: fixtures that start or join a Slurm test cluster of the session
+SLURM_FIXTURES = frozenset({"slurm_cluster", "small_cluster", "multinode_cluster"})
+#: the modules that run jobs on the Slurm test clusters: one worker runs them all
+SLURM_MODULES = frozenset({
+    "test_multinode.py", "test_slurm_cluster.py", "test_slurm_groups.py",
+    "test_slurm_limits.py", "test_slurm_preflight.py", "test_slurm_workflow.py",
+    "test_workflow_containers.py",
+})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip tests marked ``gpu`` on machines without a CUDA device."""
-    if _cuda_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (run benchmarks/gpu/run.sh on a GPU node)")
+    """Skip tests marked ``gpu`` on machines without a CUDA device; order the session for
+    its workers (:class:`ByCluster`)."""
+    if not _cuda_available():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (run benchmarks/gpu/run.sh on a GPU node)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        uses = item.get_closest_marker("slurm") or SLURM_FIXTURES & set(item.fixturenames)
+        if uses and item.path.name not in SLURM_MODULES:
+            raise pytest.UsageError(f"{item.nodeid} runs on a Slurm test cluster: add "
+                                    f"{item.path.name} to SLURM_MODULES in tests/conftest.py")
+    # the longest groups first (Slurm, then the VM guests), so that no worker is left with
+    # one at the end; within each, the modules that need the CPU image last: it builds
+    # while the others run
+    waiting = {item.path for item in items if "cpu_image" in item.fixturenames}
+    items.sort(key=lambda item: (item.path.name not in SLURM_MODULES,
+                                 item.get_closest_marker("vm") is None, item.path in waiting))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``make test``'s two workers (``pytest -n 2``): :class:`ByCluster`."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByCluster(LoadScopeScheduling):
+        """A module is one unit of work, so its module fixtures are made once; the
+        :data:`SLURM_MODULES` are one unit: their jobs share the clusters' CPUs and queues,
+        and tests that count queued jobs or time them must see only their own. Mostly
+        waiting on Slurm's status polls, that unit runs beside the CPU-bound ones. Units go
+        out in the session's order (``--no-loadscope-reorder``)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "slurm" if Path(module).name in SLURM_MODULES else module
+
+    return ByCluster(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -143,13 +143,6 @@ class ImageBuild:
     started: float
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the modules that need the CPU image last, in their order: the image builds while
-    the rest of the session runs, rather than being waited for by its first user."""
-    waiting = {item.path for item in items if "cpu_image" in item.fixturenames}
-    items.sort(key=lambda item: item.path in waiting)
-
-
 @pytest.fixture(scope="session", autouse=True)
 def image_build(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """Before the session's first test, when a test of the session needs the CPU image and a
