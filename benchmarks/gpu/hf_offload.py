@@ -133,7 +133,11 @@ def _args() -> argparse.Namespace:
                              "Chrome trace (.json.gz); benchmarks/gpu/trace_gaps.py reads it")
     parser.add_argument("--repeat", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.dtype != "bf16" and args.variant not in ("cuda", "hpcmem"):
+        parser.error(f"--dtype {args.dtype} runs with the variants cuda and hpcmem, "
+                     f"not {args.variant}")
+    return args
 
 
 def build(name: str) -> Any:
@@ -404,9 +408,6 @@ def main() -> int:
     args = _args()
     if args.checkpointing is None:
         args.checkpointing = args.variant in CHECKPOINTED
-    if args.dtype != "bf16" and args.variant not in ("cuda", "hpcmem"):
-        raise SystemExit(f"hf_offload: --dtype {args.dtype} runs with the variants cuda and "
-                         f"hpcmem, not {args.variant}")
     import torch
     import transformers
 
