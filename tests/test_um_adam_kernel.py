@@ -133,3 +133,60 @@ def test_what_the_native_kernel_cannot_step_goes_to_pytorch_saying_why(make, dty
     assert bucket_kernel(adam, torch.bfloat16, threads=1).name == f"hpcmem-{ISAS[0]}"
     assert bucket_kernel(adam, torch.bfloat16, threads=1, kind="native").name.startswith("hpcmem")
     assert isinstance(bucket_kernel(adam, torch.bfloat16, threads=1, kind="torch"), TorchFused)
+
+
+# -- moments kept in bf16 (Offload(state_dtype="bfloat16")) ------------------------------------
+def _bf16_state_run(steps, isa=None, threads=2):
+    master, grads = _data()
+    step = torch.optim.AdamW([master], lr=1e-2, fused=True)
+    kernel = NativeAdam(torch.bfloat16, threads=threads, isa=isa, state_dtype=torch.bfloat16)
+    kernel.attach(master, None)
+    out = torch.empty(NUMEL, dtype=torch.bfloat16)
+    for index in range(steps):
+        kernel.step(step, master, grads[index % len(grads)].to(torch.bfloat16), out)
+    return master, step.state[master], out
+
+
+def test_bf16_moments_stay_unbiased_where_rounding_to_nearest_drifts():
+    steps = 400
+    _, state, _ = _bf16_state_run(steps)
+    assert state["exp_avg"].dtype == state["exp_avg_sq"].dtype == torch.bfloat16
+    _, grads = _data()
+    m = v = near = torch.zeros(NUMEL)
+    for index in range(steps):  # fp32 moments, and the second rounded to nearest each step
+        g = grads[index % len(grads)].to(torch.bfloat16).float()
+        m = m + 0.1 * (g - m)
+        v = 0.999 * v + 0.001 * g * g
+        near = (0.999 * near + 0.001 * g * g).to(torch.bfloat16).float()
+    drift = float(near.mean() / v.mean() - 1)
+    ours = float(state["exp_avg_sq"].float().mean() / v.mean() - 1)
+    assert abs(drift) > 5e-3  # rounded to nearest, updates below half a bf16 step are lost
+    assert abs(ours) < 1e-3, (ours, drift)
+    assert abs(float(state["exp_avg"].float().mean() / m.mean() - 1)) < 1e-2
+    # elementwise the rounding noise is a random walk of steps below a bf16 step each
+    assert float((state["exp_avg_sq"].float() - v).norm() / v.norm()) < 0.04
+
+
+def test_bf16_moments_give_the_same_bits_everywhere_and_weights_close_to_fp32_moments():
+    runs = [_bf16_state_run(6, isa=isa, threads=threads) for isa in ISAS for threads in (1, 3)]
+    first_master, first_state, _ = runs[0]
+    for master, state, _ in runs[1:]:
+        assert torch.equal(master, first_master)
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(state[key].view(torch.int16), first_state[key].view(torch.int16))
+    wide, *_ = _native_run(steps=6)
+    start, _ = _data()
+    moved = (wide - start).norm()
+    assert float((first_master - wide).norm() / moved) < 1e-2
+
+
+def test_moments_in_bf16_need_the_native_kernel():
+    adam = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(4))])
+    kernel = bucket_kernel(adam, torch.bfloat16, threads=1, state_dtype=torch.bfloat16)
+    assert kernel.state_dtype == torch.bfloat16
+    with pytest.raises(BudgetError, match="state_dtype: 'bfloat16' needs host_kernel 'native'"):
+        bucket_kernel(adam, torch.bfloat16, threads=1, kind="torch", state_dtype=torch.bfloat16)
+    sgd = torch.optim.SGD([torch.nn.Parameter(torch.zeros(4))], lr=0.1)
+    with pytest.raises(BudgetError, match="needs the native kernel, which cannot step this "
+                                          "job: SGD is not Adam or AdamW"):
+        bucket_kernel(sgd, torch.bfloat16, threads=1, state_dtype=torch.bfloat16)

@@ -235,6 +235,12 @@ def test_an_offload_value_is_checked():
         Offload(micro_batches=0)
     with pytest.raises(BudgetError, match="working_dtype"):
         Offload(working_dtype="int8")
+    with pytest.raises(BudgetError, match="state_dtype: 'float16' is not one of float32, "
+                                          "bfloat16"):
+        Offload(state_dtype="float16")
+    with pytest.raises(BudgetError, match="state_dtype: 'bfloat16' applies to strategy "
+                                          "host_optimizer only"):
+        Offload("stream", state_dtype="bfloat16")
 
 
 def test_an_optimizer_the_host_cannot_step_is_refused():
@@ -278,6 +284,22 @@ def test_bf16_working_weights_agree_within_one_percent(kind, asked, kernel, wire
     assert 0 < stats["backward_ms"] < stats["compute_ms"]  # forward ran before it
     weights = _close(engine, model)
     assert all(w.dtype == torch.float32 for w in weights)
+
+
+def test_bf16_moments_train_within_one_percent_and_come_back_in_fp32():
+    reference, *_ = _train(bf16=True, steps=8)
+    ours, model, optimizer, engine = _train(
+        {"working_dtype": "bfloat16", "state_dtype": "bfloat16"}, bf16=True, steps=8)
+    _agree(ours, reference, 1e-2)
+    assert engine.stats()["state_dtype"] == "bfloat16"
+    assert {engine.host.state(i)["exp_avg_sq"].dtype for i in range(len(engine.buckets))} == {
+        torch.bfloat16}
+    engine.close()
+    for param in (p for p in model.parameters() if p.requires_grad):
+        state = optimizer.state[param]
+        assert state["exp_avg"].dtype == state["exp_avg_sq"].dtype == torch.float32
+        assert state["exp_avg"].shape == param.shape
+        assert float(state["step"]) == 8.0
 
 
 def test_micro_batches_accumulate_and_step_once():
@@ -369,6 +391,23 @@ def test_buckets_the_device_steps_agree_with_the_plain_optimizer(kind, placement
         for key, value in plain.state[theirs].items():
             torch.testing.assert_close(optimizer.state[mine][key].float(), value.float(),
                                        rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("placement", ["resident", "streamed"])
+def test_buckets_the_device_steps_take_bf16_moments_in_fp32(placement):
+    budget = BUDGET if placement == "resident" else _streaming_budget()
+    steps = {"steps": PLAN_AFTER + 3}
+    reference, *_ = _train(**steps)
+    ours, _, _, engine = _train({"gpu_share": 0.5, "state_dtype": "bfloat16"}, budget=budget,
+                                **steps)
+    _agree(ours, reference, 1e-2)
+    split = engine.stats()["split"]
+    assert split[f"{placement}_buckets"], split
+    on_gpu = set(split["resident_buckets"]) | set(split["streamed_buckets"])
+    dtypes = {i: engine.host.state(i)["exp_avg"].dtype for i in range(len(engine.buckets))}
+    assert {dtypes[i] for i in on_gpu} == {torch.float32}
+    assert {dtype for i, dtype in dtypes.items() if i not in on_gpu} == {torch.bfloat16}
+    engine.close()
 
 
 def test_buckets_kept_on_the_device_move_nothing_after_the_plan():

@@ -27,6 +27,8 @@ __all__ = [
     "ELEMENTWISE",
     "HOST_KERNELS",
     "HOST_OPTIMIZER_SHARE",
+    "STATE_DTYPES",
+    "STATE_STREAM",
     "STRATEGIES",
     "Offload",
     "choose_strategy",
@@ -47,6 +49,11 @@ ELEMENTWISE = ("SGD", "Adam", "AdamW")
 DTYPES = ("float32", "bfloat16", "float16")
 #: The host optimizer's kernels (:mod:`hpcmem.um.host_optimizer.kernel`).
 HOST_KERNELS = ("native", "torch")
+#: Dtypes the host optimizer keeps Adam's two moments in (``Offload.state_dtype``).
+STATE_DTYPES = ("float32", "bfloat16")
+#: Why moments narrower than fp32 and the ``stream`` strategy do not go together.
+STATE_STREAM = ("offload state_dtype: 'bfloat16' applies to strategy host_optimizer only; "
+                "strategy stream keeps the optimizer's own fp32 state")
 #: Why the delayed update and the ``stream`` strategy do not go together.
 DELAYED_STREAM = ("offload delayed_update: True applies to strategy host_optimizer only; "
                   "strategy stream steps every chunk on the GPU as it passes")
@@ -79,6 +86,12 @@ class Offload:
         step's update, which lands during it (the buckets the GPU steps are not delayed).
         The step then takes the longer of the compute and the CPU optimizer instead of
         about their sum; the trajectory is not the undelayed one's.
+    state_dtype : ``host_optimizer`` with the native kernel: the dtype of Adam's two moments
+        in host memory, ``float32`` (None: as PyTorch keeps them) or ``bfloat16``, rounded
+        stochastically (:mod:`hpcmem.um.host_optimizer.kernel`): the CPU step moves 20
+        bytes an element instead of 28 and the state takes half the host memory; the
+        trajectory is close to, not the same as, fp32 state's. Buckets the GPU steps keep
+        fp32 state; ``close()`` gives fp32 state back.
     """
 
     strategy: str | None = None
@@ -90,6 +103,7 @@ class Offload:
     gpu_share: float | None = None
     host_kernel: str | None = None
     delayed_update: bool = False
+    state_dtype: str | None = None
 
     def __post_init__(self) -> None:
         if self.strategy is not None and self.strategy not in STRATEGIES:
@@ -110,6 +124,16 @@ class Offload:
                               f"{', '.join(HOST_KERNELS)}")
         if self.delayed_update and self.strategy == "stream":
             raise BudgetError(DELAYED_STREAM)
+        if self.state_dtype is not None and self.state_dtype not in STATE_DTYPES:
+            raise BudgetError(f"offload state_dtype: {self.state_dtype!r} is not one of "
+                              f"{', '.join(STATE_DTYPES)}")
+        if self.narrow_state and self.strategy == "stream":
+            raise BudgetError(STATE_STREAM)
+
+    @property
+    def narrow_state(self) -> bool:
+        """Whether the moments are kept narrower than fp32."""
+        return self.state_dtype not in (None, "float32")
 
     def to_record(self) -> dict[str, object]:
         """The value as a record field."""

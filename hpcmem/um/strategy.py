@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from hpcmem.um.errors import BudgetError
-from hpcmem.um.offload import DELAYED_STREAM, Offload, choose_strategy
+from hpcmem.um.offload import DELAYED_STREAM, STATE_STREAM, Offload, choose_strategy
 from hpcmem.um.stream.transport import Transport
 from hpcmem.um.tensors import tensor_bytes
 
@@ -58,6 +58,8 @@ def make_strategy(
                              plain_scope=plain_scope)
     if offload.delayed_update:
         raise BudgetError(f"{DELAYED_STREAM} (the plan chose stream for this budget)")
+    if offload.narrow_state:
+        raise BudgetError(f"{STATE_STREAM} (the plan chose stream for this budget)")
     from hpcmem.um.stream import Streamer
 
     return Streamer(model, optimizer, transport=transport, budget=budget, priority=priority,

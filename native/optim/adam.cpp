@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include <type_traits>
 
 namespace hpcmem::optim {
 namespace {
@@ -29,33 +30,79 @@ inline std::uint16_t to_bfloat16(float value) {
   return static_cast<std::uint16_t>(value != value ? 0x7FC0u : rounded);
 }
 
-/// One element range of the step: AdamW's decay (`Decoupled`) or Adam's L2 term; `Write`:
-/// also write the working weights as `O`.
-template <Dtype G, bool Decoupled, bool Write, Dtype O>
+/// fp32 to bf16, rounding stochastically: up with probability (the dropped 16 bits) / 2^16,
+/// so that the rounding is exact on average and updates smaller than half a bf16 step (the
+/// second moment's, 1 - beta2 = 0.001 of it) still count; `noise` gives the 16 random bits.
+inline std::uint16_t to_bfloat16_stochastic(float value, std::uint32_t noise) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  std::uint32_t rounded = (bits + (noise & 0xFFFFu)) >> 16;  // infinities stay infinite
+  return static_cast<std::uint16_t>(value != value ? 0x7FC0u : rounded);
+}
+
+/// 32 random bits for element `i` of a step: murmur3's finalizer (full avalanche) of the
+/// element's index offset by the step's seed; the same on every instruction set and thread
+/// count.
+inline std::uint32_t noise_of(std::uint32_t seed, std::size_t i) {
+  std::uint32_t x = static_cast<std::uint32_t>(i) + seed;
+  x ^= x >> 16;
+  x *= 0x85EBCA6Bu;
+  x ^= x >> 13;
+  x *= 0xC2B2AE35u;
+  return x ^ (x >> 16);
+}
+
+/// How moments in `S` are held: fp32 as they are, bf16 as their bits.
+template <Dtype S>
+using StateType = std::conditional_t<S == Dtype::float32, float, std::uint16_t>;
+
+inline float widen(float value) { return value; }
+
+inline float widen(std::uint16_t bits16) {
+  std::uint32_t bits = static_cast<std::uint32_t>(bits16) << 16;
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+inline float narrow(float value, std::uint32_t, float) { return value; }
+
+inline std::uint16_t narrow(float value, std::uint32_t noise, std::uint16_t) {
+  return to_bfloat16_stochastic(value, noise);
+}
+
+/// One element range of the step: moments in `S`; AdamW's decay (`Decoupled`) or Adam's L2
+/// term; `Write`: also write the working weights as `O`.
+template <Dtype S, Dtype G, bool Decoupled, bool Write, Dtype O>
 __attribute__((always_inline)) inline void body(const AdamStep& s, const AdamTensors& t,
                                                 std::size_t begin, std::size_t end) {
   // locals, not the structs' fields: stores through the pointers could alias those, which
   // keeps the compiler from vectorizing
+  using State = StateType<S>;
   float* __restrict master = t.master;
-  float* __restrict m = t.exp_avg;
-  float* __restrict v = t.exp_avg_sq;
+  State* __restrict m = static_cast<State*>(t.exp_avg);
+  State* __restrict v = static_cast<State*>(t.exp_avg_sq);
   const void* __restrict grad = t.grad;
   void* __restrict out = t.out;
   const float beta2 = s.beta2, eps = s.eps, step_size = s.step_size;
   const float correction2 = s.bias_correction2_sqrt, decay = s.decay_factor, l2 = s.l2;
   const float sign = s.sign, one_minus_beta1 = s.one_minus_beta1;
   const float one_minus_beta2 = s.one_minus_beta2;
+  const std::uint32_t seed = s.seed;
   for (std::size_t i = begin; i < end; ++i) {
     // no branch on run-time values, so that the loop vectorizes; the sign is +-1 (exact)
     float g = sign * load(grad, G, i);
     if constexpr (!Decoupled) g = g + l2 * master[i];
-    const float mi = m[i] + one_minus_beta1 * (g - m[i]);
-    const float vi = beta2 * v[i] + one_minus_beta2 * g * g;
+    const float m_old = widen(m[i]);
+    const float mi = m_old + one_minus_beta1 * (g - m_old);
+    const float vi = beta2 * widen(v[i]) + one_minus_beta2 * g * g;
     const float denom = std::sqrt(vi) / correction2 + eps;
     const float decayed = Decoupled ? master[i] * decay : master[i];
     const float p = decayed - step_size * mi / denom;
-    m[i] = mi;
-    v[i] = vi;
+    // bf16 moments: the step above used the moments before rounding; one draw rounds both
+    const std::uint32_t noise = S == Dtype::float32 ? 0u : noise_of(seed, i);
+    m[i] = narrow(mi, noise, State{});
+    v[i] = narrow(vi, noise >> 16, State{});
     master[i] = p;
     if constexpr (Write && O == Dtype::float32) static_cast<float*>(out)[i] = p;
     if constexpr (Write && O == Dtype::bfloat16) {
@@ -64,27 +111,34 @@ __attribute__((always_inline)) inline void body(const AdamStep& s, const AdamTen
   }
 }
 
-template <Dtype G, bool Decoupled>
+template <Dtype S, Dtype G, bool Decoupled>
 __attribute__((always_inline)) inline void with_decay(const AdamStep& s, const AdamTensors& t,
                                                       std::size_t begin, std::size_t end) {
-  if (t.out == nullptr) return body<G, Decoupled, false, Dtype::float32>(s, t, begin, end);
+  if (t.out == nullptr) return body<S, G, Decoupled, false, Dtype::float32>(s, t, begin, end);
   if (t.out_dtype == Dtype::bfloat16) {
-    return body<G, Decoupled, true, Dtype::bfloat16>(s, t, begin, end);
+    return body<S, G, Decoupled, true, Dtype::bfloat16>(s, t, begin, end);
   }
-  body<G, Decoupled, true, Dtype::float32>(s, t, begin, end);
+  body<S, G, Decoupled, true, Dtype::float32>(s, t, begin, end);
 }
 
-template <Dtype G>
+template <Dtype S, Dtype G>
 __attribute__((always_inline)) inline void with_grad(const AdamStep& s, const AdamTensors& t,
                                                      std::size_t begin, std::size_t end) {
-  if (s.decoupled) return with_decay<G, true>(s, t, begin, end);
-  with_decay<G, false>(s, t, begin, end);
+  if (s.decoupled) return with_decay<S, G, true>(s, t, begin, end);
+  with_decay<S, G, false>(s, t, begin, end);
+}
+
+template <Dtype S>
+__attribute__((always_inline)) inline void with_state(const AdamStep& s, const AdamTensors& t,
+                                                      std::size_t begin, std::size_t end) {
+  if (t.grad_dtype == Dtype::bfloat16) return with_grad<S, Dtype::bfloat16>(s, t, begin, end);
+  with_grad<S, Dtype::float32>(s, t, begin, end);
 }
 
 __attribute__((always_inline)) inline void dispatch(const AdamStep& s, const AdamTensors& t,
                                                     std::size_t begin, std::size_t end) {
-  if (t.grad_dtype == Dtype::bfloat16) return with_grad<Dtype::bfloat16>(s, t, begin, end);
-  with_grad<Dtype::float32>(s, t, begin, end);
+  if (t.state_dtype == Dtype::bfloat16) return with_state<Dtype::bfloat16>(s, t, begin, end);
+  with_state<Dtype::float32>(s, t, begin, end);
 }
 
 void adam_baseline(const AdamStep& s, const AdamTensors& t, std::size_t begin, std::size_t end) {

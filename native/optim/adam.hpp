@@ -1,5 +1,6 @@
-// Adam and AdamW over flat fp32 master weights and state, with the gradient read and the
-// working weights written in the training's dtype (see hpcmem/um/host_optimizer/kernel.py).
+// Adam and AdamW over flat fp32 master weights, with the gradient read and the working
+// weights written in the training's dtype and the two moments kept in fp32 or in bf16
+// (rounded stochastically; see hpcmem/um/host_optimizer/kernel.py).
 #pragma once
 
 #include <cstddef>
@@ -9,7 +10,7 @@
 
 namespace hpcmem::optim {
 
-/// The element type of a gradient read or of working weights written.
+/// The element type of a gradient read, of working weights written, or of the moments.
 enum class Dtype { float32, bfloat16 };
 
 /// One step's hyperparameters, the bias corrections already folded in.
@@ -24,13 +25,15 @@ struct AdamStep {
   float l2;                   // Adam: weight_decay, added to the gradient
   float sign;                 // -1 to maximize, else 1
   bool decoupled;             // AdamW's decay (true) or Adam's L2 term
+  std::uint32_t seed;         // bf16 moments: the stochastic rounding's stream for this step
 };
 
 /// The tensors of one step: `count` elements each; `out` may be null.
 struct AdamTensors {
   float* master;
-  float* exp_avg;
-  float* exp_avg_sq;
+  void* exp_avg;
+  void* exp_avg_sq;
+  Dtype state_dtype;
   const void* grad;
   Dtype grad_dtype;
   void* out;

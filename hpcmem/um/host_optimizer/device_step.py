@@ -70,6 +70,8 @@ class DeviceStep:
         chosen = set(split.streamed_buckets)
         self._order = [i for i in order if i in chosen]
         self._order += [i for i in split.streamed_buckets if i not in self._order]
+        for index in split.gpu_buckets:
+            host.widen_state(index)  # the device's step keeps fp32 state
         any_index = split.gpu_buckets[0]
         keys = host.state_keys(any_index)
         device = transport.device

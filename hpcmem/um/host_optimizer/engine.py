@@ -109,7 +109,8 @@ class HostOptimizer:
         threads = offload.threads or (len(cpus) if cpus else None)
         kernel = bucket_kernel(optimizer, self.working_dtype,
                                threads=threads or torch.get_num_threads(), cpus=cpus,
-                               kind=offload.host_kernel)
+                               kind=offload.host_kernel,
+                               state_dtype=getattr(torch, offload.state_dtype or "float32"))
         self.arena = HostArena(transport)
         self.host = HostBuckets(self.buckets, optimizer, arena=self.arena, kernel=kernel,
                                 grad_sets=2 if offload.delayed_update else 1)
@@ -355,6 +356,7 @@ class HostOptimizer:
             "working_dtype": str(self.working_dtype).removeprefix("torch."),
             "buckets": len(self.buckets),
             "host_kernel": self.host.kernel.name,
+            "state_dtype": str(self.host.kernel.state_dtype).removeprefix("torch."),
             "host_threads": self.worker.threads or self._torch.get_num_threads(),
             "host_cpus": self.worker.cpus,
             "recompute": self.recompute.enabled,

@@ -136,6 +136,12 @@ class HostBuckets:
         return sorted(k for k, v in self.state(index).items()
                       if isinstance(v, self._torch.Tensor) and v.numel() == numel)
 
+    def widen_state(self, index: int) -> None:
+        """Bucket ``index``'s moments in fp32 from now on (the GPU steps it)."""
+        state = self.state(index)
+        for key in self.state_keys(index):
+            state[key] = state[key].float()
+
     def state_count(self) -> int:
         """Optimizer state tensors per element, as large as a bucket (AdamW: 2)."""
         return len(self.state_keys(0))
@@ -157,7 +163,7 @@ class HostBuckets:
                 param.data = bucket.slot(self.masters[index].detach(), position)
                 param.grad = None
                 optimizer.state[param] = {
-                    key: bucket.slot(value, position)
+                    key: bucket.slot(value, position).float()
                     if isinstance(value, self._torch.Tensor) and value.numel() == bucket.numel
                     else (value.clone() if isinstance(value, self._torch.Tensor) else value)
                     for key, value in own.items()

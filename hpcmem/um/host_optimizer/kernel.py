@@ -15,7 +15,16 @@ bounds the difference), and gives the same bits with AVX-512, AVX2 or neither
 
 Both keep the bucket's state in PyTorch's layout, in the state of the bucket's own
 ``torch.optim`` instance (``step``, ``exp_avg``, ``exp_avg_sq``), which hands it back to
-the job's optimizer unchanged.
+the job's optimizer (in fp32).
+
+``Offload(state_dtype="bfloat16")`` has the native kernel keep the two moments in bf16:
+each element then moves 20 bytes through host memory in the step instead of 28, and its
+state takes half the host memory. Both moments are rounded stochastically (up with the
+probability of the dropped bits, from a counter-based hash of the element, the bucket and
+the step: reproducible, the same on every instruction set and thread count), so that they
+are exact on average: rounded to nearest, the second moment would stop moving, since
+``1 - beta2`` of it is below half a bf16 step. The update itself is computed from the
+unrounded moments, in fp32.
 """
 
 from __future__ import annotations
@@ -28,17 +37,20 @@ from hpcmem.um.errors import BudgetError
 
 __all__ = ["BucketKernel", "NativeAdam", "TorchFused", "bucket_kernel", "native_refusal"]
 
-#: Working dtypes the native kernel reads gradients and writes weights in.
+#: Working dtypes the native kernel reads gradients and writes weights in; also the dtypes
+#: it keeps the moments in (``Offload.state_dtype``).
 NATIVE_DTYPES = ("float32", "bfloat16")
 
 
 class BucketKernel(ABC):
     """How a bucket's step runs: the dtype its gradient arrives in, the dtype of the
-    weights it writes beside the master (None: it writes none, the master is uploaded)."""
+    weights it writes beside the master (None: it writes none, the master is uploaded),
+    the dtype of its moments."""
 
     name: str
     grad_dtype: Any
     out_dtype: Any
+    state_dtype: Any
 
     def attach(self, master: Any, grad: Any) -> None:  # noqa: B027 (a hook: most need none)
         """``master`` is stepped from ``grad`` from now on."""
@@ -63,6 +75,7 @@ class TorchFused(BucketKernel):
 
         self.grad_dtype = torch.float32
         self.out_dtype = None
+        self.state_dtype = torch.float32
 
     def attach(self, master: Any, grad: Any) -> None:
         master.grad = grad
@@ -101,12 +114,12 @@ def native_refusal(optimizer: Any, working_dtype: Any) -> str | None:
 
 
 class NativeAdam(BucketKernel):
-    """hpcmem's Adam/AdamW (module docstring) in ``dtype``, on threads bound one to each of
-    ``cpus`` (None: ``threads`` unbound threads); ``isa`` the instruction set (None: the
-    best this CPU runs)."""
+    """hpcmem's Adam/AdamW (module docstring) in ``dtype``, its moments in ``state_dtype``
+    (None: fp32), on threads bound one to each of ``cpus`` (None: ``threads`` unbound
+    threads); ``isa`` the instruction set (None: the best this CPU runs)."""
 
     def __init__(self, dtype: Any, *, threads: int, cpus: list[int] | None = None,
-                 isa: str | None = None) -> None:
+                 isa: str | None = None, state_dtype: Any = None) -> None:
         import torch
 
         self._native = importlib.import_module("hpcmem._optim")
@@ -114,16 +127,21 @@ class NativeAdam(BucketKernel):
         self.name = f"hpcmem-{self.isa}"
         self.grad_dtype = dtype
         self.out_dtype = None if dtype == torch.float32 else dtype
+        self.state_dtype = state_dtype or torch.float32
         bound = [-1] * threads if cpus is None else [cpus[i % len(cpus)] for i in range(threads)]
         self._pool = self._native.Pool(bound)
         self._torch = torch
+        self._seeds: dict[int, int] = {}  # by id of a master: its stochastic rounding's
+
+    def attach(self, master: Any, grad: Any) -> None:
+        self._seeds[id(master)] = len(self._seeds)
 
     def init_state(self, step: Any, master: Any) -> None:
         torch = self._torch
         step.state[master] = {
             "step": torch.zeros((), dtype=torch.float32),
-            "exp_avg": torch.zeros_like(master),
-            "exp_avg_sq": torch.zeros_like(master),
+            "exp_avg": torch.zeros_like(master, dtype=self.state_dtype),
+            "exp_avg_sq": torch.zeros_like(master, dtype=self.state_dtype),
         }
 
     def step(self, step: Any, master: Any, grad: Any, out: Any) -> None:
@@ -143,7 +161,7 @@ class NativeAdam(BucketKernel):
         self._native.adam_step(
             self._pool, self.isa, master.numel(),
             master.data_ptr(), state["exp_avg"].data_ptr(), state["exp_avg_sq"].data_ptr(),
-            grad.data_ptr(), _dtype_name(grad.dtype),
+            _dtype_name(self.state_dtype), grad.data_ptr(), _dtype_name(grad.dtype),
             0 if out is None else out.data_ptr(),
             _dtype_name(out.dtype if out is not None else master.dtype),
             beta2=beta2, one_minus_beta1=1 - beta1, one_minus_beta2=1 - beta2,
@@ -152,14 +170,16 @@ class NativeAdam(BucketKernel):
             bias_correction2_sqrt=(1 - beta2**count) ** 0.5,
             decay_factor=1 - lr * decay, l2=decay, decoupled=decoupled,
             sign=-1.0 if group.get("maximize") else 1.0,
+            seed=_seed(self._seeds.get(id(master), 0), int(count)),
         )
 
     def _check(self, tensors: dict[str, Any], numel: int) -> None:
         """Every buffer the kernel touches: contiguous, on the CPU, ``numel`` elements, of
         the dtype it is read or written as (raw addresses go to native code)."""
         torch = self._torch
-        wanted = {"master": torch.float32, "exp_avg": torch.float32,
-                  "exp_avg_sq": torch.float32, "grad": self.grad_dtype, "out": self.out_dtype}
+        wanted = {"master": torch.float32, "exp_avg": self.state_dtype,
+                  "exp_avg_sq": self.state_dtype, "grad": self.grad_dtype,
+                  "out": self.out_dtype}
         for name, tensor in tensors.items():
             if tensor is None and wanted[name] is None:
                 continue
@@ -175,16 +195,33 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def _seed(bucket: int, step: int) -> int:
+    """The stochastic rounding's 32-bit seed for ``bucket``'s ``step``: a different stream
+    for each."""
+    return (bucket * 0x9E3779B1 + step * 0x85EBCA77) & 0xFFFFFFFF
+
+
 def bucket_kernel(optimizer: Any, working_dtype: Any, *, threads: int,
-                  cpus: list[int] | None = None, kind: str | None = None) -> BucketKernel:
+                  cpus: list[int] | None = None, kind: str | None = None,
+                  state_dtype: Any = None) -> BucketKernel:
     """The kernel ``kind`` asks for (``Offload.host_kernel``): ``torch``, PyTorch's fused
     one; ``native``, hpcmem's, refused with the reason where it cannot step ``optimizer``
-    (:func:`native_refusal`); None, the native kernel where it can, PyTorch's otherwise."""
+    (:func:`native_refusal`); None, the native kernel where it can, PyTorch's otherwise.
+    Moments in a ``state_dtype`` other than fp32 need the native kernel."""
+    import torch
+
+    narrow = state_dtype is not None and state_dtype != torch.float32
+    refusal = native_refusal(optimizer, working_dtype)
+    if narrow and kind == "torch":
+        raise BudgetError(f"offload state_dtype: {_dtype_name(state_dtype)!r} needs "
+                          "host_kernel 'native' (PyTorch's kernel keeps the moments in fp32)")
+    if narrow and refusal:
+        raise BudgetError(f"offload state_dtype: {_dtype_name(state_dtype)!r} needs the native "
+                          f"kernel, which cannot step this job: {refusal}")
     if kind == "torch":
         return TorchFused()
-    refusal = native_refusal(optimizer, working_dtype)
     if refusal is None:
-        return NativeAdam(working_dtype, threads=threads, cpus=cpus)
+        return NativeAdam(working_dtype, threads=threads, cpus=cpus, state_dtype=state_dtype)
     if kind == "native":
         raise BudgetError(f"offload host_kernel: 'native' cannot step this job: {refusal}")
     return TorchFused()
