@@ -11,7 +11,9 @@ CPUs, in rotating order, ``--repeats`` rounds; the figure is the median:
 - ``torch-host-casts``: the same with the bf16 gradient widened and the weights narrowed on
   the host by PyTorch;
 - ``hpcmem-fp32``: hpcmem's kernel, fp32 gradient, no weights written;
-- ``hpcmem-bf16``: hpcmem's kernel, bf16 gradient in and bf16 weights out in the same pass.
+- ``hpcmem-bf16``: hpcmem's kernel, bf16 gradient in and bf16 weights out in the same pass;
+- ``hpcmem-bf16-state``: the same with both moments kept in bf16, rounded stochastically
+  (``Offload(state_dtype="bfloat16")``).
 
 Each row gives the step's milliseconds, the bytes of host memory it moves per element and
 the rate that makes, and its time against ``deepspeed`` (or ``torch-fused`` without it).
@@ -35,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 #: Host memory bytes each variant reads and writes per element in one step.
 BYTES = {"deepspeed": 28, "torch-fused": 28, "torch-host-casts": 40, "hpcmem-fp32": 28,
-         "hpcmem-bf16": 28}
+         "hpcmem-bf16": 28, "hpcmem-bf16-state": 20}
 DECAY = 0.01
 
 
@@ -79,9 +81,11 @@ def variants(numel: int, threads: int) -> dict[str, Callable[[], None]]:
         cast_out.copy_(cast_master)
 
     steps["torch-host-casts"] = host_casts
-    for name, dtype, grad in (("hpcmem-fp32", torch.float32, grad32),
-                              ("hpcmem-bf16", torch.bfloat16, grad16)):
-        kernel = NativeAdam(dtype, threads=threads)
+    for name, dtype, grad, state in (
+            ("hpcmem-fp32", torch.float32, grad32, torch.float32),
+            ("hpcmem-bf16", torch.bfloat16, grad16, torch.float32),
+            ("hpcmem-bf16-state", torch.bfloat16, grad16, torch.bfloat16)):
+        kernel = NativeAdam(dtype, threads=threads, state_dtype=state)
         own = fresh()
         holder = torch.optim.AdamW([own], lr=1e-3, weight_decay=DECAY, fused=True)
         out = None if kernel.out_dtype is None else torch.empty(numel, dtype=dtype)

@@ -128,6 +128,9 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--delayed-update", action="store_true",
                         help="hpcmem: ZeRO-Offload's one-step delayed parameter update from "
                              "the fifth step on")
+    parser.add_argument("--state-dtype", choices=("float32", "bfloat16"), default=None,
+                        help="hpcmem: the dtype of Adam's moments in host memory (bfloat16: "
+                             "rounded stochastically; default: fp32)")
     parser.add_argument("--trace", type=Path, default=None,
                         help="profile one more step after the timed ones into this "
                              "Chrome trace (.json.gz); benchmarks/gpu/trace_gaps.py reads it")
@@ -355,7 +358,8 @@ def run_hpcmem(args: argparse.Namespace, model: Any, budget: int) -> dict[str, A
     working = "bfloat16" if args.dtype == "bf16" else "float32"
     offload = Offload(working_dtype=working, micro_batches=args.accumulate,
                       threads=args.host_threads, gpu_share=args.gpu_share,
-                      host_kernel=args.host_kernel, delayed_update=args.delayed_update)
+                      host_kernel=args.host_kernel, delayed_update=args.delayed_update,
+                      state_dtype=args.state_dtype)
     used = {}  # the device's used memory (cudaMemGetInfo): everything, the context included
     with UnifiedMemory("hpcmem", device=0, gpu_budget=budget) as um:
         um.attach(model, optimizer, offload=offload)

@@ -76,7 +76,7 @@ def _variant(record: dict[str, Any]) -> str:
     """The record's row: its variant; ``-ckpt`` or ``-nockpt`` after it where its
     checkpointing was not the variant's default; for hpcmem ``@`` its budget in GiB, ``~``
     the GPU share asked for, ``%`` the host optimizer's kernel, ``+delayed`` the delayed
-    update and ``:`` its threads, where set."""
+    update, ``+bf16state`` moments kept in bf16 and ``:`` its threads, where set."""
     name = record["variant"]
     checkpointing = record.get("checkpointing")
     if checkpointing is not None and checkpointing != (name in CHECKPOINTED):
@@ -90,6 +90,8 @@ def _variant(record: dict[str, Any]) -> str:
         name += f"%{offload['host_kernel']}"
     if offload.get("delayed_update"):
         name += "+delayed"
+    if offload.get("state_dtype") == "bfloat16":
+        name += "+bf16state"
     threads = offload.get("threads")
     return f"{name}:{threads}" if threads else name
 
@@ -109,6 +111,7 @@ def _label(variant: str) -> str:
             + (f", GPU share {share.group(1)} asked" if share else "")
             + (f", {kernel.group(1)} host kernel" if kernel else "")
             + (", delayed update" if "+delayed" in variant else "")
+            + (", moments in bf16" if "+bf16state" in variant else "")
             + (f", {threads.group(1)} host threads" if threads else ""))
 
 

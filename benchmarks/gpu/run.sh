@@ -27,7 +27,10 @@
 #               --no-checkpointing (e.g. "deepspeed-nockpt"); hpcmem@NAME runs hpcmem at the
 #               bytes the variant NAME (run before it) reserved (e.g. "fsdp2 hpcmem@fsdp2
 #               deepspeed-nockpt hpcmem@deepspeed-nockpt"), hpcmem@NAME*F at the share F of
-#               them (e.g. "cuda hpcmem@cuda*0.3"); HPCMEM_HF_STEPS and HPCMEM_HF_WARMUP
+#               them (e.g. "cuda hpcmem@cuda*0.3"); hpcmem+delayed and hpcmem+bf16state
+#               (either before an @) add --delayed-update and --state-dtype bfloat16
+#               (e.g. "deepspeed hpcmem@deepspeed hpcmem+bf16state@deepspeed");
+#               HPCMEM_HF_STEPS and HPCMEM_HF_WARMUP
 #               (5, 3) the timed and warm-up steps: "HPCMEM_HF_VARIANTS='cuda hpcmem'
 #               HPCMEM_HF_STEPS=200 HPCMEM_HF_WARMUP=0" is the loss check (hf.md's last column)
 # HPCMEM_GPU_TESTS (tests/test_*.py) picks the test files, HPCMEM_TEST_SECONDS (300) caps them; HPCMEM_BENCH_SECONDS (480) the benchmark part; HPCMEM_BENCH_REPEATS (2) the repeats;
@@ -147,10 +150,12 @@ if want hf-offload; then
         for token in ${HPCMEM_HF_VARIANTS:-cuda deepspeed hpcmem}; do
           cap=$(( DEADLINE - SECONDS - 10 )); (( cap > 240 )) && cap=240
           (( cap > 20 )) || { echo "skipped (out of time): hf $model $token" | tee -a "$OUT/bench.log"; status=1; continue; }
-          variant=${token%%@*}; variant=${variant%-nockpt}; extra=()
-          [[ ${token%%@*} == *-nockpt ]] && extra=(--no-checkpointing)
-          if [[ $token == hpcmem@* ]]; then
-            from=${token#hpcmem@}; extra+=(--budget-from "${from%%\**}")
+          base=${token%%@*}; variant=${base%%+*}; variant=${variant%-nockpt}; extra=()
+          [[ ${base%%+*} == *-nockpt ]] && extra=(--no-checkpointing)
+          [[ $base == *+delayed* ]] && extra+=(--delayed-update)
+          [[ $base == *+bf16state* ]] && extra+=(--state-dtype bfloat16)
+          if [[ $token == hpcmem*@* ]]; then
+            from=${token#*@}; extra+=(--budget-from "${from%%\**}")
             [[ $from == *\** ]] && extra+=(--budget-scale "${from#*\*}")
           elif [[ $variant == hpcmem ]]; then extra+=(--budget-from deepspeed --budget-gib 9.6); fi
           timeout "$cap" "$PY" benchmarks/gpu/hf_offload.py --variant "$variant" --repeat "$repeat" \
