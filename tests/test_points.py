@@ -45,7 +45,7 @@ def every_point() -> list[tuple[Benchmark, dict[str, Any]]]:
 #: what a job measures or derives itself: the rest of its records' coordinates
 MEASURED = {"collectives": {"dtype": "float32", "size_bytes": 8},
             "train": {"batch": 8, "accumulate": 1, "seq_len": None, "dtype": "fp32",
-                      "delayed_update": False}}
+                      "delayed_update": False, "state_dtype": "float32"}}
 
 
 @pytest.mark.parametrize(("spec", "point"), every_point(),

@@ -29,10 +29,11 @@ H200_RUN = Path(__file__).parents[1] / "benchmarks" / "results" / "gpu-20261130-
 
 
 def _record(budget: str, accumulate: int = 1, steps: int = 3,
-            delayed_update: bool = False) -> dict:
+            delayed_update: bool = False, state_dtype: str = "float32") -> dict:
     point = make_point(params="3M", batch=2, seq_len=64, vocab=512, gpu_budget=budget,
                        steps=steps, warmup=1, device="cpu", dtype="fp32",
-                       accumulate=accumulate, delayed_update=delayed_update)
+                       accumulate=accumulate, delayed_update=delayed_update,
+                       state_dtype=state_dtype)
     data = synthetic_data(point.model, batch=point.batch, seq_len=point.seq_len,
                           vocab=point.vocab, image_size=0, classes=10, seed=point.seed)
     return train_point(point, shape_for_params(point), data, CpuMemory(point.gpu_budget),
@@ -110,3 +111,25 @@ def test_the_delayed_update_is_a_point_of_its_own(tmp_path):
     aggregate([tmp_path / "train.jsonl"], tmp_path / "summary")
     table = time_parts(read_summary(tmp_path / "summary").points)
     assert list(table["delayed_update"]) == [False, True]
+
+
+def test_bf16_moments_are_a_point_of_their_own(tmp_path):
+    plain, narrow = (_record("1G", steps=4, state_dtype=dtype) for dtype in ("float32",
+                                                                              "bfloat16"))
+    assert narrow["status"] == "ok" and narrow["state_dtype"] == "bfloat16"
+    assert narrow["memory"]["offload"]["state_dtype"] == "bfloat16"
+    assert plain["memory"]["offload"]["state_dtype"] == "float32"
+    # the first update comes from unrounded moments: the first two losses are the same;
+    # then the rounded moments move the weights a little differently
+    ours, theirs = narrow["losses"]["first"], plain["losses"]["first"]
+    assert ours[:2] == theirs[:2]
+    for mine, reference in zip(ours[2:], theirs[2:], strict=True):
+        assert mine != reference and abs(mine - reference) <= 1e-2 * abs(reference)
+    keys = [TRAIN.point_key(r) for r in (plain, narrow)]
+    assert "state=" not in keys[0] and keys[1] == keys[0].replace("/policy=",
+                                                                  "/state=bfloat16/policy=")
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (plain, narrow)))
+    aggregate([tmp_path / "train.jsonl"], tmp_path / "summary")
+    table = time_parts(read_summary(tmp_path / "summary").points)
+    assert sorted(table["state_dtype"]) == ["bfloat16", "float32"]  # two rows, not one
+    assert list(table["delayed_update"]) == [False, False]

@@ -18,10 +18,10 @@ that escaped routing, losses). Without a CUDA GPU the command fails, or with
 Counts take decimal units (125M, 1.3B, 6B); byte sizes binary units (512M, 40G).
 Exit status: 0 done (or skipped), 1 no GPU or out of memory (a `failed` record is
 written), 2 bad option value, refused oversubscription, or an --output that cannot be
-written (checked before training) or --delayed-update with a --gpu-budget too small
-for the host optimizer, 3 --gpu-budget below the least one step needs
-(measured by the first step; the `failed` record and the message name the budget and
-that minimum, `budget_minimum_bytes`).
+written (checked before training) or --delayed-update or --state-dtype bfloat16 with a
+--gpu-budget too small for the host optimizer, 3 --gpu-budget below the least one step
+needs (measured by the first step; the `failed` record and the message name the budget
+and that minimum, `budget_minimum_bytes`).
 """
 
 from __future__ import annotations
@@ -78,6 +78,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "forward and backward run, on weights one update behind "
                         "(ZeRO-Offload's delayed update; losses differ slightly); "
                         "default: every step updates before the next")
+    memory.add_argument("--state-dtype", default="float32", metavar="TYPE",
+                        help="under --gpu-budget, the dtype of Adam's moments in host memory: "
+                        "float32, or bfloat16 (rounded stochastically: less host memory and "
+                        "traffic; losses differ slightly); default: float32")
     memory.add_argument("--oversubscribe", type=float, metavar="RATIO",
                         help="size the model so its estimated footprint (weights, gradients, "
                         "AdamW state, activations) is RATIO x free GPU memory, instead of "
@@ -117,7 +121,7 @@ def _point(args: argparse.Namespace) -> Any:
             image_size=args.image_size, dtype=args.dtype, policy=args.policy,
             gpu_budget=args.gpu_budget, steps=args.steps, warmup=args.warmup, seed=args.seed,
             device=args.device, accumulate=args.accumulate,
-            delayed_update=args.delayed_update,
+            delayed_update=args.delayed_update, state_dtype=args.state_dtype,
         )
     with bad_input(OSError, ValueError, where="--policy"):
         policy = load_policy(point.policy)
@@ -148,8 +152,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         # a BudgetError that is not a budget below the minimum (a failed record, exit 3):
-        # --delayed-update where the plan for the budget streams the weights
-        with bad_input(SizingError), bad_input(BudgetError, where="--delayed-update"):
+        # --delayed-update or --state-dtype where the plan for the budget streams the weights
+        where = "--delayed-update" if point.delayed_update else "--state-dtype"
+        with bad_input(SizingError), bad_input(BudgetError, where=where):
             record = run_point(point, policy=policy, allow_oversubscription=allowed,
                                skip_if_no_gpu=args.skip_if_no_gpu)
     except NoGPUError as error:

@@ -196,7 +196,8 @@ def train_point(
         result = train(shape, data, memory, device=device, dtype=point.dtype,
                        steps=point.steps, warmup=point.warmup, seed=point.seed,
                        pinned_inputs=pinned_inputs, offload=offload,
-                       accumulate=point.accumulate, delayed_update=point.delayed_update)
+                       accumulate=point.accumulate, delayed_update=point.delayed_update,
+                       state_dtype=point.state_dtype)
     except torch.OutOfMemoryError as error:
         first_line = str(error).strip().splitlines()[0]
         return unfinished_record(point, "failed", f"out of memory: {first_line}",

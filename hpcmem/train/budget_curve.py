@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hpcmem.draw.plots import PALETTE, embed, log_value_axis, panel_grid
-from hpcmem.train.tables import DELAYED, MODEL, STEP, delayed, model_title
+from hpcmem.train.tables import MODEL, STEP, VARIANTS, model_title, variant_label, with_variants
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,7 +34,7 @@ def budget_points(points: pd.DataFrame) -> pd.DataFrame:
     resident = table.get("peak_gpu_resident_bytes", pd.Series(float("nan"), index=table.index))
     reserved = table.get("peak_reserved_bytes", pd.Series(float("nan"), index=table.index))
     held = resident.where(table["gpu_budget"].notna(), reserved).astype(float)
-    drawn = delayed(table).assign(**{MEMORY: held}).dropna(subset=[MEMORY, STEP])
+    drawn = with_variants(table).assign(**{MEMORY: held}).dropna(subset=[MEMORY, STEP])
     return drawn[drawn[MEMORY] > 0]  # nothing held on a GPU (a CPU run): off the log axis
 
 
@@ -50,11 +50,11 @@ def budget_figure(points: pd.DataFrame) -> str | None:
     for axes, (key, group) in zip(panels, models, strict=True):
         budgeted = group[group["gpu_budget"].notna()]
         others = group[group["gpu_budget"].isna()]
-        for is_delayed, curve in budgeted.groupby(DELAYED, sort=True):
+        for (is_delayed, state), curve in budgeted.groupby(list(VARIANTS), sort=True):
             curve = curve.sort_values(MEMORY)
-            axes.plot(curve[MEMORY] / GiB, curve[STEP], "o--" if is_delayed else "o-",
-                      color=PALETTE[0], label="hpcmem under a budget"
-                      + (", delayed update" if is_delayed else ""))
+            axes.plot(curve[MEMORY] / GiB, curve[STEP], "--" if is_delayed else "-",
+                      color=PALETTE[0], marker="D" if state == "bfloat16" else "o",
+                      label="hpcmem under a budget" + variant_label(is_delayed, state))
             for _, point in curve.iterrows():
                 axes.annotate(f"{point['gpu_budget'] / GiB:.1f}",
                               (point[MEMORY] / GiB, point[STEP]), textcoords="offset points",

@@ -182,6 +182,7 @@ def train(
     offload: str | None = None,
     accumulate: int = 1,
     delayed_update: bool = False,
+    state_dtype: str = "float32",
 ) -> TrainResult:
     """Train ``shape`` on ``data`` for ``warmup + steps`` steps under ``memory`` (UnifiedMemory).
 
@@ -190,7 +191,8 @@ def train(
     ``offload``: the budget strategy (``host_optimizer``, ``stream``; None: planned), its
     working weights in the autocast dtype. ``accumulate``: micro-batches per optimizer step,
     each loss scaled by its share (a step's loss is their mean). ``delayed_update``:
-    ZeRO-Offload's one-step delayed update under a budget (:class:`Offload`). NVML samples
+    ZeRO-Offload's one-step delayed update under a budget (:class:`Offload`);
+    ``state_dtype`` the dtype of Adam's moments on the host under one. NVML samples
     the process's device memory.
     """
     from contextlib import nullcontext
@@ -199,7 +201,8 @@ def train(
     from hpcmem.um.offload import Offload
 
     chosen = Offload(offload, working_dtype="bfloat16" if dtype == "bf16" else None,
-                     micro_batches=accumulate, delayed_update=delayed_update)
+                     micro_batches=accumulate, delayed_update=delayed_update,
+                     state_dtype=None if state_dtype == "float32" else state_dtype)
     sampler = (NvmlPeak(device.index or 0, managed=_managed_on_gpu(memory))
                if device.type == "cuda" else nullcontext())
     with sampler:

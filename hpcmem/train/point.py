@@ -14,6 +14,7 @@ from typing import Any
 from hpcmem.errors import HpcmemError
 from hpcmem.train.models import DEFAULT_VOCAB, MODELS, cnn_shape
 from hpcmem.train.sizing import DTYPES
+from hpcmem.um.offload import STATE_DTYPES
 from hpcmem.units import UnitError, parse_count, parse_size
 
 __all__ = ["DEFAULTS", "MODEL_OPTIONS", "PointError", "TrainPoint", "check_policy",
@@ -55,6 +56,8 @@ class TrainPoint:
     accumulate: int = 1  # micro-batches of ``batch`` samples per optimizer step
     #: ZeRO-Offload's one-step delayed update (``Offload(delayed_update=True)``), budgets only
     delayed_update: bool = False
+    #: the dtype of Adam's moments on the host (``Offload(state_dtype=...)``), budgets only
+    state_dtype: str = "float32"
 
 
 def default_params(model: str) -> int:
@@ -120,6 +123,7 @@ def make_point(
     device: str = "cuda:0",
     accumulate: int = 1,
     delayed_update: bool = False,
+    state_dtype: str = "float32",
 ) -> TrainPoint:
     """The point these options describe; None takes the model's default (:data:`DEFAULTS`).
 
@@ -153,6 +157,10 @@ def make_point(
     if delayed_update and budget is None:
         raise PointError("--delayed-update: applies under --gpu-budget only (it delays the "
                          "host optimizer's update); give a --gpu-budget or leave it out")
+    state_dtype = _one_of("state_dtype", state_dtype, STATE_DTYPES)
+    if state_dtype != "float32" and budget is None:
+        raise PointError(f"--state-dtype: {state_dtype} applies under --gpu-budget only (the "
+                         "host optimizer keeps the moments); give a --gpu-budget or leave it out")
     if not _DEVICE.fullmatch(device):
         raise PointError(f"--device: {device!r} is not one of cuda, cuda:N, cpu")
     transformer, cnn = model == "transformer", model == "cnn"
@@ -176,6 +184,7 @@ def make_point(
         device=device,
         accumulate=_at_least("accumulate", accumulate),
         delayed_update=delayed_update,
+        state_dtype=state_dtype,
     )
 
 

@@ -54,6 +54,9 @@ TRAIN = Benchmark(
         # ZeRO-Offload's one-step delayed update; records made before the axis had none
         Coordinate("delayed_update", "delayed", implied=False,
                    read=lambda record: bool(record.get("delayed_update", False))),
+        # the dtype of Adam's moments on the host; records made before the axis: fp32
+        Coordinate("state_dtype", "state", implied="float32",
+                   read=lambda record: record.get("state_dtype", "float32")),
         Coordinate("policy", "policy", read=_policy, swept=True, option="--policy"),
     ),
     metrics=(

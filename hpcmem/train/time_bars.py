@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hpcmem.draw.plots import PALETTE, embed, panel_grid
-from hpcmem.train.tables import DELAYED, MODEL, STEP, delayed, model_title
+from hpcmem.train.tables import MODEL, STEP, VARIANTS, model_title, variant_label, with_variants
 from hpcmem.units import format_size
 
 if TYPE_CHECKING:
@@ -39,8 +39,9 @@ def time_parts(points: pd.DataFrame) -> pd.DataFrame:
     columns = [column for column, _ in PARTS]
     if "gpu_budget" not in points or any(c not in points for c in columns):
         return points.iloc[0:0]
-    accounted = delayed(points[points["gpu_budget"].notna() & points["compute_ms"].notna()])
-    order = [*MODEL, "gpu_budget", DELAYED]
+    accounted = with_variants(points[points["gpu_budget"].notna()
+                                     & points["compute_ms"].notna()])
+    order = [*MODEL, "gpu_budget", *VARIANTS]
     return accounted[[*order, *columns]].sort_values(order)
 
 
@@ -59,9 +60,9 @@ def time_figure(points: pd.DataFrame) -> str | None:
         for index, (column, label) in enumerate(PARTS):
             axes.bar(where + (index - (len(PARTS) - 1) / 2) * width, group[column], width,
                      label=label, color=PALETTE[index % len(PALETTE)])
-        axes.set_xticks(where, [format_size(float(b)) + ("\ndelayed" if d else "")
-                                for b, d in zip(group["gpu_budget"], group[DELAYED],
-                                                strict=True)])
+        axes.set_xticks(where, [format_size(float(b)) + variant_label(d, s, "\n")
+                                for b, d, s in zip(group["gpu_budget"],
+                                                   *(group[v] for v in VARIANTS), strict=True)])
         axes.set_xlabel("GPU budget")
         axes.set_ylabel("ms per step")
         axes.grid(True, axis="y", alpha=0.3)
