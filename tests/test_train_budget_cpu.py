@@ -95,6 +95,16 @@ def test_micro_batches_accumulate_into_one_optimizer_step():
     assert abs(record["losses"]["first"][0] - math.log(512)) < 0.5
 
 
+def _apart(tmp_path: Path, plain: dict, variant: dict, part: str):
+    """The time bars' table of ``plain`` and ``variant``, whose key is ``plain``'s with
+    ``part`` before its policy."""
+    keys = [TRAIN.point_key(r) for r in (plain, variant)]
+    assert part not in keys[0] and keys[1] == keys[0].replace("/policy=", f"{part}/policy=")
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (plain, variant)))
+    aggregate([tmp_path / "train.jsonl"], tmp_path / "summary")
+    return time_parts(read_summary(tmp_path / "summary").points)
+
+
 def test_the_delayed_update_is_a_point_of_its_own(tmp_path):
     # 7 steps: the update is delayed from the steady phase (step 5) on
     plain, delayed = (_record("1G", steps=6, delayed_update=flag) for flag in (False, True))
@@ -104,12 +114,7 @@ def test_the_delayed_update_is_a_point_of_its_own(tmp_path):
     # the same steps up to the plan; then the next forward runs on weights one update behind
     assert delayed["losses"]["first"] == plain["losses"]["first"]
     assert delayed["losses"]["last"][-2:] != plain["losses"]["last"][-2:]
-    keys = [TRAIN.point_key(r) for r in (plain, delayed)]
-    assert "delayed" not in keys[0] and keys[1] == keys[0].replace("/policy=",
-                                                                   "/delayed=True/policy=")
-    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (plain, delayed)))
-    aggregate([tmp_path / "train.jsonl"], tmp_path / "summary")
-    table = time_parts(read_summary(tmp_path / "summary").points)
+    table = _apart(tmp_path, plain, delayed, "/delayed=True")
     assert list(table["delayed_update"]) == [False, True]
 
 
@@ -125,11 +130,6 @@ def test_bf16_moments_are_a_point_of_their_own(tmp_path):
     assert ours[:2] == theirs[:2]
     for mine, reference in zip(ours[2:], theirs[2:], strict=True):
         assert mine != reference and abs(mine - reference) <= 1e-2 * abs(reference)
-    keys = [TRAIN.point_key(r) for r in (plain, narrow)]
-    assert "state=" not in keys[0] and keys[1] == keys[0].replace("/policy=",
-                                                                  "/state=bfloat16/policy=")
-    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (plain, narrow)))
-    aggregate([tmp_path / "train.jsonl"], tmp_path / "summary")
-    table = time_parts(read_summary(tmp_path / "summary").points)
+    table = _apart(tmp_path, plain, narrow, "/state=bfloat16")
     assert sorted(table["state_dtype"]) == ["bfloat16", "float32"]  # two rows, not one
     assert list(table["delayed_update"]) == [False, False]
