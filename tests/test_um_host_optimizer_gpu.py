@@ -4,8 +4,8 @@ A small transformer (and GPT-2 from ``transformers``, random weights) trains a f
 without a budget and with one the plan meets with ``host_optimizer``: losses agree within
 floating-point tolerance (bf16 working weights within 1%, fp32 within 1e-4 relative), the
 device memory placed on the GPU stays within the budget, nothing escapes the pools, and
-bytes move both ways once per step; a budget below the first step is refused with the
-measured minimum. Marked ``gpu``.
+bytes move both ways once per step (Adam's moments in fp32 or, opted in, bf16); a budget
+below the first step is refused with the measured minimum. Marked ``gpu``.
 """
 
 from __future__ import annotations
@@ -144,6 +144,17 @@ def test_the_delayed_update_stays_inside_the_budget_and_near_the_losses(torch):
     assert losses == pytest.approx(reference, rel=1e-2)
     _check_budget(stats, BUDGET)
     assert stats["offload"]["delayed_update"]
+
+
+def test_bf16_moments_stay_inside_the_budget_and_near_the_losses(torch):
+    reference, _ = _train(torch, _transformer)
+    # a GPU share too: the buckets it takes widen their moments to fp32 at the plan
+    losses, stats = _train(torch, _transformer, budget=BUDGET, offload="host_optimizer",
+                           gpu_share=0.5, bucket_bytes=4 * 2**20, state_dtype="bfloat16")
+    assert losses == pytest.approx(reference, rel=1e-2)
+    _check_budget(stats, BUDGET, through_host=False)
+    assert stats["offload"]["state_dtype"] == "bfloat16"
+    assert 0 < stats["offload"]["split"]["share"] < 1, stats["offload"]["split"]
 
 
 def test_gpt2_from_transformers(torch):
