@@ -153,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         # a BudgetError that is not a budget below the minimum (a failed record, exit 3):
         # --delayed-update or --state-dtype where the plan for the budget streams the weights
-        where = "--delayed-update" if point.delayed_update else "--state-dtype"
+        where = ("--delayed-update" if point.delayed_update
+                 else "--state-dtype" if point.state_dtype != "float32" else "")
         with bad_input(SizingError), bad_input(BudgetError, where=where):
             record = run_point(point, policy=policy, allow_oversubscription=allowed,
                                skip_if_no_gpu=args.skip_if_no_gpu)
