@@ -14,12 +14,19 @@
 namespace hpcmem::optim {
 namespace {
 
-inline float load(const void* base, Dtype dtype, std::size_t i) {
-  if (dtype == Dtype::float32) return static_cast<const float*>(base)[i];
-  std::uint32_t bits = static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(base)[i]) << 16;
+/// A value held as fp32, or as the bits of a bf16, in fp32.
+inline float widen(float value) { return value; }
+
+inline float widen(std::uint16_t bits16) {
+  std::uint32_t bits = static_cast<std::uint32_t>(bits16) << 16;
   float value;
   std::memcpy(&value, &bits, sizeof value);
   return value;
+}
+
+inline float load(const void* base, Dtype dtype, std::size_t i) {
+  if (dtype == Dtype::float32) return static_cast<const float*>(base)[i];
+  return widen(static_cast<const std::uint16_t*>(base)[i]);
 }
 
 /// fp32 to bf16, rounding to nearest even; NaN stays a (quiet) NaN.
@@ -55,15 +62,6 @@ inline std::uint32_t noise_of(std::uint32_t seed, std::size_t i) {
 /// How moments in `S` are held: fp32 as they are, bf16 as their bits.
 template <Dtype S>
 using StateType = std::conditional_t<S == Dtype::float32, float, std::uint16_t>;
-
-inline float widen(float value) { return value; }
-
-inline float widen(std::uint16_t bits16) {
-  std::uint32_t bits = static_cast<std::uint32_t>(bits16) << 16;
-  float value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
-}
 
 inline float narrow(float value, std::uint32_t, float) { return value; }
 
