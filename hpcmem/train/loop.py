@@ -202,7 +202,7 @@ def train(
 
     chosen = Offload(offload, working_dtype="bfloat16" if dtype == "bf16" else None,
                      micro_batches=accumulate, delayed_update=delayed_update,
-                     state_dtype=None if state_dtype == "float32" else state_dtype)
+                     state_dtype=state_dtype)
     sampler = (NvmlPeak(device.index or 0, managed=_managed_on_gpu(memory))
                if device.type == "cuda" else nullcontext())
     with sampler:
