@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +60,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     waiting = {item.path for item in items if "cpu_image" in item.fixturenames}
     items.sort(key=lambda item: (item.path.name not in SLURM_MODULES,
                                  item.get_closest_marker("vm") is None, item.path in waiting))
+
+
+#: the locks by which a ``quiet`` test has the machine to itself (:func:`machine_share`)
+MACHINE_LOCKS = REPO / ".pytest_cache" / "machine"
+
+
+@contextmanager
+def machine_share(whole: bool) -> Iterator[None]:
+    """Hold the machine shared with the other worker's tests, or ``whole``: alone, once its
+    running test ends. The gate, held while waiting for the whole machine, keeps the other
+    worker from starting tests meanwhile (no starvation by back-to-back shared holds)."""
+    MACHINE_LOCKS.mkdir(parents=True, exist_ok=True)
+    with open(MACHINE_LOCKS / "gate", "a") as gate, open(MACHINE_LOCKS / "tests", "a") as tests:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(tests, fcntl.LOCK_EX if whole else fcntl.LOCK_SH)
+        if not whole:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """Run a test marked ``quiet`` (it times against a quiet machine) with nothing of the
+    other worker's running beside it, its fixtures' setup and teardown included."""
+    with machine_share(whole=item.get_closest_marker("quiet") is not None):
+        return (yield)
 
 
 @pytest.hookimpl(optionalhook=True)

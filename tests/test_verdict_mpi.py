@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import mpi_environment
 
-pytestmark = pytest.mark.mpi
+pytestmark = [pytest.mark.mpi, pytest.mark.quiet]
 
 REPO = Path(__file__).resolve().parents[1]
 
