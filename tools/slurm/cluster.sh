@@ -61,7 +61,9 @@
 #
 # Several clusters may run on one machine, each with its own DIR and ports. They share one
 # munged on the default socket (Slurm 22.05 ignores AuthInfo=socket= on its connections to
-# slurmdbd); stop ends that munged only when no other Slurm daemon is left on the machine.
+# slurmdbd); stop ends that munged only when no other Slurm daemon is left on the machine,
+# and starts and stops take turns on the machine (the lock HPCMEM_SLURM_MACHINE_LOCK names,
+# default /run/lock/hpcmem-slurm.lock).
 # slurmd runs in a mount namespace of its own with DIR/run/slurm as /run/slurm, so the
 # configless cache that srun inside jobs reads (/run/slurm/conf) is this cluster's.
 set -euo pipefail
@@ -337,7 +339,7 @@ start_munged() {
   rm -f "$MUNGE_SOCKET" "$MUNGE_SOCKET.lock"
   munged --force --key-file="$key" --socket="$MUNGE_SOCKET" --pid-file="$MUNGE_PIDFILE" \
     --log-file="$STATE/log/munged.log" --seed-file="$STATE/munge/munged.seed" \
-    --num-threads=4 9>&-
+    --num-threads=4 8>&- 9>&-
   wait_for munged munge_works
 }
 
@@ -371,7 +373,8 @@ start_mariadbd() {
       rm -rf "$data"
       mariadb-install-db --no-defaults --user=mysql --datadir="$data" --skip-test-db \
         --auth-root-authentication-method=socket >"$STATE/log/mariadb-install-db.log" 2>&1 ||
-        die "mariadb-install-db failed: see $STATE/log/mariadb-install-db.log"
+        die "mariadb-install-db failed: see $STATE/log/mariadb-install-db.log, which says:
+$(grep -E 'ERROR|FATAL|Neither|failed' "$STATE/log/mariadb-install-db.log" | head -n 8)"
     fi
     rm -f "$MYSQL_DIR/mysqld.sock"
     touch "$MARIADB_LOG"
@@ -382,7 +385,7 @@ start_mariadbd() {
       --socket="$MYSQL_DIR/mysqld.sock" --port="$MYSQL_PORT" --bind-address=127.0.0.1 \
       --skip-name-resolve --pid-file="$(pidfile mariadbd)" --log-error="$MARIADB_LOG" \
       --innodb-buffer-pool-size=32M --innodb-log-file-size=16M --performance-schema=OFF \
-      </dev/null >/dev/null 2>&1 9>&- &
+      </dev/null >/dev/null 2>&1 8>&- 9>&- &
     wait_for mariadbd mysql_client -e "SELECT 1"
   fi
   mysql_client <<SQL
@@ -397,7 +400,7 @@ SQL
 start_slurmdbd() {
   daemon_pid slurmdbd >/dev/null && return
   # slurmdbd reads slurmdbd.conf from the folder of $SLURM_CONF.
-  SLURM_CONF="$STATE/etc/slurm.conf" slurmdbd 9>&-
+  SLURM_CONF="$STATE/etc/slurm.conf" slurmdbd 8>&- 9>&-
   wait_for slurmdbd sacctmgr -n list cluster
 }
 
@@ -436,7 +439,7 @@ node_idle() {
 
 start_slurmctld() {
   daemon_pid slurmctld >/dev/null && return
-  slurmctld -f "$STATE/etc/slurm.conf" 9>&-
+  slurmctld -f "$STATE/etc/slurm.conf" 8>&- 9>&-
   wait_for slurmctld scontrol ping
 }
 
@@ -454,7 +457,7 @@ start_slurmd() {
       # see their own cluster, whichever slurmd started last.
       unshare --mount --propagation private -- sh -c \
         'mount --bind "$1" /run/slurm && shift && exec "$@"' sh "$STATE/run/slurm" \
-        slurmd -N "$name" --conf-server "$HOST:$CTLD_PORT" 9>&-
+        slurmd -N "$name" --conf-server "$HOST:$CTLD_PORT" 8>&- 9>&-
     fi
   fi
   wait_for "node $name to become idle" node_idle "$name"
@@ -530,11 +533,29 @@ refuse_changes() {
   exit 2
 }
 
+# One start or stop at a time on the machine, whatever the cluster: clusters share munged,
+# which a stop ends when it sees no other Slurm daemon, so a start beside it could lose
+# munged before its own daemons run.
+machine_lock() {
+  exec 8>"${HPCMEM_SLURM_MACHINE_LOCK:-/run/lock/hpcmem-slurm.lock}"
+  flock 8
+}
+
+# Whether every daemon of the cluster runs (munged: any serving the socket).
+all_up() {
+  local name
+  munge_works >/dev/null 2>&1 || return 1
+  for name in "${DAEMONS[@]}"; do
+    [[ $name == munged ]] || daemon_pid "$name" >/dev/null || return 1
+  done
+}
+
 do_start() {
   check_tools
   if daemon_pid slurmctld >/dev/null; then
     refuse_changes
   fi
+  all_up || machine_lock
   configure
   local begin=$SECONDS
   start_munged
@@ -575,6 +596,7 @@ stop_jobs() {
 
 do_stop() {
   [[ -d "$STATE" ]] || return 0
+  machine_lock
   if daemon_pid slurmctld >/dev/null && daemon_pid "slurmd-${NODE_NAMES[0]}" >/dev/null &&
     { ((NODES == 1)) || ns_exists "$HEAD_NS"; }; then
     on_login "$0" stop-jobs "$STATE"
@@ -634,7 +656,7 @@ do_vm_node() {
   install -m 600 "$(munge_key)" "$out/munge.key"
   exec python3 "$REPO/tools/vm/boot.py" --timeout "${HPCMEM_VM_TIMEOUT:-3600}" \
     --share-rw "$STATE/log" --host-port "$CTLD_PORT" --guest-port "$VM_PORT" "${VM_OPTIONS[@]}" \
-    "$VM_NODE" "$out" -- sh tools/vm/guest/slurm-node.sh "$VM_NODE" "$CTLD_PORT" "$STATE" "$@" 9>&-
+    "$VM_NODE" "$out" -- sh tools/vm/guest/slurm-node.sh "$VM_NODE" "$CTLD_PORT" "$STATE" "$@" 8>&- 9>&-
 }
 
 do_status() {
@@ -683,8 +705,9 @@ case "$ACTION" in
 esac
 mkdir -p "$STATE"
 STATE="$(cd "$STATE" && pwd)"
-# One start/stop at a time per state dir (parallel test sessions share it). Daemons are
-# started with fd 9 closed so that they never hold the lock.
+# One start/stop at a time per state dir (parallel test sessions share it); starts that start
+# something and stops also take the machine's lock (machine_lock). Daemons are started with
+# fds 8 and 9 closed so that they never hold a lock.
 exec 9>"$STATE/.lock"
 flock 9
 case "$ACTION" in

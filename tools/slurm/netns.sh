@@ -87,5 +87,5 @@ start_node_slurmd() {
      mount --bind "$4" /etc/hosts && mount -t tmpfs -o mode=1777 tmpfs /dev/shm &&
      shift 4 && exec "$@"' \
     sh "$name" "$STATE/run/$name" "$TMP_FS" "$STATE/etc/hosts" \
-    slurmd -N "$name" --conf-server "$ADDR:$CTLD_PORT" 9>&-
+    slurmd -N "$name" --conf-server "$ADDR:$CTLD_PORT" 8>&- 9>&-
 }
