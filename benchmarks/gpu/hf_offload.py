@@ -43,10 +43,10 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from hpcmem.train.offload_anchors import CHECKPOINTED, VARIANTS
+
 LEARNING_RATE = 1e-4
 WEIGHT_DECAY = 0.01
-VARIANTS = ("cuda", "deepspeed", "deepspeed3", "fsdp2", "hpcmem")
-CHECKPOINTED = ("deepspeed", "deepspeed3", "fsdp2")  # --checkpointing on unless told otherwise
 ZERO = {  # each DeepSpeed variant's zero_optimization
     "deepspeed": {"stage": 2, "overlap_comm": True, "contiguous_gradients": True,
                   "offload_optimizer": {"device": "cpu", "pin_memory": True}},
