@@ -28,10 +28,11 @@ def _number(value: float | None, form: str, scale: float = 1, unit: str = "") ->
 
 
 def _cells(row: Row) -> list[Any]:
+    recomputed = None if row.checkpointing is None else ("yes" if row.checkpointing else "no")
     if row.failed is not None:
-        return [row.label, row.checkpointing, _number(row.budget, ".2f", GIB),
+        return [row.label, recomputed, _number(row.budget, ".2f", GIB),
                 f"failed: {row.failed[:120]}", *[None] * 9]
-    return [row.label, row.checkpointing, _number(row.budget, ".2f", GIB),
+    return [row.label, recomputed, _number(row.budget, ".2f", GIB),
             _number(row.step_ms, ".1f"), ", ".join(f"{ms:.1f}" for ms in row.each_ms),
             _number(row.tokens_per_s, ",.0f"),
             *(_number(value, ".2f", GIB)
