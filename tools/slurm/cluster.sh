@@ -364,16 +364,26 @@ mysql_client() {
   mariadb --no-defaults --socket="$MYSQL_DIR/mysqld.sock" -u root "$@"
 }
 
+# MariaDB's system tables made anew in $1, the output in STATE/log/mariadb-install-db.log.
+install_db() {
+  rm -rf "$1"
+  mariadb-install-db --no-defaults --user=mysql --datadir="$1" --skip-test-db \
+    --auth-root-authentication-method=socket >"$STATE/log/mariadb-install-db.log" 2>&1
+}
+
 start_mariadbd() {
   if ! daemon_pid mariadbd >/dev/null; then
     local data="$MYSQL_DIR/data"
     chown mysql:mysql "$MYSQL_DIR"
     runuser -u mysql -- test -w "$MYSQL_DIR" || die "the mysql user cannot write to $MYSQL_DIR"
-    if [[ ! -d "$data/mysql" ]]; then
-      rm -rf "$data"
-      mariadb-install-db --no-defaults --user=mysql --datadir="$data" --skip-test-db \
-        --auth-root-authentication-method=socket >"$STATE/log/mariadb-install-db.log" 2>&1 ||
-        die "mariadb-install-db failed: see $STATE/log/mariadb-install-db.log, which says:
+    if [[ ! -d "$data/mysql" ]] && ! install_db "$data"; then
+      # once more from nothing, the first try's log kept beside (CI lost a start to a
+      # failure that never showed again)
+      mv "$STATE/log/mariadb-install-db.log" "$STATE/log/mariadb-install-db.first.log"
+      log "mariadb-install-db failed; trying once more (log: $STATE/log/mariadb-install-db.first.log):"
+      grep -E 'ERROR|FATAL|Neither|failed' "$STATE/log/mariadb-install-db.first.log" | head -n 8 >&2 || true
+      install_db "$data" ||
+        die "mariadb-install-db failed twice: see $STATE/log/mariadb-install-db.log, which says:
 $(grep -E 'ERROR|FATAL|Neither|failed' "$STATE/log/mariadb-install-db.log" | head -n 8)"
     fi
     rm -f "$MYSQL_DIR/mysqld.sock"
