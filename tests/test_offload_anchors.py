@@ -102,6 +102,20 @@ OK = {"variant": "cuda", "model": "m", "batch": 8, "seq_len": 1024, "status": "o
     (json.dumps({**OK, "step_ms": {"median": 0}}), ":2: step_ms={'median': 0}: an ok record's "
                                                    "step_ms is accepted with a median above 0"),
     (json.dumps({key: v for key, v in OK.items() if key != "model"}), ":2: model=None"),
+    (json.dumps({**OK, "peak_reserved_bytes": "8 GiB"}),
+     ":2: peak_reserved_bytes='8 GiB': a number of bytes, or null, is accepted"),
+    (json.dumps({**OK, "gpu_budget": -1}), ":2: gpu_budget=-1: a number of bytes"),
+    (json.dumps({**OK, "losses": [1.0, "nan"]}),
+     ":2: losses=[1.0, 'nan']: a list of numbers, or null, is accepted"),
+    (json.dumps({**OK, "variant": "hpcmem"}),
+     ":2: memory=None: an ok hpcmem record's memory statistics (an object) are accepted"),
+    (json.dumps({**OK, "status": None}), ":2: status=None: ok, or a failure's word"),
+    (json.dumps({**OK, "dtype": ["bf16"]}), ":2: dtype=['bf16']: a dtype's name is accepted"),
+    (json.dumps({**OK, "offload": [1]}), ":2: offload=[1]: hpcmem's Offload settings"),
+    (json.dumps({**OK, "offload": {"gpu_share": 2}}),
+     ":2: offload.gpu_share=2: a share from 0 to 1, or null, is accepted"),
+    (json.dumps({**OK, "offload": {"threads": 0}}),
+     ":2: offload.threads=0: a whole number of threads, at least 1, or null, is accepted"),
 ])
 def test_a_bad_record_is_one_line_naming_its_line_and_field(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str, says: str) -> None:
@@ -115,6 +129,18 @@ def test_a_bad_record_is_one_line_naming_its_line_and_field(
     (message,) = capsys.readouterr().err.strip().splitlines()
     assert message.startswith(f"hpcmem report: error: --offload: {records}{says}"), message
     assert page.read_text() == "the last report"
+
+
+def test_a_record_missing_its_accounting_still_draws(tmp_path: Path) -> None:
+    ours = {**OK, "variant": "hpcmem", "gpu_budget": 8 * GIB, "memory": {"offload": None}}
+    records = tmp_path / "hf.jsonl"
+    records.write_text(json.dumps(OK) + "\n" + json.dumps(ours) + "\n")
+    aggregate([SUMMARY_RECORDS], tmp_path / "summary")
+    page = tmp_path / "report.html"
+    assert main(["report", str(tmp_path / "summary"), "--offload", str(records),
+                 "--out", str(page)]) == 0
+    assert ("hpcmem, gpu_budget: per step: strategy —, H2D 0.00 GB (— ms busy)"
+            in page.read_text())
 
 
 def test_a_file_without_records_is_refused(tmp_path: Path) -> None:

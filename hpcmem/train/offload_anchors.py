@@ -89,6 +89,35 @@ def _fail(path: os.PathLike | str, line: int, what: str) -> ValueError:
     return ValueError(f"{path}:{line}: {what}")
 
 
+#: a record's optional byte counts: a number at least 0, or null
+BYTE_FIELDS = ("gpu_budget", "peak_allocated_bytes", "peak_reserved_bytes", "nvml_peak_bytes",
+               "held_peak_bytes")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _share(value: Any) -> bool:
+    """a share from 0 to 1"""
+    return _is_number(value) and 0 <= value <= 1
+
+
+def _threads(value: Any) -> bool:
+    """a whole number of threads, at least 1"""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _name(value: Any) -> bool:
+    """a name"""
+    return isinstance(value, str)
+
+
+#: the Offload settings variant_key reads, and what each accepts (its docstring says)
+OFFLOAD_FIELDS = {"gpu_share": _share, "threads": _threads, "host_kernel": _name,
+                  "state_dtype": _name}
+
+
 def _check(record: Any, path: os.PathLike | str, line: int) -> dict[str, Any]:
     """``record`` when it is an hf_offload.py record, else a ValueError naming the field."""
     if not isinstance(record, dict):
@@ -103,15 +132,36 @@ def _check(record: Any, path: os.PathLike | str, line: int) -> dict[str, Any]:
         value = record.get(field, 1 if field == "accumulate" else None)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise _fail(path, line, f"{field}={value!r}: a whole number, at least 1, is accepted")
-    if record.get("status") == "ok":
-        step = (record.get("step_ms") or {}).get("median") if isinstance(
-            record.get("step_ms"), dict) else None
-        if not isinstance(step, (int, float)) or isinstance(step, bool) or not step > 0:
-            raise _fail(path, line, f"step_ms={record.get('step_ms')!r}: an ok record's "
-                                    "step_ms is accepted with a median above 0 ms")
-    elif not isinstance(record.get("status"), str):
+    for field in BYTE_FIELDS:
+        value = record.get(field)
+        if value is not None and not (_is_number(value) and value >= 0):
+            raise _fail(path, line, f"{field}={value!r}: a number of bytes, or null, is accepted")
+    if not isinstance(record.get("dtype", "bf16"), str):
+        raise _fail(path, line, f"dtype={record['dtype']!r}: a dtype's name is accepted")
+    offload = record.get("offload")
+    if offload is not None and not isinstance(offload, dict):
+        raise _fail(path, line, f"offload={offload!r}: hpcmem's Offload settings (an "
+                                "object), or null, are accepted")
+    for field, accepted in OFFLOAD_FIELDS.items():
+        value = (offload or {}).get(field)
+        if value is not None and not accepted(value):
+            raise _fail(path, line, f"offload.{field}={value!r}: {accepted.__doc__}, or null, "
+                                    "is accepted")
+    losses = record.get("losses")
+    if losses is not None and not (isinstance(losses, list) and all(map(_is_number, losses))):
+        raise _fail(path, line, f"losses={losses!r}: a list of numbers, or null, is accepted")
+    if not isinstance(record.get("status"), str):
         raise _fail(path, line, f"status={record.get('status')!r}: ok, or a failure's word, "
                                 "is accepted")
+    timing = record.get("step_ms")
+    step = timing.get("median") if isinstance(timing, dict) else None
+    if record["status"] == "ok" and not (_is_number(step) and step > 0):
+        raise _fail(path, line, f"step_ms={timing!r}: an ok record's step_ms is accepted with "
+                                "a median above 0 ms")
+    if record["status"] == "ok" and record["variant"] == "hpcmem" and not isinstance(
+            record.get("memory"), dict):
+        raise _fail(path, line, f"memory={record.get('memory')!r}: an ok hpcmem record's "
+                                "memory statistics (an object) are accepted")
     return record
 
 
@@ -203,27 +253,39 @@ def _gib(value: float | None) -> str:
 
 
 def accounting(ours: list[Mapping[str, Any]]) -> str:
-    """hpcmem's per-step accounting, medians over its runs."""
-    def field(key: str) -> float | None:
-        return _median(ours, lambda r: r["memory"]["offload"].get(key))
+    """hpcmem's per-step accounting, medians over its runs ("—" for what a record lacks)."""
+    def offload(record: Mapping[str, Any]) -> Mapping[str, Any]:
+        found = record["memory"].get("offload")
+        return found if isinstance(found, dict) else {}
 
-    first = ours[0]["memory"]
-    resident = _median(ours, lambda r: r["memory"]["peak_gpu_resident_bytes"])
-    if first["offload"]["strategy"] == "stream":
-        return (f"per step: strategy stream, H2D {(field('bytes_h2d') or 0) / 1e9:.2f} GB,"
-                f" D2H {(field('bytes_d2h') or 0) / 1e9:.2f} GB, their PCIe time at the "
-                f"measured rates {_ms(field('pcie_transfer_ms'))} ms; GPU-resident peak "
-                f"{_gib(resident)} GiB; escaped {first['escaped_bytes']} bytes")
-    split = first["offload"].get("split") or {}
-    shared = f", the GPU steps {split['share']:.0%} ({split['why']})" if split.get("share") else ""
-    return (f"per step: strategy {first['offload']['strategy']}{shared}, "
-            f"H2D {(field('bytes_h2d') or 0) / 1e9:.2f} GB ({_ms(field('h2d_busy_ms'))} ms busy), "
-            f"D2H {(field('bytes_d2h') or 0) / 1e9:.2f} GB ({_ms(field('d2h_busy_ms'))} ms busy), "
+    def field(key: str) -> float | None:
+        return _median(ours, lambda r: _number(offload(r).get(key)))
+
+    def gigabytes(key: str) -> str:
+        return f"{(field(key) or 0) / 1e9:.2f}"
+
+    first, settings = ours[0]["memory"], offload(ours[0])
+    resident = _gib(_median(ours, lambda r: _number(r["memory"].get("peak_gpu_resident_bytes"))))
+    escaped = f"escaped {first.get('escaped_bytes', '—')} bytes"
+    if settings.get("strategy") == "stream":
+        return (f"per step: strategy stream, H2D {gigabytes('bytes_h2d')} GB, D2H "
+                f"{gigabytes('bytes_d2h')} GB, their PCIe time at the measured rates "
+                f"{_ms(field('pcie_transfer_ms'))} ms; GPU-resident peak {resident} GiB; {escaped}")
+    split = settings.get("split") if isinstance(settings.get("split"), dict) else {}
+    shared = (f", the GPU steps {split['share']:.0%} ({split.get('why')})"
+              if _number(split.get("share")) else "")
+    return (f"per step: strategy {settings.get('strategy', '—')}{shared}, "
+            f"H2D {gigabytes('bytes_h2d')} GB ({_ms(field('h2d_busy_ms'))} ms busy), "
+            f"D2H {gigabytes('bytes_d2h')} GB ({_ms(field('d2h_busy_ms'))} ms busy), "
             f"compute {_ms(field('compute_ms'))} ms (backward {_ms(field('backward_ms'))}), "
-            f"CPU optimizer "
-            f"{_ms(field('cpu_optimizer_ms'))} ms ({first['offload'].get('host_threads')} "
-            f"threads), bound {_ms(field('step_bound_ms'))} ms; GPU-resident peak "
-            f"{_gib(resident)} GiB; escaped {first['escaped_bytes']} bytes")
+            f"CPU optimizer {_ms(field('cpu_optimizer_ms'))} ms "
+            f"({settings.get('host_threads')} threads), bound {_ms(field('step_bound_ms'))} ms; "
+            f"GPU-resident peak {resident} GiB; {escaped}")
+
+
+def _number(value: Any) -> float | None:
+    """``value`` where it is a finite number, else None."""
+    return value if _is_number(value) else None
 
 
 def _work(record: Mapping[str, Any]) -> Work:
@@ -285,8 +347,7 @@ def markdown(records: Iterable[Mapping[str, Any]]) -> str:
         lines += [f"## {work.title()}", "",
                   "| variant | checkpointing | budget GiB | step ms (repeats) | tokens/s | GiB "
                   "allocated / reserved | NVML GiB | held GiB | vs fastest ZeRO-Offload | "
-                  "vs cuda | "
-                  "loss vs cuda, most (steps) |",
+                  "vs cuda | loss vs cuda, most (steps) |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
         for row in table:
             if row.failed is not None:
