@@ -24,7 +24,7 @@ from typing import Any
 from hpcmem.textfiles import read_text
 
 __all__ = ["CHECKPOINTED", "VARIANTS", "Row", "Work", "base_variant", "markdown", "read_records",
-           "rows", "variant_key"]
+           "rows", "shown", "variant_key"]
 
 #: hf_offload.py's variants, in the tables' order
 VARIANTS = ("cuda", "deepspeed", "deepspeed3", "fsdp2", "hpcmem")
@@ -244,12 +244,18 @@ def loss_gap(losses: list[float] | None, reference: list[float] | None
     return max(abs(a - b) / abs(b) if b else math.inf for a, b in pairs), steps
 
 
+def shown(value: float | None, form: str, scale: float = 1, unit: str = "",
+          missing: str | None = "—") -> str | None:
+    """``value / scale`` in ``form`` with ``unit`` after it; ``missing`` for None."""
+    return missing if value is None else format(value / scale, form) + unit
+
+
 def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1f}"
+    return shown(value, ".1f")
 
 
 def _gib(value: float | None) -> str:
-    return "—" if value is None else f"{value / GIB:.2f}"
+    return shown(value, ".2f", GIB)
 
 
 def accounting(ours: list[Mapping[str, Any]]) -> str:
@@ -259,13 +265,13 @@ def accounting(ours: list[Mapping[str, Any]]) -> str:
         return found if isinstance(found, dict) else {}
 
     def field(key: str) -> float | None:
-        return _median(ours, lambda r: _number(offload(r).get(key)))
+        return _median(ours, lambda r: _finite(offload(r).get(key)))
 
     def gigabytes(key: str) -> str:
         return f"{(field(key) or 0) / 1e9:.2f}"
 
     first, settings = ours[0]["memory"], offload(ours[0])
-    resident = _gib(_median(ours, lambda r: _number(r["memory"].get("peak_gpu_resident_bytes"))))
+    resident = _gib(_median(ours, lambda r: _finite(r["memory"].get("peak_gpu_resident_bytes"))))
     escaped = f"escaped {first.get('escaped_bytes', '—')} bytes"
     if settings.get("strategy") == "stream":
         return (f"per step: strategy stream, H2D {gigabytes('bytes_h2d')} GB, D2H "
@@ -273,7 +279,7 @@ def accounting(ours: list[Mapping[str, Any]]) -> str:
                 f"{_ms(field('pcie_transfer_ms'))} ms; GPU-resident peak {resident} GiB; {escaped}")
     split = settings.get("split") if isinstance(settings.get("split"), dict) else {}
     shared = (f", the GPU steps {split['share']:.0%} ({split.get('why')})"
-              if _number(split.get("share")) else "")
+              if _finite(split.get("share")) else "")
     return (f"per step: strategy {settings.get('strategy', '—')}{shared}, "
             f"H2D {gigabytes('bytes_h2d')} GB ({_ms(field('h2d_busy_ms'))} ms busy), "
             f"D2H {gigabytes('bytes_d2h')} GB ({_ms(field('d2h_busy_ms'))} ms busy), "
@@ -283,7 +289,7 @@ def accounting(ours: list[Mapping[str, Any]]) -> str:
             f"GPU-resident peak {resident} GiB; {escaped}")
 
 
-def _number(value: Any) -> float | None:
+def _finite(value: Any) -> float | None:
     """``value`` where it is a finite number, else None."""
     return value if _is_number(value) else None
 
@@ -332,14 +338,6 @@ def rows(records: Iterable[Mapping[str, Any]]) -> dict[Work, list[Row]]:
     return tables
 
 
-def _ratio(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2f}x"
-
-
-def _loss(row: Row) -> str:
-    return "—" if row.loss_gap is None else f"{row.loss_gap:.3%} ({row.loss_steps})"
-
-
 def markdown(records: Iterable[Mapping[str, Any]]) -> str:
     """One table per work, then each hpcmem variant's accounting."""
     lines: list[str] = []
@@ -358,8 +356,9 @@ def markdown(records: Iterable[Mapping[str, Any]]) -> str:
                 f"| {row.label} | {row.checkpointing} | {_gib(row.budget)} | "
                 f"**{_ms(row.step_ms)}** ({each}) | {row.tokens_per_s:,.0f} | "
                 f"{_gib(row.allocated)} / {_gib(row.reserved)} | {_gib(row.nvml)} | "
-                f"{_gib(row.held)} | {_ratio(row.vs_zero)} | {_ratio(row.vs_cuda)} | "
-                f"{_loss(row)} |")
+                f"{_gib(row.held)} | {shown(row.vs_zero, '.2f', unit='x')} | "
+                f"{shown(row.vs_cuda, '.2f', unit='x')} | "
+                f"{shown(row.loss_gap, '.3%', unit=f' ({row.loss_steps})')} |")
         for row in table:
             if row.accounting:
                 lines += ["", f"{row.label} at {_gib(row.budget)} GiB, {row.accounting}"]

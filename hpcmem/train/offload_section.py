@@ -13,7 +13,7 @@ from typing import Any
 
 from hpcmem.draw.html import table
 from hpcmem.draw.plots import PALETTE, embed, log_value_axis, panel_grid
-from hpcmem.train.offload_anchors import GIB, VARIANTS, Row, Work, base_variant, rows
+from hpcmem.train.offload_anchors import GIB, VARIANTS, Row, Work, base_variant, rows, shown
 
 __all__ = ["html_section"]
 
@@ -24,7 +24,7 @@ KINDS = ("text", "text", *["num"] * (len(HEADERS) - 2))
 
 
 def _number(value: float | None, form: str, scale: float = 1, unit: str = "") -> str | None:
-    return None if value is None else format(value / scale, form) + unit
+    return shown(value, form, scale, unit, missing=None)
 
 
 def _cells(row: Row) -> list[Any]:
