@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+import builtins
 import importlib
 import inspect
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import hpcmem
@@ -34,6 +37,42 @@ def test_every_error_derives_from_hpcmem_error() -> None:
             "hpcmem.node.planned.BindingError"} <= classes.keys()
     outside = [name for name, cls in sorted(classes.items()) if not issubclass(cls, HpcmemError)]
     assert outside == []
+
+
+def _source_classes() -> Iterator[tuple[str, str, list[str]]]:
+    """(file, class name, the last word of each base) of every class in the package's source."""
+    root = Path(hpcmem.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = [ast.unparse(base).rpartition(".")[2] for base in node.bases]
+                yield str(path.relative_to(root.parent)), node.name, bases
+
+
+def _builtin(kind: type[BaseException]) -> set[str]:
+    return {name for name, value in vars(builtins).items()
+            if isinstance(value, type) and issubclass(value, kind)}
+
+
+def test_every_exception_class_is_named_error() -> None:
+    # read from the source, so that a module needing a GPU or MPI to import is read too; a
+    # base is known by its name: Python's, one of the package's own, or any named *Error
+    classes = list(_source_classes())
+    errors, warns = _builtin(BaseException) - _builtin(Warning), _builtin(Warning)
+    grew = True
+    while grew:
+        before = len(errors) + len(warns)
+        for _, name, bases in classes:
+            if any(base in warns for base in bases):
+                warns.add(name)
+            elif any(base in errors or base.endswith("Error") for base in bases):
+                errors.add(name)
+        grew = len(errors) + len(warns) > before
+    assert {"UsageError", "KindUnavailableError", "HBWFallbackWarning"} <= errors | warns
+    wrong = [f"{path}: {name}" for path, name, _ in classes
+             if (name in warns and not name.endswith("Warning"))
+             or (name in errors and name not in warns and not name.endswith("Error"))]
+    assert wrong == []
 
 
 def test_python_dash_m_is_the_hpcmem_command() -> None:

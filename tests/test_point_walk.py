@@ -20,7 +20,7 @@ from hpcmem.record.jsonl import read_records
 from hpcmem.record.spec import Benchmark
 from hpcmem.train.spec import TRAIN
 from hpcmem.workflow.commands import collectives_command, run_env, train_command
-from hpcmem.workflow.outcome import RegressionFound, report_verdict
+from hpcmem.workflow.outcome import RegressionFoundError, report_verdict
 from hpcmem.workflow.points import collectives_points, train_points
 
 pytestmark = pytest.mark.mpi
@@ -117,5 +117,6 @@ def test_the_run_ends_saying_the_verdict_and_fails_on_a_regression(walked: dict,
     assert f"hpcmem: verdict {work / 'verdict.txt'} (every figure)" in printed
     status.write_text("1\n")
     report_verdict(**where, fail_on_regression=False)
-    with pytest.raises(RegressionFound, match=f"regression in run walk: see {work}/verdict.txt"):
+    with pytest.raises(RegressionFoundError,
+                       match=f"regression in run walk: see {work}/verdict.txt"):
         report_verdict(**where, fail_on_regression=True)

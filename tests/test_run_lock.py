@@ -20,18 +20,18 @@ import pytest
 from snakemake_interface_executor_plugins.settings import ExecMode
 
 from hpcmem.outputs import OutputPathError
-from hpcmem.workflow.run_lock import LOCK_NAME, RunInUse, runs_jobs, take_run_lock
+from hpcmem.workflow.run_lock import LOCK_NAME, RunInUseError, runs_jobs, take_run_lock
 
 #: a process that takes the lock on argv[1] when argv[2] exists, says how it went, and
 #: holds it until killed
 TAKER = """
 import os, sys, time
-from hpcmem.workflow.run_lock import RunInUse, take_run_lock
+from hpcmem.workflow.run_lock import RunInUseError, take_run_lock
 while not os.path.exists(sys.argv[2]):
     time.sleep(0.001)
 try:
     take_run_lock(sys.argv[1])
-except RunInUse as error:
+except RunInUseError as error:
     print(error, flush=True)
     sys.exit(2)
 print("held", flush=True)
@@ -76,7 +76,7 @@ def test_of_runs_started_in_one_instant_exactly_one_holds(tmp_path: Path, attemp
 def test_the_lock_is_free_again_however_its_holder_ends(tmp_path: Path, ending: int) -> None:
     run = tmp_path / "r1"
     process = holding(run, tmp_path)
-    with pytest.raises(RunInUse, match=rf"snakemake process {process.pid} "):
+    with pytest.raises(RunInUseError, match=rf"snakemake process {process.pid} "):
         take_run_lock(run)
     process.send_signal(ending)
     process.wait()

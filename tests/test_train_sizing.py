@@ -6,7 +6,7 @@ import pytest
 
 from hpcmem.train.models import CNNShape, TransformerShape
 from hpcmem.train.sizing import (
-    OversubscriptionRefused,
+    OversubscriptionRefusedError,
     check_oversubscribe,
     footprint,
     size_for_footprint,
@@ -70,7 +70,7 @@ def test_ratios_up_to_0_9_pass(ratio: float) -> None:
 
 @pytest.mark.parametrize("ratio", [0.91, 2.0, 10.0])
 def test_ratios_above_0_9_are_refused_unless_allowed(ratio: float) -> None:
-    with pytest.raises(OversubscriptionRefused, match=r"refused before any allocation.*"
+    with pytest.raises(OversubscriptionRefusedError, match=r"refused before any allocation.*"
                        r"--allow-oversubscription.*HPCMEM_ALLOW_OVERSUBSCRIPTION=1"):
         check_oversubscribe(ratio, allowed=False)
     check_oversubscribe(ratio, allowed=True)

@@ -49,12 +49,12 @@ def snakemake_arguments(args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Run the preflight; print its problems (exit 2) or what it checked (exit 0)."""
     from hpcmem.workflow.config_files import check_profile
-    from hpcmem.workflow.preflight import WorkflowStopped, run_preflight
+    from hpcmem.workflow.preflight import WorkflowStoppedError, run_preflight
 
     check_profile(args.profile or os.environ.get("SNAKEMAKE_PROFILE"), args.configfile)
     try:
         result = run_preflight(snakemake_arguments(args))
-    except WorkflowStopped as error:
+    except WorkflowStoppedError as error:
         raise UsageError(str(error)) from None
     for line in result.problems:
         print(f"hpcmem preflight: {line}")

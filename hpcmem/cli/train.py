@@ -133,7 +133,7 @@ def _point(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     """Validate, refuse oversubscription, check the GPU, then train and record."""
     from hpcmem.outputs import OutputPathError, check_output_file, write_errors
-    from hpcmem.train.sizing import OversubscriptionRefused, check_oversubscribe
+    from hpcmem.train.sizing import OversubscriptionRefusedError, check_oversubscribe
     from hpcmem.um import oversubscription_allowed
 
     point, policy = _point(args)
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     with bad_input(ValueError):
         allowed = oversubscription_allowed(args.allow_oversubscription)
     if point.oversubscribe is not None:
-        with bad_input(OversubscriptionRefused):
+        with bad_input(OversubscriptionRefusedError):
             check_oversubscribe(point.oversubscribe, allowed)
 
     from hpcmem.train.benchmark import NoGPUError, run_point

@@ -52,18 +52,18 @@ def write_records(path: str | os.PathLike[str], records: Iterable[dict[str, Any]
             handle.write(json.dumps(record, sort_keys=True) + "\n")
 
 
-class _NonFinite(HpcmemError, ValueError):
+class _NonFiniteError(HpcmemError, ValueError):
     """A JSON number that is not finite (NaN, Infinity, 1e999): no measurement is."""
 
 
 def _refuse_constant(name: str) -> float:
-    raise _NonFinite(f"non-finite number {name} is not accepted")
+    raise _NonFiniteError(f"non-finite number {name} is not accepted")
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise _NonFinite(f"non-finite number {clip(text, 40)} is not accepted")
+        raise _NonFiniteError(f"non-finite number {clip(text, 40)} is not accepted")
     return value
 
 
@@ -76,7 +76,7 @@ def parse_line(raw: bytes) -> tuple[Any, str | None]:
         return None, f"not UTF-8 text (byte 0x{raw[error.start]:02x} at column {error.start + 1})"
     try:
         return json.loads(line, parse_constant=_refuse_constant, parse_float=_finite_float), None
-    except _NonFinite as error:
+    except _NonFiniteError as error:
         return None, f"not a valid JSON record ({error})"
     except json.JSONDecodeError as error:
         return None, f"not a JSON record ({error.msg}; column {error.colno})"

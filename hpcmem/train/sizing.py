@@ -22,7 +22,7 @@ __all__ = [
     "OVERSUBSCRIBE_LIMIT",
     "PARAMS_TOLERANCE",
     "Footprint",
-    "OversubscriptionRefused",
+    "OversubscriptionRefusedError",
     "SizingError",
     "check_oversubscribe",
     "footprint",
@@ -43,7 +43,7 @@ class SizingError(HpcmemError, ValueError):
     """No model of the kind asked for fits the memory target."""
 
 
-class OversubscriptionRefused(HpcmemError, ValueError):
+class OversubscriptionRefusedError(HpcmemError, ValueError):
     """A requested footprint above the limit, without oversubscription allowed."""
 
 
@@ -88,7 +88,7 @@ def check_oversubscribe(ratio: float, allowed: bool) -> None:
     if not math.isfinite(ratio) or ratio <= 0:
         raise ValueError(f"--oversubscribe: {ratio!r} is not a positive number")
     if ratio > OVERSUBSCRIBE_LIMIT and not allowed:
-        raise OversubscriptionRefused(
+        raise OversubscriptionRefusedError(
             f"--oversubscribe: {ratio:g} x free GPU memory is above the {OVERSUBSCRIBE_LIMIT} "
             "limit and was refused before any allocation (asking for more managed memory than "
             "a GPU has free can hang it); on a dedicated node pass --allow-oversubscription or "

@@ -1,6 +1,6 @@
 """What a finished workflow run says last: the image each benchmark ran in, and the verdict
 in a few lines (``onsuccess`` in ``workflow/rules/aggregate.smk``). A regression the config
-fails on (``check.fail_on_regression``) is a :class:`RegressionFound`, which the workflow
+fails on (``check.fail_on_regression``) is a :class:`RegressionFoundError`, which the workflow
 turns into its exit status 1."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from hpcmem.results.verdict_file import read_verdict
 from hpcmem.results.verdict_summary import summary_lines
 from hpcmem.workflow.container_images import ImageRef
 
-__all__ = ["RegressionFound", "image_lines", "report_verdict"]
+__all__ = ["RegressionFoundError", "image_lines", "report_verdict"]
 
 
-class RegressionFound(HpcmemError):
+class RegressionFoundError(HpcmemError):
     """``hpcmem check`` found a regression and the run fails on one."""
 
 
@@ -36,7 +36,7 @@ def image_lines(image_refs: Iterable[str]) -> list[str]:
 def report_verdict(*, verdict_json: str, table: str, report: str, status: str, run_id: str,
                    fail_on_regression: bool) -> None:
     """Print the verdict's short summary (counts, failing and noisy figures, where the
-    report and the full ``table`` are); :class:`RegressionFound` when ``status`` (the file
+    report and the full ``table`` are); :class:`RegressionFoundError` when ``status`` (the file
     holding ``hpcmem check``'s exit status) says it found one and the run fails on it."""
     html = os.path.abspath(report) if os.path.exists(report) else None
     verdict = read_verdict(verdict_json)
@@ -47,4 +47,4 @@ def report_verdict(*, verdict_json: str, table: str, report: str, status: str, r
     if regression and fail_on_regression:
         what = ("judged no figure" if verdict.get("verdict") == "UNJUDGED"
                 else "found a regression")
-        raise RegressionFound(f"hpcmem check {what} in run {run_id}: see {table}")
+        raise RegressionFoundError(f"hpcmem check {what} in run {run_id}: see {table}")

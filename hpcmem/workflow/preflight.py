@@ -27,7 +27,7 @@ from hpcmem.errors import HpcmemError
 from hpcmem.workflow.refusal import REFUSED
 from hpcmem.workflow.slurm import PREFLIGHT_REPORT
 
-__all__ = ["PreflightResult", "WorkflowStopped", "run_preflight"]
+__all__ = ["PreflightResult", "WorkflowStoppedError", "run_preflight"]
 
 #: where snakemake's account of an error starts: ``WorkflowError in file ...``,
 #: ``Error: ...``, ``snakemake: error: ...`` (argparse, after its usage text)
@@ -38,7 +38,7 @@ _WHERE_LINE = re.compile(r"^\w*Error in file .*, line \d+:$")
 _FRAME_LINE = re.compile(r"^\s*(?:File \"|Traceback \()")
 
 
-class WorkflowStopped(HpcmemError):
+class WorkflowStoppedError(HpcmemError):
     """Snakemake stopped before the preflight (bad profile, config or workflow)."""
 
 
@@ -57,7 +57,7 @@ def _snakemake() -> str:
         return str(beside)
     found = shutil.which("snakemake")
     if found is None:
-        raise WorkflowStopped("snakemake not found: install hpcmem[workflow] (make setup)")
+        raise WorkflowStoppedError("snakemake not found: install hpcmem[workflow] (make setup)")
     return found
 
 
@@ -88,7 +88,7 @@ def _why_stopped(output: str) -> str:
 
 
 def run_preflight(snakemake_args: list[str]) -> PreflightResult:
-    """Run the preflight of ``snakemake SNAKEMAKE_ARGS``; raises WorkflowStopped with what
+    """Run the preflight of ``snakemake SNAKEMAKE_ARGS``; raises WorkflowStoppedError with what
     snakemake said when it stopped before the preflight."""
     with tempfile.TemporaryDirectory(prefix="hpcmem-preflight-") as folder:
         report = Path(folder, "preflight.json")
@@ -96,7 +96,7 @@ def run_preflight(snakemake_args: list[str]) -> PreflightResult:
         done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, env=dict(os.environ, **{PREFLIGHT_REPORT: str(report)}))
         if not report.exists():
-            raise WorkflowStopped(f"snakemake stopped before the preflight (exit "
+            raise WorkflowStoppedError(f"snakemake stopped before the preflight (exit "
                                   f"{done.returncode}): {_why_stopped(done.stdout)}")
         found = json.loads(report.read_text())
     return PreflightResult(problems=found["problems"], summary=found.get("summary"))

@@ -39,7 +39,7 @@ from typing import Any
 from hpcmem.errors import BadInputError, clip
 from hpcmem.outputs import OutputPathError, write_errors
 
-__all__ = ["LOCK_NAME", "RunInUse", "RunLock", "held_by", "hold_run_folder", "runs_jobs",
+__all__ = ["LOCK_NAME", "RunInUseError", "RunLock", "held_by", "hold_run_folder", "runs_jobs",
            "take_run_lock"]
 
 #: the lock file, in the run folder
@@ -54,7 +54,7 @@ _NO_JOBS = ("dryrun", "nolock", "lint", "list_target_rules", "list_rules",
 _HOLDER_WAIT = 2.0
 
 
-class RunInUse(BadInputError):
+class RunInUseError(BadInputError):
     """Another run of the workflow holds the run folder."""
 
 
@@ -116,7 +116,7 @@ def _describe_holder(fd: int) -> str:
 
 
 def held_by(folder: str | os.PathLike[str]) -> str | None:
-    """Who holds the lock on the run folder ``folder`` now (as :class:`RunInUse` names
+    """Who holds the lock on the run folder ``folder`` now (as :class:`RunInUseError` names
     it), or None; makes and changes nothing (a missing folder or lock file: nobody). The
     lock is tried shared, for as long as an open and a close take."""
     try:
@@ -143,7 +143,7 @@ def _missing_folders(folder: Path) -> list[Path]:
 
 
 def take_run_lock(folder: str | os.PathLike[str]) -> RunLock:
-    """The lock on the run folder ``folder`` (made if missing), or RunInUse naming the
+    """The lock on the run folder ``folder`` (made if missing), or RunInUseError naming the
     folder and its holder when another process holds it (OutputPathError: the folder
     cannot be made or written in)."""
     run = Path(folder)
@@ -170,7 +170,7 @@ def take_run_lock(folder: str | os.PathLike[str]) -> RunLock:
         except BlockingIOError:
             holder = _describe_holder(fd)
             os.close(fd)
-            raise RunInUse(
+            raise RunInUseError(
                 f"run folder {clip(str(run))}: in use by another run of the workflow "
                 f"({holder}): wait for it to end, or give this run another run_id") from None
         try:
@@ -215,7 +215,7 @@ def runs_jobs(workflow: Any, argv: Sequence[str]) -> bool:
 
 def hold_run_folder(workflow: Any, folder: str | os.PathLike[str]) -> RunLock | None:
     """The lock on ``folder`` for this invocation, released when the process exits; None
-    when it runs no job (:func:`runs_jobs`); RunInUse when another run holds it."""
+    when it runs no job (:func:`runs_jobs`); RunInUseError when another run holds it."""
     if not runs_jobs(workflow, sys.argv[1:]):
         return None
     lock = take_run_lock(folder)
