@@ -19,7 +19,7 @@ from hpcmem.cli import main
 from hpcmem.results.aggregate import aggregate
 from hpcmem.results.ranktest import mann_whitney_p, smallest_p
 from hpcmem.results.references import ReferencesError, parse_references
-from hpcmem.results.verdict_summary import summary_lines
+from hpcmem.results.verdict import summary_lines
 
 FIXTURE = Path(__file__).parent / "fixtures" / "records" / "collectives" / "rep1.jsonl"
 FIGURE = "collectives/allreduce/numpy/float32/ranks=2/binding=cores/size=8/latency_us.avg"

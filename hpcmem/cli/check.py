@@ -79,9 +79,12 @@ def run(args: argparse.Namespace) -> int:
     from hpcmem.results.references import ReferencesError, load_references
     from hpcmem.results.summary import read_summary
     from hpcmem.results.systems import requested_system
-    from hpcmem.results.verdict import CheckError
-    from hpcmem.results.verdict_file import format_table, verdict_document
-    from hpcmem.results.verdict_summary import summary_lines
+    from hpcmem.results.verdict import (
+        CheckError,
+        format_table,
+        summary_lines,
+        verdict_document,
+    )
 
     with bad_input(CheckError, where="--system"):
         system = requested_system(args.system)

@@ -54,8 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from hpcmem.results.export.table import csv_lines
     from hpcmem.results.summary import read_summary
     from hpcmem.results.systems import point_systems, requested_system
-    from hpcmem.results.verdict import CheckError
-    from hpcmem.results.verdict_file import VerdictError, read_verdict
+    from hpcmem.results.verdict import CheckError, VerdictError, read_verdict
 
     writers = {"influx": influx_lines, "gelf": gelf_messages, "perflog": perflog_lines,
                "csv": csv_lines}

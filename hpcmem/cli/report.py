@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from hpcmem.results.history_section import history_section, verdict_timelines
     from hpcmem.results.report import write_report
     from hpcmem.results.summary import read_summary
-    from hpcmem.results.verdict_file import VerdictError, read_verdict
+    from hpcmem.results.verdict import VerdictError, read_verdict
     from hpcmem.slurm.job_table import jobs_html
     from hpcmem.slurm.journal import read_journal
     from hpcmem.train.offload_anchors import read_records

@@ -11,7 +11,7 @@ exact reference key with no figure in the summary is listed as ``MISSING`` (not 
 sweeps change). A point measured in a virtual machine is judged against nothing: each of its
 checked figures is ``UNJUDGED``, saying so (:mod:`hpcmem.results.virtual`).
 :func:`conclude` then appends the run to the history and writes the verdict file
-(:mod:`hpcmem.results.verdict_file`), both or neither.
+(:mod:`hpcmem.results.verdict`), both or neither.
 """
 
 from __future__ import annotations
@@ -34,8 +34,7 @@ from hpcmem.results.registry import BENCHMARKS
 from hpcmem.results.summary import Summary
 from hpcmem.results.summary import run_id as summary_run_id
 from hpcmem.results.systems import default_system, point_systems
-from hpcmem.results.verdict import CheckError, CheckResult, Row
-from hpcmem.results.verdict_file import write_document, write_table
+from hpcmem.results.verdict import CheckError, CheckResult, Row, write_document, write_table
 from hpcmem.results.virtual import NOTE as VM_NOTE
 from hpcmem.results.virtual import is_vm_system, point_vm
 
@@ -203,7 +202,7 @@ def conclude(result: CheckResult, summary: Summary, *, append: bool,
              table_out: str | os.PathLike[str] | None = None) -> None:
     """Append the run to the history, once per system its points ran in (when ``append``
     and the check had one), and write the verdict file (and the table, ``table_out``, as
-    :func:`~hpcmem.results.verdict_file.format_table` prints it): all or none. The verdict is
+    :func:`~hpcmem.results.verdict.format_table` prints it): all or none. The verdict is
     written in full under a temporary name inside the history's transaction, the
     transaction committed, and only then the verdict renamed into place: a failure to
     write the verdict appends nothing, a failure to append leaves no verdict.

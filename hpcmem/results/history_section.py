@@ -18,7 +18,7 @@ from typing import Any
 from hpcmem.draw.html import table
 from hpcmem.draw.plots import PALETTE, embed, panel_grid
 from hpcmem.results.history import MAX_LAST, History, PastFigure
-from hpcmem.results.verdict_file import VerdictError
+from hpcmem.results.verdict import VerdictError
 
 __all__ = ["MOST_DRAWN", "TIMELINE_VERDICTS", "history_section", "judged_rows",
            "verdict_timelines"]

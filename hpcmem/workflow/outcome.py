@@ -9,8 +9,7 @@ import os
 from collections.abc import Iterable
 
 from hpcmem.errors import HpcmemError
-from hpcmem.results.verdict_file import read_verdict
-from hpcmem.results.verdict_summary import summary_lines
+from hpcmem.results.verdict import read_verdict, summary_lines
 from hpcmem.workflow.container_images import ImageRef
 
 __all__ = ["RegressionFoundError", "image_lines", "report_verdict"]
