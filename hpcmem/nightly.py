@@ -4,7 +4,7 @@ and the verdict ``could not run`` of a night that produced none.
 ``python -m hpcmem.nightly check --run-id ID --profile P --workdir DIR --output-dir DIR
 --history DIR -- SNAKEMAKE_ARGS...`` checks each value the script turns into a path, as the
 workflow's config schema accepts it, reads the profile's files and the ``--configfile``
-files of SNAKEMAKE_ARGS as Snakemake would (:mod:`hpcmem.workflow.config_files`), and
+files of SNAKEMAKE_ARGS as Snakemake would (:mod:`hpcmem.workflow.config`), and
 probes (leaving nothing) that the run's and the history's folders can be written: a
 refused one is one line naming its environment variable or option, exit 2, and nothing is
 created; so is a run id whose run folder another run of the workflow holds, saying to
@@ -58,7 +58,7 @@ def check_settings(run_id: str, profile: str, workdir: str, output_dir: str,
     cannot use (a run id whose folder another run holds too), or the first config file of
     ``snakemake_args`` (what the nightly passes on to snakemake) that cannot be read;
     nothing is created (folders are probed with a file that is removed)."""
-    from hpcmem.workflow.config_files import check_profile, given_configfiles
+    from hpcmem.workflow.config import check_profile, given_configfiles
     from hpcmem.workflow.run_lock import held_by
 
     matching(run_id, RUN_ID, "HPCMEM_RUN_ID", what="a run id",

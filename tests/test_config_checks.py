@@ -1,4 +1,4 @@
-"""The checks beyond the config schema (hpcmem/workflow/config_checks.py), called on the
+"""The checks beyond the config schema (hpcmem/workflow/config.py), called on the
 default config with one change each. test_workflow_config.py runs the same through
 snakemake, which prints each message as its one-line error."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from workflow_configs import load
 
-from hpcmem.workflow.config_checks import ConfigError, check_config, message_size
+from hpcmem.workflow.config import ConfigError, check_config, message_size
 
 
 @pytest.mark.parametrize(("change", "message"), [

@@ -1,5 +1,5 @@
 """The config files snakemake reads before the workflow can check them
-(hpcmem/workflow/config_files.py): found in a snakemake command line as argparse finds
+(hpcmem/workflow/config.py): found in a snakemake command line as argparse finds
 them, and refused in one line naming the option and the file, exit 2, before snakemake
 starts; through `make run`'s script too. Plain `snakemake --configfile` cannot be
 intercepted: docs/configuration.md says what it prints."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hostile_inputs import ALIAS_BOMB
 
-from hpcmem.workflow.config_files import MAX_BYTES, given_configfiles, main
+from hpcmem.workflow.config import MAX_BYTES, given_configfiles, main
 
 REPO = Path(__file__).resolve().parents[1]
 #: what each refused file holds, and how its line goes on after the file's name

@@ -1,4 +1,4 @@
-"""The config against its schema (hpcmem/workflow/config_schema.py), called in-process: an
+"""The config against its schema (hpcmem/workflow/config.py), called in-process: an
 unknown key is one line naming it and the nearest accepted ones, any other refusal one
 line naming the key and what it accepts, never the schema itself. test_workflow_config.py
 runs the same through snakemake."""
@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcmem.workflow.config_checks import ConfigError
-from hpcmem.workflow.config_schema import validate_config
+from hpcmem.workflow.config import ConfigError, validate_config
 
 SCHEMA = str(Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml")
 DOCS = "every key is described in docs/configuration.md"

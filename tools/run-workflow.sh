@@ -18,7 +18,7 @@ if [[ ! -x $snakemake ]]; then
 fi
 export PATH="$PWD/.venv/bin:$PATH"
 # the config files snakemake reads before the workflow can check them: one line, exit 2
-.venv/bin/python -m hpcmem.workflow.config_files profiles/local -- "$@" || exit 2
+.venv/bin/python -m hpcmem.workflow.config profiles/local -- "$@" || exit 2
 run_id=$(date -u +%Y%m%dT%H%M%SZ)
 echo "hpcmem: workflow run $run_id (profiles/local, config/config.yaml) on $(nproc) cores"
 echo "hpcmem: resume it if interrupted: tools/run-workflow.sh --config run_id=$run_id"

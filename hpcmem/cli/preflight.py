@@ -48,7 +48,7 @@ def snakemake_arguments(args: argparse.Namespace) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the preflight; print its problems (exit 2) or what it checked (exit 0)."""
-    from hpcmem.workflow.config_files import check_profile
+    from hpcmem.workflow.config import check_profile
     from hpcmem.workflow.preflight import WorkflowStoppedError, run_preflight
 
     check_profile(args.profile or os.environ.get("SNAKEMAKE_PROFILE"), args.configfile)

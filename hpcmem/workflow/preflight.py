@@ -8,7 +8,7 @@ and stops. So the preflight sees exactly the jobs, resources, partitions, accoun
 QOS of the run it precedes.
 
 Before that, ``hpcmem preflight`` reads the files Snakemake reads first with
-:func:`hpcmem.workflow.config_files.check_profile`.
+:func:`hpcmem.workflow.config.check_profile`.
 """
 
 from __future__ import annotations

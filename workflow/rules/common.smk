@@ -1,7 +1,7 @@
 # Config loading and validation, wildcard constraints, and the small get_ helpers. What they
-# compute lives in hpcmem/workflow/: config_schema, config_checks, run_lock, points (one job
-# per point; a point's folder, options and key come from its benchmark's spec), commands,
-# containers, outcome. A refusal before any job is one line and exit 2 (refusal.py).
+# compute lives in hpcmem/workflow/: config, run_lock, points (one job per point; a point's
+# folder, options and key come from its benchmark's spec), commands, containers, outcome. A
+# refusal before any job is one line and exit 2 (refusal.py).
 
 import contextlib
 import datetime
@@ -17,8 +17,7 @@ from hpcmem.errors import HpcmemError
 from hpcmem.record.provenance import git_sha
 from hpcmem.train.spec import TRAIN
 from hpcmem.workflow import commands
-from hpcmem.workflow.config_checks import check_config
-from hpcmem.workflow.config_schema import validate_config
+from hpcmem.workflow.config import check_config, validate_config
 from hpcmem.workflow.containers import container_binds, resolve_container
 from hpcmem.workflow.points import collectives_points, point_layout, train_points
 from hpcmem.workflow.refusal import refuse_bad_input
