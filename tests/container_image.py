@@ -27,9 +27,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcmem.workflow.container_images import ImageRef
-from hpcmem.workflow.containers import RUNTIMES, find_runtime
-from hpcmem.workflow.wheelhouse import RELEASES, download_wheels
+from hpcmem.workflow.containers import (
+    RELEASES,
+    RUNTIMES,
+    ImageRef,
+    download_wheels,
+    find_runtime,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -1,7 +1,8 @@
 """Every container operation of the workflow, against the real Apptainer, through the one
-module that performs them (hpcmem.workflow.apptainer, spython's client underneath): the
-runtime's version, a build, an image's labels and architecture, a command run in the suite's
-image, and each failure as one ContainerError line. Skipped without a runtime."""
+module that performs them (hpcmem.workflow.containers.apptainer, spython's client
+underneath): the runtime's version, a build, an image's labels and architecture, a command
+run in the suite's image, and each failure as one ContainerError line. Skipped without a
+runtime."""
 
 from __future__ import annotations
 
@@ -12,16 +13,16 @@ from pathlib import Path
 import pytest
 from container_image import BuiltImage
 
-from hpcmem.workflow.apptainer import (
+from hpcmem.workflow.containers import (
     ContainerError,
     build,
     exec_command,
     execute,
+    host_arch,
     image_arch,
     labels,
     runtime_version,
 )
-from hpcmem.workflow.container_images import host_arch
 
 #: an image of one file, built in a second: no bootstrap, no %post
 TINY = """Bootstrap: scratch

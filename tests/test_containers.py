@@ -24,8 +24,12 @@ from hpcmem.collectives.container_report import overhead_table
 from hpcmem.results.aggregate import aggregate
 from hpcmem.results.native_comparison import container_section
 from hpcmem.results.summary import read_summary
-from hpcmem.workflow.apptainer import runtime_version
-from hpcmem.workflow.container_images import (
+from hpcmem.workflow.containers import (
+    DEFAULT_DEBIAN,
+    DEFAULT_GPU_BASE,
+    DEFAULT_MIRROR,
+    RELEASES,
+    WHEELHOUSE_MOUNT,
     ContainerError,
     ImageRef,
     cache_key,
@@ -33,15 +37,10 @@ from hpcmem.workflow.container_images import (
     image_arch,
     obtain_image,
     parse_definition,
+    resolve_container,
+    runtime_version,
     sif_problem,
 )
-from hpcmem.workflow.containers import (
-    DEFAULT_DEBIAN,
-    DEFAULT_GPU_BASE,
-    DEFAULT_MIRROR,
-    resolve_container,
-)
-from hpcmem.workflow.wheelhouse import RELEASES, WHEELHOUSE_MOUNT
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())

@@ -9,8 +9,12 @@ from pathlib import Path
 from workflow_configs import load
 
 from hpcmem.workflow.commands import collectives_command, run_env, train_command
-from hpcmem.workflow.container_images import ImageRef
-from hpcmem.workflow.containers import ContainerPlan, container_binds, resolve_container
+from hpcmem.workflow.containers import (
+    ContainerPlan,
+    ImageRef,
+    container_binds,
+    resolve_container,
+)
 from hpcmem.workflow.points import collectives_points, train_points
 
 REPO = Path(__file__).resolve().parents[1]

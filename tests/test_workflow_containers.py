@@ -37,9 +37,14 @@ from slurm_site import site_profile
 
 from hpcmem.record.jsonl import read_records
 from hpcmem.results.schema import validate_record
-from hpcmem.workflow.apptainer import ContainerError, execute, runtime_version
-from hpcmem.workflow.container_images import ImageRef, host_arch
-from hpcmem.workflow.containers import resolve_container
+from hpcmem.workflow.containers import (
+    ContainerError,
+    ImageRef,
+    execute,
+    host_arch,
+    resolve_container,
+    runtime_version,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = Path("results", "e2e")

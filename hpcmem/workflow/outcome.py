@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from hpcmem.errors import HpcmemError
 from hpcmem.results.verdict import read_verdict, summary_lines
-from hpcmem.workflow.container_images import ImageRef
+from hpcmem.workflow.containers import ImageRef
 
 __all__ = ["RegressionFoundError", "image_lines", "report_verdict"]
 

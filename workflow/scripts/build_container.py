@@ -4,7 +4,7 @@ then write the run's reference to it (``RUN/build/images/NAME.json``).
 The images build hpcmem from the source tree (``--context``) inside themselves; ``--bind``
 mounts a folder while an image builds (the wheelhouse pip installs from), and
 ``--download-wheels RELEASE`` makes that wheelhouse first with this host's pip, for the
-Python of that Debian release (hpcmem/workflow/wheelhouse.py). With ``--required``
+Python of that Debian release (hpcmem/workflow/containers/wheelhouse.py). With ``--required``
 (container.enabled: true) a failure exits 1 naming the build log; otherwise (auto) the
 reference says the benchmarks run natively and why, one line on stderr says so, and the job
 succeeds.
@@ -24,10 +24,16 @@ from pathlib import Path
 from typing import TextIO
 
 from hpcmem.record.jsonl import atomic_open
-from hpcmem.workflow.apptainer import runtime_version
-from hpcmem.workflow.container_images import ContainerError, ImageRef, checked_image, obtain_image
-from hpcmem.workflow.definitions import parse_definition
-from hpcmem.workflow.wheelhouse import WHEELHOUSE_MOUNT, download_wheels
+from hpcmem.workflow.containers import (
+    WHEELHOUSE_MOUNT,
+    ContainerError,
+    ImageRef,
+    checked_image,
+    download_wheels,
+    obtain_image,
+    parse_definition,
+    runtime_version,
+)
 
 
 def obtain(args: argparse.Namespace, log: TextIO) -> ImageRef:

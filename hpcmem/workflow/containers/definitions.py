@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcmem.workflow.apptainer import ContainerError
+from hpcmem.workflow.containers.apptainer import ContainerError
 
 __all__ = ["AGENTS", "SECTIONS", "Definition", "parse_definition"]
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from hpcmem.workflow.apptainer import ContainerError
+from hpcmem.workflow.containers.apptainer import ContainerError
 
 __all__ = ["INDEX_MOUNT", "RELEASES", "WHEELHOUSE_MOUNT", "PipSource", "check_pip_source",
            "download_wheels", "pip_source"]

@@ -11,9 +11,8 @@ starts and imports hpcmem here (:data:`PROBE`, whose answer, the image's own lib
 the reference keeps). A file given as a prebuilt image is told from one by its SIF header
 (:func:`sif_problem`), which needs no runtime.
 
-The runtime itself is driven by :mod:`hpcmem.workflow.apptainer`; definitions are parsed by
-:mod:`hpcmem.workflow.definitions` (``parse_definition`` is re-exported for callers of this
-module).
+The runtime itself is driven by :mod:`~hpcmem.workflow.containers.apptainer`; definitions are
+parsed by :mod:`~hpcmem.workflow.containers.definitions`.
 
 Example::
 
@@ -44,23 +43,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hpcmem.record.jsonl import atomic_open
-from hpcmem.workflow import apptainer
-from hpcmem.workflow.apptainer import SQUASHFS_OPTIONS, ContainerError, image_arch
-from hpcmem.workflow.definitions import Definition, parse_definition
+from hpcmem.workflow.containers import apptainer
+from hpcmem.workflow.containers.apptainer import SQUASHFS_OPTIONS, ContainerError, image_arch
+from hpcmem.workflow.containers.definitions import Definition
 
-__all__ = [
-    "ContainerError",
-    "Definition",
-    "ImageRef",
-    "cache_key",
-    "checked_image",
-    "host_arch",
-    "image_arch",
-    "image_digest",
-    "obtain_image",
-    "parse_definition",
-    "sif_problem",
-]
+__all__ = ["ImageRef", "cache_key", "checked_image", "host_arch", "image_digest", "obtain_image",
+           "sif_problem"]
 
 #: Apptainer's architecture names of Python's platform.machine()
 _ARCHES = {"x86_64": "amd64", "aarch64": "arm64", "i686": "386", "i386": "386",
@@ -193,7 +181,7 @@ def _locked(lock: Path) -> Iterator[None]:
 #: what it carries (records made in the image name the same versions)
 PROBE = """
 import json, platform, mpi4py, numpy, hpcmem, hpcmem._timing
-from hpcmem.hbw_native import backend
+from hpcmem.hbw import backend
 from hpcmem.node.probe import mpi_library
 release = dict(word.split("=", 1) for word in open("/etc/os-release").read().split() if "=" in word)
 hbw = backend()

@@ -1,4 +1,4 @@
-"""Apptainer/Singularity for the workflow: whether jobs run in images, and their command lines.
+"""Where the workflow's jobs run (config ``container``): in images or natively, and how.
 
 ``container.enabled`` in the workflow config:
 
@@ -37,29 +37,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcmem.workflow.apptainer import exec_command
-from hpcmem.workflow.container_images import (
-    ContainerError,
-    ImageRef,
-    host_arch,
-    image_arch,
-    parse_definition,
-    sif_problem,
-)
-from hpcmem.workflow.wheelhouse import check_pip_source, pip_source
+from hpcmem.workflow.containers.apptainer import ContainerError, exec_command, image_arch
+from hpcmem.workflow.containers.definitions import parse_definition
+from hpcmem.workflow.containers.images import ImageRef, host_arch, sif_problem
+from hpcmem.workflow.containers.wheelhouse import check_pip_source, pip_source
 
-__all__ = [
-    "DEFAULT_DEBIAN",
-    "DEFAULT_GPU_BASE",
-    "DEFAULT_MIRROR",
-    "RUNTIMES",
-    "ContainerError",
-    "ContainerPlan",
-    "ImageSpec",
-    "container_binds",
-    "find_runtime",
-    "resolve_container",
-]
+__all__ = ["DEFAULT_DEBIAN", "DEFAULT_GPU_BASE", "DEFAULT_MIRROR", "RUNTIMES", "ContainerPlan",
+           "ImageSpec", "container_binds", "find_runtime", "resolve_container"]
 
 #: container runtimes, in order of preference (Apptainer also installs `singularity`)
 RUNTIMES = ("apptainer", "singularity")
