@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from hpcmem import hbw_native
+from hpcmem import hbw
 from hpcmem.collectives import BUFFER_KINDS, OPS
 from hpcmem.record.jsonl import read_records
 from hpcmem.results.schema import validate_record
@@ -75,7 +75,7 @@ def test_every_op_and_buffer_is_validated_and_formatted(mpirun, tmp_path):
         assert validate_record(record) == [], record
         assert (record["status"], record["validated"], record["ranks"]) == ("ok", True, 2), record
         assert record["mpi_thread_level"] == "single"
-        assert record["hbw_backend"] == hbw_native.backend().to_record()
+        assert record["hbw_backend"] == hbw.backend().to_record()
         for loop in ("latency_us", "native_latency_us"):  # both loops timed every point
             assert 0 < record[loop]["min"] <= record[loop]["avg"] <= record[loop]["max"], loop
         overhead = record["latency_us"]["avg"] - record["native_latency_us"]["avg"]

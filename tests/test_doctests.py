@@ -20,7 +20,7 @@ def _module(path: Path) -> str:
 
 
 def test_the_package_has_examples() -> None:
-    assert {"hpcmem.units", "hpcmem.hbw"} <= {_module(p) for p in WITH_EXAMPLES}
+    assert {"hpcmem.units", "hpcmem.hbw.arrays"} <= {_module(p) for p in WITH_EXAMPLES}
 
 
 @pytest.mark.parametrize("path", WITH_EXAMPLES, ids=_module)

@@ -33,7 +33,7 @@ def _error_classes() -> dict[str, type[BaseException]]:
 
 def test_every_error_derives_from_hpcmem_error() -> None:
     classes = _error_classes()
-    assert {"hpcmem.cli.UsageError", "hpcmem.hbw_native.KindUnavailableError",
+    assert {"hpcmem.cli.UsageError", "hpcmem.hbw.native.KindUnavailableError",
             "hpcmem.node.planned.BindingError"} <= classes.keys()
     outside = [name for name, cls in sorted(classes.items()) if not issubclass(cls, HpcmemError)]
     assert outside == []

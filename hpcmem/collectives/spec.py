@@ -18,7 +18,7 @@ from typing import Any
 from hpcmem.collectives.buffers import BUFFER_KINDS
 from hpcmem.collectives.ops import DTYPES, OPS
 from hpcmem.collectives.options import THREAD_LEVELS
-from hpcmem.hbw_native import BACKENDS
+from hpcmem.hbw.native import BACKENDS
 from hpcmem.node.applied import binding_label
 from hpcmem.record.spec import HIGHER, LOWER, NONNEGATIVE, Benchmark, Coordinate, Metric
 

@@ -96,11 +96,11 @@ def dax_kmem_info() -> dict[str, Any]:
 
 def hbw_backend_info() -> dict[str, Any]:
     """The backend hpcmem._hbw serves the kinds with (name, version), or why there is none."""
-    from hpcmem import hbw_native
+    from hpcmem.hbw.native import BackendNotBuiltError, backend
 
     try:
-        return hbw_native.backend().to_record()
-    except (hbw_native.BackendNotBuiltError, ValueError) as error:
+        return backend().to_record()
+    except (BackendNotBuiltError, ValueError) as error:
         return {"name": None, "version": None, "error": str(error)}
 
 

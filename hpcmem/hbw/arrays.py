@@ -4,7 +4,7 @@ Kinds: ``dram`` (the default policy), ``hbw`` (bound to the HBW nodes nearest th
 process: an error without an HBW node), ``hbw_preferred`` (HBW, falling back to DRAM with
 a warning), ``hbw_interleave`` (pages interleaved over every HBW node) and ``dax_kmem``
 (CXL or persistent memory exposed as system RAM). Which backend serves them and on which
-nodes: :mod:`hpcmem.hbw_native`.
+nodes: :mod:`hpcmem.hbw.native`.
 
 Examples
 --------
@@ -31,24 +31,16 @@ from typing import Any
 
 import numpy as np
 
-from hpcmem.hbw_native import (
-    BackendNotBuiltError,
-    KindUnavailableError,
-    backend,
-    native,
-)
+from hpcmem.hbw.native import BackendNotBuiltError, KindUnavailableError, backend, native
 from hpcmem.node import topology
 
 __all__ = [
     "HBW_KINDS",
     "KINDS",
-    "BackendNotBuiltError",
     "HBWFallbackWarning",
     "HBWUnavailableError",
-    "KindUnavailableError",
     "Placement",
     "allocator",
-    "backend",
     "empty",
     "empty_like",
     "handler_name",
