@@ -6,14 +6,17 @@ import base64
 import html
 import io
 import math
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hpcmem.units import format_size
 
 if TYPE_CHECKING:
+    import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = ["DPI", "PALETTE", "embed", "log_size_axis", "log_value_axis", "new_figure", "panel_grid"]
+__all__ = ["DPI", "PALETTE", "embed", "grouped_panels", "log_size_axis", "log_value_axis",
+           "new_figure", "panel_grid"]
 
 DPI = 100
 #: colours of the lines and bars of one figure, in order
@@ -39,6 +42,24 @@ def panel_grid(count: int, most_columns: int, width: float, height: float
     for axes in panels[count:]:
         axes.set_visible(False)
     return figure, list(panels[:count])
+
+
+def grouped_panels(table: pd.DataFrame, by: str | Sequence[str],
+                   draw: Callable[[Any, pd.DataFrame], None], *, title: Callable[[Any], str],
+                   most_columns: int, size: tuple[float, float], alt: str, caption: str
+                   ) -> str | None:
+    """One panel per group of ``table`` by ``by`` (sorted, a missing value a group of its
+    own), ``size`` inches each, at most ``most_columns`` to a row: ``draw(axes, group)``
+    fills it and ``title(key)`` names it. The figure embedded (:func:`embed`), or None for
+    an empty table."""
+    if table.empty:
+        return None
+    groups = list(table.groupby(by, sort=True, dropna=False))
+    figure, panels = panel_grid(len(groups), most_columns, *size)
+    for axes, (key, group) in zip(panels, groups, strict=True):
+        draw(axes, group)
+        axes.set_title(title(key), fontsize=10)
+    return embed(figure, alt, caption)
 
 
 def embed(figure: Figure, alt: str, caption: str) -> str:

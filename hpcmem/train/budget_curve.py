@@ -8,9 +8,9 @@ CPU offload with or without activation offload) is one point at PyTorch's peak r
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from hpcmem.draw.plots import PALETTE, embed, log_value_axis, panel_grid
+from hpcmem.draw.plots import PALETTE, grouped_panels, log_value_axis
 from hpcmem.train.tables import MODEL, STEP, VARIANTS, model_title, variant_label, with_variants
 
 if TYPE_CHECKING:
@@ -38,38 +38,37 @@ def budget_points(points: pd.DataFrame) -> pd.DataFrame:
     return drawn[drawn[MEMORY] > 0]  # nothing held on a GPU (a CPU run): off the log axis
 
 
-def budget_figure(points: pd.DataFrame) -> str | None:
-    """Step time against GPU memory held per variant, one panel per budgeted model."""
+def _draw_budgets(axes: Any, group: pd.DataFrame) -> None:
+    """One model's panel: its budgets' curves, each other variant one point."""
     from matplotlib.ticker import FuncFormatter
 
-    table = budget_points(points)
-    if table.empty:
-        return None
-    models = list(table.groupby(MODEL, sort=True, dropna=False))
-    figure, panels = panel_grid(len(models), 2, 5.6, 4.2)
-    for axes, (key, group) in zip(panels, models, strict=True):
-        budgeted = group[group["gpu_budget"].notna()]
-        others = group[group["gpu_budget"].isna()]
-        for (is_delayed, state), curve in budgeted.groupby(list(VARIANTS), sort=True):
-            curve = curve.sort_values(MEMORY)
-            axes.plot(curve[MEMORY] / GiB, curve[STEP], "--" if is_delayed else "-",
-                      color=PALETTE[0], marker="D" if state == "bfloat16" else "o",
-                      label="hpcmem under a budget" + variant_label(is_delayed, state))
-            for _, point in curve.iterrows():
-                axes.annotate(f"{point['gpu_budget'] / GiB:.1f}",
-                              (point[MEMORY] / GiB, point[STEP]), textcoords="offset points",
-                              xytext=(4, 4), fontsize=7)
-        for index, (policy, rows_) in enumerate(others.groupby("policy", sort=True)):
-            axes.plot(rows_[MEMORY] / GiB, rows_[STEP], "s", markersize=7,
-                      color=PALETTE[1 + index % (len(PALETTE) - 1)], label=policy)
-        axes.set_xscale("log", base=2)
-        axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
-        axes.set_xlabel("GPU memory held (GiB); hpcmem points labelled with their budget (GiB)")
-        axes.set_ylabel("step time (ms)")
-        log_value_axis(axes)
-        axes.set_title(model_title(key), fontsize=10)
-        axes.legend(fontsize=7)
-    return embed(figure, "budget curve: step time against GPU memory held",
-                 "Median step time (ms) against the GPU memory each variant held: hpcmem at its "
-                 "peak GPU-resident bytes under each budget (the line), the others at PyTorch's "
-                 "peak reserved bytes.")
+    budgeted = group[group["gpu_budget"].notna()]
+    others = group[group["gpu_budget"].isna()]
+    for (is_delayed, state), curve in budgeted.groupby(list(VARIANTS), sort=True):
+        curve = curve.sort_values(MEMORY)
+        axes.plot(curve[MEMORY] / GiB, curve[STEP], "--" if is_delayed else "-",
+                  color=PALETTE[0], marker="D" if state == "bfloat16" else "o",
+                  label="hpcmem under a budget" + variant_label(is_delayed, state))
+        for _, point in curve.iterrows():
+            axes.annotate(f"{point['gpu_budget'] / GiB:.1f}",
+                          (point[MEMORY] / GiB, point[STEP]), textcoords="offset points",
+                          xytext=(4, 4), fontsize=7)
+    for index, (policy, rows_) in enumerate(others.groupby("policy", sort=True)):
+        axes.plot(rows_[MEMORY] / GiB, rows_[STEP], "s", markersize=7,
+                  color=PALETTE[1 + index % (len(PALETTE) - 1)], label=policy)
+    axes.set_xscale("log", base=2)
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
+    axes.set_xlabel("GPU memory held (GiB); hpcmem points labelled with their budget (GiB)")
+    axes.set_ylabel("step time (ms)")
+    log_value_axis(axes)
+    axes.legend(fontsize=7)
+
+
+def budget_figure(points: pd.DataFrame) -> str | None:
+    """Step time against GPU memory held per variant, one panel per budgeted model."""
+    return grouped_panels(
+        budget_points(points), MODEL, _draw_budgets, title=model_title, most_columns=2,
+        size=(5.6, 4.2), alt="budget curve: step time against GPU memory held",
+        caption="Median step time (ms) against the GPU memory each variant held: hpcmem at "
+                "its peak GPU-resident bytes under each budget (the line), the others at "
+                "PyTorch's peak reserved bytes.")

@@ -5,10 +5,10 @@ budgeted step's time goes (:mod:`hpcmem.train.time_bars`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hpcmem.draw.html import folded_frame
-from hpcmem.draw.plots import PALETTE, embed, panel_grid
+from hpcmem.draw.plots import PALETTE, grouped_panels
 from hpcmem.train.budget_curve import budget_figure
 from hpcmem.train.tables import MODEL_POINT, STEP, model_title, step_time_table
 from hpcmem.train.time_bars import time_figure
@@ -27,38 +27,35 @@ def _color(policy: str) -> str:
     return PALETTE[index % len(PALETTE)]
 
 
-def training_figure(points: pd.DataFrame) -> str | None:
-    """Median step time per policy with the p10-p90 spread, one panel per model point."""
+def _draw_policies(axes: Any, group: pd.DataFrame) -> None:
+    """One model point's panel: a bar per policy, its p10-p90 whiskers and ratio to ``um``."""
     import pandas as pd
 
-    steps = step_time_table(points)
-    if steps.empty:
-        return None
-    groups = list(steps.groupby(MODEL_POINT, sort=True, dropna=False))
-    figure, panels = panel_grid(len(groups), 3, 4.2, 3.9)
-    for axes, (key, group) in zip(panels, groups, strict=True):
-        policies = list(group["policy"])
-        median = group[STEP].to_numpy(dtype=float)
-        spread = [median - group["step_ms.p10"].to_numpy(dtype=float),
-                  group["step_ms.p90"].to_numpy(dtype=float) - median]
-        colors = [_color(p) for p in policies]
-        axes.bar(policies, median, yerr=spread, capsize=5, color=colors, width=0.6,
-                 error_kw={"elinewidth": 1, "ecolor": "#333"})
-        tops = group["step_ms.p90"].to_numpy(dtype=float)
-        for x, (value, top, ratio) in enumerate(
-            zip(median, tops, group["ratio_to_um"], strict=True)
-        ):
-            text = f"{value:.1f} ms" + ("" if pd.isna(ratio) else f"\n{ratio:.2f}\u00d7 um")
-            axes.annotate(text, (x, top), textcoords="offset points", xytext=(0, 4),
-                          ha="center", va="bottom", fontsize=8)
-        axes.margins(y=0.2)
-        axes.set_title(model_title(key), fontsize=10)
-        axes.set_ylabel("step time (ms)")
-        axes.set_xlabel("memory policy")
-        axes.grid(True, axis="y", alpha=0.3)
-    return embed(figure, "training step time per memory policy",
-                  "Median step time (ms) per policy, with its ratio to the um policy (UM "
-                  "without advice); whiskers span p10-p90 of step times (medians over repeats).")
+    policies = list(group["policy"])
+    median = group[STEP].to_numpy(dtype=float)
+    spread = [median - group["step_ms.p10"].to_numpy(dtype=float),
+              group["step_ms.p90"].to_numpy(dtype=float) - median]
+    colors = [_color(p) for p in policies]
+    axes.bar(policies, median, yerr=spread, capsize=5, color=colors, width=0.6,
+             error_kw={"elinewidth": 1, "ecolor": "#333"})
+    tops = group["step_ms.p90"].to_numpy(dtype=float)
+    for x, (value, top, ratio) in enumerate(zip(median, tops, group["ratio_to_um"], strict=True)):
+        text = f"{value:.1f} ms" + ("" if pd.isna(ratio) else f"\n{ratio:.2f}\u00d7 um")
+        axes.annotate(text, (x, top), textcoords="offset points", xytext=(0, 4),
+                      ha="center", va="bottom", fontsize=8)
+    axes.margins(y=0.2)
+    axes.set_ylabel("step time (ms)")
+    axes.set_xlabel("memory policy")
+    axes.grid(True, axis="y", alpha=0.3)
+
+
+def training_figure(points: pd.DataFrame) -> str | None:
+    """Median step time per policy with the p10-p90 spread, one panel per model point."""
+    return grouped_panels(
+        step_time_table(points), MODEL_POINT, _draw_policies, title=model_title,
+        most_columns=3, size=(4.2, 3.9), alt="training step time per memory policy",
+        caption="Median step time (ms) per policy, with its ratio to the um policy (UM "
+                "without advice); whiskers span p10-p90 of step times (medians over repeats).")
 
 
 def section(points: pd.DataFrame) -> str:

@@ -11,9 +11,9 @@ bound far above the floor moves more than any design must.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from hpcmem.draw.plots import PALETTE, embed, panel_grid
+from hpcmem.draw.plots import PALETTE, grouped_panels
 from hpcmem.train.tables import MODEL, STEP, VARIANTS, model_title, variant_label, with_variants
 from hpcmem.units import format_size
 
@@ -45,31 +45,30 @@ def time_parts(points: pd.DataFrame) -> pd.DataFrame:
     return accounted[[*order, *columns]].sort_values(order)
 
 
-def time_figure(points: pd.DataFrame) -> str | None:
-    """One panel per budgeted model: per budget, the step beside its parts, bound and floor."""
+def _draw_parts(axes: Any, group: pd.DataFrame) -> None:
+    """One model's panel: per budget, a bar for each of ``PARTS``."""
     import numpy as np
 
-    table = time_parts(points)
-    if table.empty:
-        return None
-    models = list(table.groupby(MODEL, sort=True, dropna=False))
-    figure, panels = panel_grid(len(models), 2, 5.6, 4.2)
     width = 0.8 / len(PARTS)
-    for axes, (key, group) in zip(panels, models, strict=True):
-        where = np.arange(len(group))
-        for index, (column, label) in enumerate(PARTS):
-            axes.bar(where + (index - (len(PARTS) - 1) / 2) * width, group[column], width,
-                     label=label, color=PALETTE[index % len(PALETTE)])
-        axes.set_xticks(where, [format_size(float(b)) + variant_label(d, s, "\n")
-                                for b, d, s in zip(group["gpu_budget"],
-                                                   *(group[v] for v in VARIANTS), strict=True)])
-        axes.set_xlabel("GPU budget")
-        axes.set_ylabel("ms per step")
-        axes.grid(True, axis="y", alpha=0.3)
-        axes.set_title(model_title(key), fontsize=10)
-        axes.legend(fontsize=7)
-    return embed(figure, "where a budgeted step's time goes",
-                 "Per budget: the median step beside compute (forward to end of backward), "
-                 "each copy direction's busy time and the CPU optimizer, all per step; the "
-                 "bound they allow overlapped perfectly; and the PCIe floor (working weights "
-                 "in, their gradients out, once per step at the measured rates).")
+    where = np.arange(len(group))
+    for index, (column, label) in enumerate(PARTS):
+        axes.bar(where + (index - (len(PARTS) - 1) / 2) * width, group[column], width,
+                 label=label, color=PALETTE[index % len(PALETTE)])
+    axes.set_xticks(where, [format_size(float(b)) + variant_label(d, s, "\n")
+                            for b, d, s in zip(group["gpu_budget"],
+                                               *(group[v] for v in VARIANTS), strict=True)])
+    axes.set_xlabel("GPU budget")
+    axes.set_ylabel("ms per step")
+    axes.grid(True, axis="y", alpha=0.3)
+    axes.legend(fontsize=7)
+
+
+def time_figure(points: pd.DataFrame) -> str | None:
+    """One panel per budgeted model: per budget, the step beside its parts, bound and floor."""
+    return grouped_panels(
+        time_parts(points), MODEL, _draw_parts, title=model_title, most_columns=2,
+        size=(5.6, 4.2), alt="where a budgeted step's time goes",
+        caption="Per budget: the median step beside compute (forward to end of backward), "
+                "each copy direction's busy time and the CPU optimizer, all per step; the "
+                "bound they allow overlapped perfectly; and the PCIe floor (working weights "
+                "in, their gradients out, once per step at the measured rates).")
