@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from hpcmem.train.models import TransformerShape
-from hpcmem.um import Offload
-from hpcmem.um.offload import STRATEGIES
+from hpcmem.um import Offload, offload_named
+from hpcmem.um.budget.offload import STRATEGIES
 from hpcmem.units import parse_size
 
 #: hpcmem's transformer (the plain loop, Lightning; GPT-2 of the same shape for ``Trainer``):
@@ -54,8 +54,8 @@ def offload(args: argparse.Namespace) -> Offload | None:
     """The budget's ``Offload`` (None without a budget): bf16 working weights."""
     if args.gpu_budget is None:
         return None
-    return Offload(strategy=args.offload, working_dtype="bfloat16",
-                   micro_batches=args.micro_batches)
+    return offload_named(args.offload, working_dtype="bfloat16",
+                         micro_batches=args.micro_batches)
 
 
 def token_rows(count: int) -> torch.Tensor:

@@ -3,7 +3,7 @@ nothing downloaded), bf16, with or without a GPU budget.
 
     python examples/hf_trainer.py                        # the hpcmem policy, no budget
     python examples/hf_trainer.py --gpu-budget 1G        # within 1 GiB of GPU memory
-    python examples/hf_trainer.py --gpu-budget 1G --offload stream
+    python examples/hf_trainer.py --gpu-budget 1G --offload streamed
 
 ``UnifiedMemoryTrainer`` is a ``transformers.Trainer``: it attaches the model and optimizer
 at the first step and closes the memory when ``train()`` ends

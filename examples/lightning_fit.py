@@ -3,7 +3,7 @@ without a GPU budget.
 
     python examples/lightning_fit.py                     # the hpcmem policy, no budget
     python examples/lightning_fit.py --gpu-budget 1G     # within 1 GiB of GPU memory
-    python examples/lightning_fit.py --gpu-budget 1G --offload stream
+    python examples/lightning_fit.py --gpu-budget 1G --offload streamed
 
 ``UnifiedMemoryStrategy`` is a single-device Lightning ``Strategy``: it attaches the module
 and its optimizer as training starts and closes the memory at teardown

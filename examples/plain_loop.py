@@ -2,7 +2,7 @@
 
     python examples/plain_loop.py                        # the hpcmem policy, no budget
     python examples/plain_loop.py --gpu-budget 1G        # within 1 GiB of GPU memory
-    python examples/plain_loop.py --gpu-budget 1G --offload stream
+    python examples/plain_loop.py --gpu-budget 1G --offload streamed
     python examples/plain_loop.py --policy cuda          # PyTorch's own allocator
 
 Without a budget the model is built in the params scope and every type of data gets its

@@ -1,4 +1,5 @@
-"""Shared pytest fixtures: real Open MPI launches, GPU detection, the hpcmem executable."""
+"""Shared pytest fixtures: real Open MPI launches, GPU detection and PyTorch on the GPU,
+the hpcmem executable."""
 
 from __future__ import annotations
 
@@ -105,6 +106,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return "slurm" if Path(module).name in SLURM_MODULES else module
 
     return ByCluster(config, log)
+
+
+@pytest.fixture(scope="session")
+def torch() -> Any:
+    """PyTorch on a CUDA GPU with hpcmem's native library, for the GPU tests (skipped
+    without either)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    pytest.importorskip("hpcmem._um")
+    return torch
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,9 @@
 """A :class:`~hpcmem.um.MemoryScopes` on the CPU, for the trainer integrations' tests.
 
-Its scopes are no-ops that it records (``events``); under a ``gpu_budget`` it attaches the
-strategy the ``Offload`` names or the plan picks, over the CPU transport, as the managed
-implementation does over CUDA, so the integrations train through the real strategies.
+PyTorch's own allocator on the CPU (:class:`~hpcmem.um.passthrough.PassThroughMemory`) whose
+scopes it records (``events``); under a ``gpu_budget`` it attaches the strategy the offload
+value names or the plan picks, over the CPU transport, as the managed implementation does
+over CUDA, so the integrations train through the real strategies.
 """
 
 from __future__ import annotations
@@ -11,19 +12,26 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
-from hpcmem.um.memory import MemoryScopes
-from hpcmem.um.offload import Offload
+import torch
+
+from hpcmem.um import Offload
+from hpcmem.um.budget import CpuTransport
+from hpcmem.um.passthrough import PassThroughMemory
+from hpcmem.um.policy import Policy, load_policy
 from hpcmem.um.strategy import make_strategy
-from hpcmem.um.stream import CpuTransport
 
 
-class CpuMemory(MemoryScopes):
+class CpuMemory(PassThroughMemory):
     """Records ``params``, ``inputs``, ``attach``, ``activations`` and ``close``."""
 
     def __init__(self, gpu_budget: int | None = None) -> None:
-        super().__init__("hpcmem", gpu_budget=gpu_budget)
+        # the hpcmem preset's priorities over PyTorch's allocator; the budget set past the
+        # check that a CUDA build without managed memory has none
+        super().__init__(Policy("hpcmem", priority=load_policy("hpcmem").priority,
+                                allocator="cuda"))
+        self.gpu_budget = gpu_budget
+        self.device = torch.device("cpu")
         self.events: list[str] = []
-        self.strategy: Any = None
 
     @contextmanager
     def _event(self, name: str) -> Iterator[None]:
@@ -38,41 +46,23 @@ class CpuMemory(MemoryScopes):
 
     @contextmanager
     def activations(self) -> Iterator[None]:
-        with self._event("activations"), self.strategy.scope() if self.strategy else nullcontext():
+        strategy = self.strategy.scope() if self.strategy else nullcontext()
+        with self._event("activations"), strategy:
             yield
 
-    def attach(self, model: Any, optimizer: Any | None = None, offload: Any = None) -> None:
+    def attach(self, model: Any, optimizer: Any | None = None,
+               offload: Offload | None = None) -> None:
         self.events.append("attach")
         if self.gpu_budget is not None:
-            self.strategy = make_strategy(
+            self._strategy = make_strategy(
                 model, optimizer, offload=offload or Offload(), transport=CpuTransport(),
                 budget=self.gpu_budget, priority=self.policy.priority,
                 device_scope=nullcontext,
             )
 
-    def stage(self, batch: Any) -> Any:
-        return batch
-
-    def prefetch(self, tensor: Any, to: str = "gpu") -> None:
-        """Nothing to prefetch."""
-
-    def segments(self, type_name: str) -> list[tuple[int, int, bool]]:
-        return []
-
-    @property
-    def limit_bytes(self) -> int | None:
-        return None
-
-    def check_request(self, nbytes: int) -> None:
-        """No guard."""
-
-    def rebalance(self) -> dict[str, int]:
-        return self.strategy.replan()
-
     def stats(self) -> dict[str, Any]:
         """The managed implementation's keys a record reads; nothing escapes on the CPU."""
-        stats: dict[str, Any] = {"policy": self.policy.name, "managed": False,
-                                 "escaped_bytes": 0}
+        stats: dict[str, Any] = {"policy": "hpcmem", "managed": False, "escaped_bytes": 0}
         if self.strategy:
             stats["offload"] = self.strategy.stats()
             stats["peak_gpu_resident_bytes"] = stats["offload"]["peak_gpu_resident_bytes"]

@@ -13,7 +13,7 @@ import pytest
 
 from hpcmem.integrations import IntegrationError
 from hpcmem.integrations.training import trainer_offload
-from hpcmem.um import BudgetError, Offload
+from hpcmem.um import BudgetError, Offload, StreamedOffload
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,9 +22,9 @@ def test_the_trainer_s_accumulation_and_autocast_make_the_offload():
     assert trainer_offload(None, micro_batches=4, bf16=True) == Offload(
         working_dtype="bfloat16", micro_batches=4)
     assert trainer_offload(None, micro_batches=1, bf16=False) == Offload()
-    given = Offload(strategy="stream", bucket_bytes=2**20)
-    assert trainer_offload(given, micro_batches=3, bf16=True) == Offload(
-        strategy="stream", bucket_bytes=2**20, micro_batches=3)
+    given = StreamedOffload(recompute=False)
+    assert trainer_offload(given, micro_batches=3, bf16=True) == StreamedOffload(
+        recompute=False, micro_batches=3)
 
 
 def test_an_offload_naming_other_micro_batches_than_the_trainer_is_refused():

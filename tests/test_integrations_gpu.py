@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("torch")]
 
 REPO = Path(__file__).resolve().parents[1]
 #: the CUDA context, the plain buffers and the pools all count in it
@@ -32,16 +32,8 @@ ESCAPED_AT_MOST = 16 * 2**20
 #: example -> the framework it needs (None: torch alone)
 EXAMPLES = {"plain_loop": None, "hf_trainer": "transformers", "lightning_fit": "lightning"}
 #: the budget runs: example, offload strategy asked for (None: planned), strategy expected
-BUDGETED = [("plain_loop", None, "host_optimizer"), ("plain_loop", "stream", "stream"),
+BUDGETED = [("plain_loop", None, "host_optimizer"), ("plain_loop", "streamed", "streamed"),
             ("hf_trainer", None, "host_optimizer"), ("lightning_fit", None, "host_optimizer")]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def gpu():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    pytest.importorskip("hpcmem._um")
 
 
 @cache

@@ -15,7 +15,7 @@ from cpu_memory import CpuMemory  # noqa: E402
 from hpcmem.integrations.lightning import UnifiedMemoryStrategy  # noqa: E402
 from hpcmem.train.models import TransformerShape  # noqa: E402
 from hpcmem.train.networks import build  # noqa: E402
-from hpcmem.um import BudgetError, Offload  # noqa: E402
+from hpcmem.um import BudgetError, offload_named  # noqa: E402
 
 STEPS = 3
 MICRO_BATCHES = 2
@@ -71,11 +71,12 @@ def reference():
 
 
 #: the host steps with PyTorch's fused CPU kernel, which rounds otherwise: within a tenth of
-#: one step's update (the learning rate) of the weights; the stream steps as plain AdamW
-@pytest.mark.parametrize(("strategy", "tolerance"), [("host_optimizer", 1e-4), ("stream", 0.0)])
+#: one step's update (the learning rate) of the weights; the streamed strategy steps as
+#: plain AdamW
+@pytest.mark.parametrize(("strategy", "tolerance"), [("host_optimizer", 1e-4), ("streamed", 0.0)])
 def test_under_a_budget_it_fits_as_plain_lightning(reference, strategy, tolerance):
     memory = CpuMemory(gpu_budget=BUDGET if strategy == "host_optimizer" else 16 * 2**20)
-    losses, weights, ours = _fit(memory, Offload(strategy))
+    losses, weights, ours = _fit(memory, offload_named(strategy))
     # never moved, attached as training starts; each micro-batch's forward and
     # backward in one scope; batches in the inputs scope; closed at the end
     assert memory.events == ["attach", *["inputs", "activations"] * (STEPS * MICRO_BATCHES),

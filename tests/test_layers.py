@@ -25,6 +25,10 @@ BASE = ("hpcmem", "hpcmem.errors", "hpcmem.units", "hpcmem.outputs", "hpcmem.tex
         "hpcmem.inputs")
 #: the trainer integrations: above the libraries, beside the producers, imported by none
 INTEGRATIONS = "hpcmem.integrations"
+#: the budget strategies: siblings over the parts they share, never importing each other
+STRATEGIES = ("hpcmem.um.host_optimizer", "hpcmem.um.streamed")
+#: what the strategies share; it imports no strategy
+BUDGET = "hpcmem.um.budget"
 #: what each floor may not import (nor anything under it)
 FORBIDDEN = {
     "hpcmem.record": (*PRODUCERS, INTEGRATIONS, "hpcmem.results", "hpcmem.draw",
@@ -136,6 +140,16 @@ def test_each_floor_imports_nothing_above_it() -> None:
 def test_the_base_imports_only_the_base() -> None:
     wrong = {module: sorted(set(graph()[module]) - set(BASE)) for module in BASE}
     assert {module: targets for module, targets in wrong.items() if targets} == {}
+
+
+def test_the_budget_strategies_share_parts_and_never_import_each_other() -> None:
+    assert "hpcmem.um.budget.transport" in graph()["hpcmem.um.host_optimizer.engine"]
+    wrong = [f"{module} imports {target}"
+             for module, targets in graph().items()
+             for strategy in (*STRATEGIES, BUDGET) if _under(module, strategy)
+             for other in STRATEGIES if other != strategy
+             for target in sorted(targets) if _under(target, other)]
+    assert wrong == []
 
 
 def test_results_reach_a_producer_only_through_the_registry() -> None:

@@ -11,7 +11,7 @@ from hpcmem.um import (
     managed_limit,
     oversubscription_allowed,
 )
-from hpcmem.um.stream.plan import plan_budget
+from hpcmem.um.streamed.plan import plan_budget
 
 GiB = 2**30
 ALL_GPU = {"params": True, "activations": True, "inputs": True}

@@ -18,14 +18,6 @@ MiB = 2**20
 
 
 @pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    return torch
-
-
-@pytest.fixture(scope="module")
 def um_native():
     return pytest.importorskip("hpcmem._um")
 
@@ -205,18 +197,18 @@ def test_before_use_hooks_prefetch_params_and_keep_losses(torch, um_native, tmp_
 
 def test_budget_streams_the_model_from_host_memory(torch, um_native):
     # params+grads+AdamW of this model: 4 x 6 x 4 MiB; segments of 4 MiB tensors are 20 MiB
-    from hpcmem.um.offload import Offload
+    from hpcmem.um.budget.offload import StreamedOffload
 
     budget = 64 * MiB
     um, model, optimizer, losses = _train(torch, "hpcmem", 4, budget=budget, hidden=4096,
-                                          offload=Offload("stream"))
+                                          offload=StreamedOffload())
     torch.cuda.synchronize()
     stats = um.stats()
     assert stats["params"]["gpu_bytes"] == 0  # the params pool is host memory under a budget
     assert 0 < stats["peak_gpu_resident_bytes"] <= budget
     big = [p for p in model.parameters() if p.numel() * p.element_size() >= MiB]
     assert big and all(p.device.type == "cpu" and p.is_pinned() for p in big)
-    stream = stats["stream"]
+    stream = stats["offload"]
     assert stream["bytes_h2d"] >= sum(p.numel() * 4 for p in big)  # fetched at least once
     assert stream["plan"] is not None
     assert all(loss == loss for loss in losses)  # finite, no NaN

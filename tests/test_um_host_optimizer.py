@@ -16,20 +16,28 @@ nn = torch.nn
 from um_functions import Block  # noqa: E402
 
 from hpcmem.um import BudgetError  # noqa: E402
-from hpcmem.um.host_optimizer import HostOptimizer, cores, lay_out  # noqa: E402
-from hpcmem.um.host_optimizer.buckets import ALIGN  # noqa: E402
-from hpcmem.um.host_optimizer.phases import PLAN_AFTER, Phase  # noqa: E402
-from hpcmem.um.host_optimizer.split import ROOM_MARGIN, plan_split, slot_bytes  # noqa: E402
-from hpcmem.um.host_optimizer.staging import OutRing  # noqa: E402
-from hpcmem.um.host_optimizer.worker import Worker  # noqa: E402
-from hpcmem.um.offload import (  # noqa: E402
+from hpcmem.um.budget import BudgetTooSmallError, CpuTransport  # noqa: E402
+from hpcmem.um.budget.offload import (  # noqa: E402
+    HostOptimizerOffload,
     Offload,
+    StreamedOffload,
     choose_strategy,
     host_optimizer_bytes,
+    offload_named,
     staging_bytes,
 )
-from hpcmem.um.strategy import make_strategy, working_bytes  # noqa: E402
-from hpcmem.um.stream import BudgetTooSmall, CpuTransport  # noqa: E402
+from hpcmem.um.budget.phases import Phase  # noqa: E402
+from hpcmem.um.host_optimizer import HostOptimizer, cores, lay_out  # noqa: E402
+from hpcmem.um.host_optimizer.buckets import ALIGN  # noqa: E402
+from hpcmem.um.host_optimizer.split import (  # noqa: E402
+    PLAN_AFTER,
+    ROOM_MARGIN,
+    plan_split,
+    slot_bytes,
+)
+from hpcmem.um.host_optimizer.staging import OutRing  # noqa: E402
+from hpcmem.um.host_optimizer.worker import Worker  # noqa: E402
+from hpcmem.um.strategy import make_strategy, planned, working_bytes  # noqa: E402
 
 BUDGET = 2**30
 VOCAB = 512
@@ -87,8 +95,8 @@ def _train(offload=None, steps=5, micro_batches=1, kind="AdamW", groups=False, b
     if offload is not None:
         engine = HostOptimizer(
             model, optimizer, transport=CpuTransport(), budget=budget,
-            offload=Offload(**{"strategy": "host_optimizer", "bucket_bytes": bucket_bytes,
-                               "micro_batches": micro_batches, **offload}),
+            offload=HostOptimizerOffload(**{"bucket_bytes": bucket_bytes,
+                                            "micro_batches": micro_batches, **offload}),
             device_scope=contextlib.nullcontext,
         )
     generator = torch.Generator().manual_seed(1)
@@ -153,10 +161,10 @@ def test_a_parameter_larger_than_a_bucket_gets_its_own():
 def test_the_plan_keeps_working_weights_on_the_gpu_when_half_the_budget_holds_them():
     budget = 16 * 2**30
     assert choose_strategy(budget, 2 * 2**30, 1, "AdamW") == "host_optimizer"
-    assert choose_strategy(budget, 8 * 2**30 - 2**27, 1, "AdamW") == "stream"
+    assert choose_strategy(budget, 8 * 2**30 - 2**27, 1, "AdamW") == "streamed"
     # accumulating micro-batches keeps the gradients on the device too
-    assert choose_strategy(budget, 4 * 2**30, 2, "AdamW") == "stream"
-    assert choose_strategy(budget, 2 * 2**30, 1, "Adagrad") == "stream"
+    assert choose_strategy(budget, 4 * 2**30, 2, "AdamW") == "streamed"
+    assert choose_strategy(budget, 2 * 2**30, 1, "Adagrad") == "streamed"
     # the copies' buffers: a sixteenth of the budget, at most 128 MiB, and a quarter of that
     assert host_optimizer_bytes(2**30, 1, budget) == 2**30 + 128 * 2**20 + 32 * 2**20
     assert staging_bytes(2**30) == (64 * 2**20, 16 * 2**20)
@@ -226,28 +234,63 @@ def test_make_strategy_follows_the_plan_or_the_value():
                            device_scope=contextlib.nullcontext)
     assert isinstance(engine, HostOptimizer)
     engine.close()
+    streamed = make_strategy(model, optimizer, offload=StreamedOffload(),
+                             transport=CpuTransport(), budget=BUDGET,
+                             priority=("params", "activations", "inputs"),
+                             device_scope=contextlib.nullcontext)
+    assert streamed.stats()["strategy"] == "streamed"
+    streamed.close()
+
+
+def test_the_plan_gives_a_plain_value_the_chosen_strategy_and_its_shared_fields():
+    model = Net()
+    plain = Offload(working_dtype="bfloat16", micro_batches=2, recompute=False)
+    chosen = planned(plain, model, _optimizer(model), BUDGET)
+    assert chosen == HostOptimizerOffload(working_dtype="bfloat16", micro_batches=2,
+                                          recompute=False)
+    assert planned(plain, model, torch.optim.Adagrad(model.parameters()), BUDGET) == \
+        StreamedOffload(working_dtype="bfloat16", micro_batches=2, recompute=False)
+    given = StreamedOffload()
+    assert planned(given, model, _optimizer(model), BUDGET) is given
 
 
 def test_an_offload_value_is_checked():
-    with pytest.raises(BudgetError, match="strategy"):
-        Offload("zero")
     with pytest.raises(BudgetError, match="micro_batches"):
         Offload(micro_batches=0)
     with pytest.raises(BudgetError, match="working_dtype"):
-        Offload(working_dtype="int8")
+        StreamedOffload(working_dtype="int8")
     with pytest.raises(BudgetError, match="state_dtype: 'float16' is not one of float32, "
                                           "bfloat16"):
-        Offload(state_dtype="float16")
+        HostOptimizerOffload(state_dtype="float16")
+    with pytest.raises(TypeError, match="state_dtype"):
+        StreamedOffload(state_dtype="bfloat16")  # the type carries its own fields only
+
+
+def test_a_value_is_made_from_a_strategy_name_and_fields():
+    assert offload_named(None, working_dtype="bfloat16") == Offload(working_dtype="bfloat16")
+    assert offload_named("streamed", micro_batches=2) == StreamedOffload(micro_batches=2)
+    # a host optimizer's field away from its default names that strategy; at it, nothing
+    assert offload_named(None, delayed_update=True) == HostOptimizerOffload(delayed_update=True)
+    assert offload_named(None, delayed_update=False, state_dtype="float32") == Offload()
+    assert offload_named("streamed", state_dtype="float32") == StreamedOffload()
+    with pytest.raises(BudgetError, match="offload strategy: 'zero' is not one of "
+                                          "host_optimizer, streamed"):
+        offload_named("zero")
     with pytest.raises(BudgetError, match="state_dtype: 'bfloat16' applies to strategy "
-                                          "host_optimizer only"):
-        Offload("stream", state_dtype="bfloat16")
+                                          "host_optimizer only, not to strategy streamed"):
+        offload_named("streamed", state_dtype="bfloat16")
+    record = HostOptimizerOffload(gpu_share=0.5).to_record()
+    assert record["strategy"] == "host_optimizer" and record["gpu_share"] == 0.5
+    assert offload_named(**record) == HostOptimizerOffload(gpu_share=0.5)
+    assert Offload().to_record() == {"strategy": None, "working_dtype": None,
+                                     "micro_batches": 1, "recompute": None}
 
 
 def test_an_optimizer_the_host_cannot_step_is_refused():
     model = Net()
     with pytest.raises(BudgetError, match="Adagrad"):
         HostOptimizer(model, torch.optim.Adagrad(model.parameters()), transport=CpuTransport(),
-                      budget=BUDGET, offload=Offload("host_optimizer"),
+                      budget=BUDGET, offload=HostOptimizerOffload(),
                       device_scope=contextlib.nullcontext)
 
 
@@ -330,7 +373,8 @@ def test_more_backward_passes_than_declared_are_refused():
     model = Net()
     optimizer = _optimizer(model)
     engine = HostOptimizer(model, optimizer, transport=CpuTransport(), budget=BUDGET,
-                           offload=Offload("host_optimizer"), device_scope=contextlib.nullcontext)
+                           offload=HostOptimizerOffload(),
+                           device_scope=contextlib.nullcontext)
     tokens = torch.randint(VOCAB, (64,))
     with engine.scope():
         model(tokens).backward()
@@ -352,8 +396,9 @@ def test_a_budget_below_the_first_step_is_refused_with_its_minimum():
     model = Net()
     optimizer = _optimizer(model)
     engine = HostOptimizer(model, optimizer, transport=CpuTransport(), budget=1024,
-                           offload=Offload("host_optimizer"), device_scope=contextlib.nullcontext)
-    with pytest.raises(BudgetTooSmall) as refused, engine.scope():
+                           offload=HostOptimizerOffload(),
+                           device_scope=contextlib.nullcontext)
+    with pytest.raises(BudgetTooSmallError) as refused, engine.scope():
         model(torch.randint(VOCAB, (64,))).backward()
     assert refused.value.minimum > 1024
     engine.close()
@@ -495,12 +540,12 @@ def test_a_share_asked_for_is_kept_then_streamed_as_the_room_allows():
 
 def test_a_share_outside_zero_to_one_is_refused():
     with pytest.raises(BudgetError, match=r"gpu_share: 1\.5 is not between 0 and 1"):
-        Offload(gpu_share=1.5)
+        HostOptimizerOffload(gpu_share=1.5)
 
 
 def test_an_unknown_host_kernel_is_refused_naming_the_kernels():
     with pytest.raises(BudgetError, match=r"host_kernel: 'avx' is not one of native, torch"):
-        Offload(host_kernel="avx")
+        HostOptimizerOffload(host_kernel="avx")
 
 
 # -- where the host optimizer's threads run --------------------------------------------------
@@ -537,7 +582,7 @@ def test_the_worker_thread_runs_on_its_cpus():
 
 
 def test_the_steps_go_probe_measure_steady_and_the_plan_comes_between():
-    phases = [Phase.of(step).value for step in range(1, PLAN_AFTER + 3)]
+    phases = [Phase.of(step, PLAN_AFTER).value for step in range(1, PLAN_AFTER + 3)]
     assert phases == ["probe", *["measure"] * (PLAN_AFTER - 1), "steady", "steady"]
     *_, engine = _train({"gpu_share": 1.0}, steps=PLAN_AFTER - 1)
     assert engine.split is None and engine.stats()["phase"] == "measure"
@@ -566,7 +611,7 @@ def _delayed_reference(steps, lr_at, undelayed=frozenset()):
         loss = model(torch.randint(VOCAB, (256,), generator=generator))
         loss.backward()
         losses.append(loss.item())
-        delayed = Phase.of(step + 1) is Phase.STEADY
+        delayed = Phase.of(step + 1, PLAN_AFTER) is Phase.STEADY
         for position, (param, master) in enumerate(zip(trained, masters, strict=True)):
             master.grad, param.grad = param.grad, None
             if delayed and position not in undelayed:
@@ -618,13 +663,14 @@ def test_buckets_the_gpu_steps_are_not_delayed():
     engine.close()
 
 
-def test_the_delayed_update_is_refused_with_the_stream_strategy():
+def test_the_delayed_update_is_refused_with_the_streamed_strategy():
     with pytest.raises(BudgetError, match="delayed_update: True applies to strategy "
                                           "host_optimizer only"):
-        Offload("stream", delayed_update=True)
-    model = Net()
-    with pytest.raises(BudgetError, match="the plan chose stream"):
+        offload_named("streamed", delayed_update=True)
+    model = Net()  # asking for it asks for the host optimizer, which refuses Adagrad
+    with pytest.raises(BudgetError, match="Adagrad"):
         make_strategy(model, torch.optim.Adagrad(model.parameters()),
-                      offload=Offload(delayed_update=True), transport=CpuTransport(),
-                      budget=BUDGET, priority=("params", "activations", "inputs"),
+                      offload=offload_named(None, delayed_update=True),
+                      transport=CpuTransport(), budget=BUDGET,
+                      priority=("params", "activations", "inputs"),
                       device_scope=contextlib.nullcontext)

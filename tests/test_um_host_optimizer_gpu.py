@@ -21,15 +21,6 @@ STEPS = 6
 BUDGET = 2 * 2**30
 
 
-@pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    pytest.importorskip("hpcmem._um")
-    return torch
-
-
 def _transformer():
     from hpcmem.train.models import TransformerShape
     from hpcmem.train.networks import build
@@ -41,7 +32,7 @@ def _train(torch, build, *, budget=None, bf16=True, offload=None, micro_batches=
            **options):
     """``STEPS`` AdamW steps from a model built on the host; the losses and ``um.stats()``."""
     from hpcmem.um import UnifiedMemory
-    from hpcmem.um.offload import Offload
+    from hpcmem.um.budget.offload import offload_named
 
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(1)
@@ -51,7 +42,7 @@ def _train(torch, build, *, budget=None, bf16=True, offload=None, micro_batches=
         model = model.cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     with UnifiedMemory("hpcmem", device=0, gpu_budget=budget) as um:
-        um.attach(model, optimizer, offload=Offload(
+        um.attach(model, optimizer, offload=offload_named(
             offload, working_dtype="bfloat16" if bf16 else None, micro_batches=micro_batches,
             **options,
         ) if budget else None)
@@ -180,9 +171,9 @@ def test_gpt2_from_transformers(torch):
 
 
 def test_a_budget_below_the_first_step_is_refused_with_its_minimum(torch):
-    from hpcmem.um.stream import BudgetTooSmall
+    from hpcmem.um.budget import BudgetTooSmallError
 
-    with pytest.raises(BudgetTooSmall) as refused:
+    with pytest.raises(BudgetTooSmallError) as refused:
         _train(torch, _transformer, budget=8 * 2**20, offload="host_optimizer")
     assert refused.value.minimum > 8 * 2**20
     gc.collect()

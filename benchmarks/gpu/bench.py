@@ -234,7 +234,7 @@ def main() -> int:
     args = _args()
     if os.environ.get("HPCMEM_STREAM_LOG") == "1":  # one line per streamed step, on stderr
         logging.basicConfig(format="  %(message)s")
-        logging.getLogger("hpcmem.um.stream").setLevel(logging.INFO)
+        logging.getLogger("hpcmem.um.streamed").setLevel(logging.INFO)
     import torch
 
     torch.cuda.init()  # memory statistics need an initialised CUDA context

@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         # a BudgetError that is not a budget below the minimum (a failed record, exit 3):
-        # --delayed-update or --state-dtype where the plan for the budget streams the weights
+        # --delayed-update or --state-dtype that the host optimizer cannot honour
         where = ("--delayed-update" if point.delayed_update
                  else "--state-dtype" if point.state_dtype != "float32" else "")
         with bad_input(SizingError), bad_input(BudgetError, where=where):

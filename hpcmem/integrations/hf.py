@@ -26,9 +26,9 @@ from typing import Any
 
 from hpcmem.integrations import require
 from hpcmem.integrations.training import attach, refuse_under_budget
+from hpcmem.um.budget.offload import Offload
 from hpcmem.um.errors import UnifiedMemoryError
 from hpcmem.um.memory import MemoryScopes
-from hpcmem.um.offload import Offload
 
 hf_trainer = require("transformers.trainer", "pip install transformers accelerate")
 
@@ -37,7 +37,7 @@ __all__ = ["UnifiedMemoryMixin", "UnifiedMemoryTrainer"]
 
 class UnifiedMemoryMixin:
     """What makes a ``Trainer`` train under ``memory`` (keyword-only, with ``offload``: the
-    budget's :class:`~hpcmem.um.offload.Offload`; None: planned, bf16 working weights under
+    budget's :class:`~hpcmem.um.budget.offload.Offload`; None: planned, bf16 working weights under
     ``bf16=True``; its micro-batches are ``gradient_accumulation_steps``).
 
     ``memory_stats`` holds ``memory.stats()`` as training ended, before the memory closed.

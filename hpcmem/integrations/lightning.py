@@ -29,9 +29,9 @@ from typing import Any
 
 from hpcmem.integrations import IntegrationError, require
 from hpcmem.integrations.training import attach, refuse_under_budget
+from hpcmem.um.budget.offload import Offload
 from hpcmem.um.errors import UnifiedMemoryError
 from hpcmem.um.memory import MemoryScopes
-from hpcmem.um.offload import Offload
 
 try:
     pl = require("lightning.pytorch", "pip install lightning")
@@ -48,7 +48,7 @@ LOSS_SCALED = "16-mixed"
 class UnifiedMemoryStrategy(pl.strategies.SingleDeviceStrategy):
     """One GPU, ``memory``'s pools and budget (module docstring).
 
-    ``offload`` : the budget's :class:`~hpcmem.um.offload.Offload` (None: planned, bf16
+    ``offload`` : the budget's :class:`~hpcmem.um.budget.offload.Offload` (None: planned, bf16
         working weights under ``precision="bf16-mixed"``); its micro-batches are the
         trainer's ``accumulate_grad_batches``.
     ``device`` : None: ``memory``'s GPU.

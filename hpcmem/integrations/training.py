@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from hpcmem.um.budget.offload import Offload
 from hpcmem.um.errors import BudgetError
 from hpcmem.um.memory import MemoryScopes
-from hpcmem.um.offload import Offload
 
 __all__ = ["attach", "refuse_under_budget", "trainer_offload"]
 
@@ -65,7 +65,7 @@ def attach(
             f"{clip_option}={clip_norm}: under offload strategy host_optimizer the gradients "
             "leave the GPU as autograd finishes them and are stepped on the host, so the "
             f"trainer cannot clip them; set {clip_option} to 0 (or pass "
-            "Offload(strategy='stream'))"
+            "StreamedOffload())"
         )
 
 

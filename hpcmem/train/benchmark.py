@@ -189,7 +189,7 @@ def train_point(
 
     from hpcmem.train.loop import train
     from hpcmem.train.sizing import footprint
-    from hpcmem.um.stream import BudgetTooSmall
+    from hpcmem.um.budget.floor import BudgetTooSmallError
 
     policy = memory.policy.to_record()
     try:
@@ -202,7 +202,7 @@ def train_point(
         first_line = str(error).strip().splitlines()[0]
         return unfinished_record(point, "failed", f"out of memory: {first_line}",
                                  policy=policy, binding=binding)
-    except BudgetTooSmall as error:
+    except BudgetTooSmallError as error:
         record = unfinished_record(point, "failed", str(error), policy=policy, binding=binding)
         record["budget_minimum_bytes"] = error.minimum
         return record

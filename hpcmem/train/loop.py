@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import torch
 
     from hpcmem.train.data import SyntheticImages, SyntheticTokens
-    from hpcmem.um.offload import Offload
+    from hpcmem.um.budget.offload import Offload
 
 __all__ = [
     "LEARNING_RATE",
@@ -188,21 +188,22 @@ def train(
 
     ``pinned_inputs``: batches come in pinned host memory and are staged with
     ``memory.stage`` under every policy (as from ``DataLoader(pin_memory=True)``).
-    ``offload``: the budget strategy (``host_optimizer``, ``stream``; None: planned), its
+    ``offload``: the budget strategy (``host_optimizer``, ``streamed``; None: planned), its
     working weights in the autocast dtype. ``accumulate``: micro-batches per optimizer step,
     each loss scaled by its share (a step's loss is their mean). ``delayed_update``:
-    ZeRO-Offload's one-step delayed update under a budget (:class:`Offload`);
+    ZeRO-Offload's one-step delayed update under a budget
+    (:class:`~hpcmem.um.budget.offload.HostOptimizerOffload`);
     ``state_dtype`` the dtype of Adam's moments on the host under one. NVML samples
     the process's device memory.
     """
     from contextlib import nullcontext
 
+    from hpcmem.um.budget.offload import offload_named
     from hpcmem.um.nvml import NvmlPeak
-    from hpcmem.um.offload import Offload
 
-    chosen = Offload(offload, working_dtype="bfloat16" if dtype == "bf16" else None,
-                     micro_batches=accumulate, delayed_update=delayed_update,
-                     state_dtype=state_dtype)
+    chosen = offload_named(offload, working_dtype="bfloat16" if dtype == "bf16" else None,
+                           micro_batches=accumulate, delayed_update=delayed_update,
+                           state_dtype=state_dtype)
     sampler = (NvmlPeak(device.index or 0, managed=_managed_on_gpu(memory))
                if device.type == "cuda" else nullcontext())
     with sampler:

@@ -14,7 +14,7 @@ from typing import Any
 from hpcmem.errors import HpcmemError
 from hpcmem.train.models import DEFAULT_VOCAB, MODELS, cnn_shape
 from hpcmem.train.sizing import DTYPES
-from hpcmem.um.offload import STATE_DTYPES
+from hpcmem.um.budget.offload import STATE_DTYPES
 from hpcmem.units import UnitError, parse_count, parse_size
 
 __all__ = ["DEFAULTS", "MODEL_OPTIONS", "PointError", "TrainPoint", "check_policy",
@@ -54,9 +54,11 @@ class TrainPoint:
     seed: int
     device: str
     accumulate: int = 1  # micro-batches of ``batch`` samples per optimizer step
-    #: ZeRO-Offload's one-step delayed update (``Offload(delayed_update=True)``), budgets only
+    #: ZeRO-Offload's one-step delayed update, budgets only
+    #: (``HostOptimizerOffload(delayed_update=True)``)
     delayed_update: bool = False
-    #: the dtype of Adam's moments on the host (``Offload(state_dtype=...)``), budgets only
+    #: the dtype of Adam's moments on the host, budgets only
+    #: (``HostOptimizerOffload(state_dtype=...)``)
     state_dtype: str = "float32"
 
 

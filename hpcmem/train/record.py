@@ -54,7 +54,7 @@ def stream_fields(memory: dict[str, Any], unconstrained_ms: float | None,
                   working_bytes: int) -> dict[str, Any]:
     """What a run under a GPU budget moved and held, and its PCIe bound.
 
-    ``bytes_h2d``/``bytes_d2h``: bytes the streaming mode copied per timed step;
+    ``bytes_h2d``/``bytes_d2h``: bytes the budget strategy copied per timed step;
     ``peak_gpu_resident_bytes``: the most bytes placed on the GPU at once;
     ``pcie_transfer_ms``: those bytes at the pinned-copy bandwidth measured in the same run;
     ``pcie_bound_ms``: the larger of that and the unconstrained step time, when known;
@@ -62,19 +62,19 @@ def stream_fields(memory: dict[str, Any], unconstrained_ms: float | None,
     dtype) in and their gradients out once per step, at the same rates, both ways at once.
     The host-optimizer strategy adds where its time goes (``ACCOUNTING``), per step.
     """
-    stream = memory.get("offload") or memory.get("stream")
-    if not stream:
+    offload = memory.get("offload")
+    if not offload:
         return {}
-    transfer = stream["pcie_transfer_ms"]
-    rates = stream["pcie_bandwidth"]
-    accounting = {f"offload_{k}" if k == "strategy" else k: stream[k]
-                  for k in ACCOUNTING if k in stream}
+    transfer = offload["pcie_transfer_ms"]
+    rates = offload["pcie_bandwidth"]
+    accounting = {f"offload_{k}" if k == "strategy" else k: offload[k]
+                  for k in ACCOUNTING if k in offload}
     return {
         **accounting,
-        "bytes_h2d": stream["bytes_h2d"],
-        "bytes_d2h": stream["bytes_d2h"],
+        "bytes_h2d": offload["bytes_h2d"],
+        "bytes_d2h": offload["bytes_d2h"],
         "peak_gpu_resident_bytes": memory["peak_gpu_resident_bytes"],
-        "pcie_bandwidth": stream["pcie_bandwidth"],
+        "pcie_bandwidth": offload["pcie_bandwidth"],
         "pcie_transfer_ms": transfer,
         "unconstrained_step_ms": unconstrained_ms,
         "pcie_bound_ms": transfer if unconstrained_ms is None else max(transfer, unconstrained_ms),

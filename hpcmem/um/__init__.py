@@ -5,6 +5,14 @@ policy needs a CUDA build of torch, a GPU and the native library (``hpcmem._um``
 error it raises is an :class:`hpcmem.errors.HpcmemError`.
 """
 
+from hpcmem.um.budget import (
+    BudgetStrategy,
+    BudgetTooSmallError,
+    HostOptimizerOffload,
+    Offload,
+    StreamedOffload,
+    offload_named,
+)
 from hpcmem.um.errors import BudgetError, UnifiedMemoryError
 from hpcmem.um.guard import (
     ENV_ALLOW,
@@ -14,7 +22,6 @@ from hpcmem.um.guard import (
     oversubscription_allowed,
 )
 from hpcmem.um.memory import MemoryScopes
-from hpcmem.um.offload import Offload
 from hpcmem.um.policy import (
     PRESETS,
     TYPES,
@@ -32,11 +39,15 @@ __all__ = [
     "PRESETS",
     "TYPES",
     "BudgetError",
+    "BudgetStrategy",
+    "BudgetTooSmallError",
+    "HostOptimizerOffload",
     "MemoryScopes",
     "Offload",
     "OversubscriptionError",
     "Policy",
     "PolicyError",
+    "StreamedOffload",
     "TypePolicy",
     "UnifiedMemory",
     "UnifiedMemoryError",
@@ -45,6 +56,7 @@ __all__ = [
     "host_view",
     "load_policy",
     "managed_limit",
+    "offload_named",
     "oversubscription_allowed",
     "policy_from_dict",
 ]

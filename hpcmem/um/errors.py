@@ -18,4 +18,4 @@ class UnifiedMemoryError(HpcmemError, RuntimeError):
 
 class BudgetError(HpcmemError, ValueError):
     """A GPU budget the job cannot use: not positive, under a policy without Unified Memory,
-    or with an optimizer or model the streaming budget mode does not support."""
+    or with an optimizer or model the budget strategy does not support."""

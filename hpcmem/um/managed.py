@@ -7,10 +7,9 @@ front end stays and every new segment gets the type's advice. Allocations are ro
 backward threads too); one route is active at a time and phases switch it.
 
 With a GPU budget a strategy takes the model and optimizer over (:mod:`hpcmem.um.strategy`):
-the host-optimizer mode (working weights on the GPU, the optimizer on the CPU) or the
-streaming mode (everything in pinned host memory, visiting the GPU around its use); what
-either keeps on the GPU sits in the activations pool, placed there and counted against the
-budget.
+the host optimizer (working weights on the GPU, the optimizer on the CPU) or the streamed
+strategy (everything in pinned host memory, visiting the GPU around its use); what either
+keeps on the GPU sits in the activations pool, placed there and counted against the budget.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcmem.um import guard
+from hpcmem.um.budget.offload import Offload
 from hpcmem.um.errors import BudgetError, UnifiedMemoryError
 from hpcmem.um.memory import MemoryScopes
 from hpcmem.um.native import Abi, load_native, require_cuda
@@ -51,7 +51,6 @@ class ManagedMemory(MemoryScopes):
         self._hooks: list[Any] = []
         self._params: list[Any] = []
         self._prefetch: PrefetchHooks | None = None
-        self._strategy: Any = None
         free, total = torch.cuda.mem_get_info(self.device)
         self.device_total_bytes = total
         headroom = (
@@ -94,7 +93,7 @@ class ManagedMemory(MemoryScopes):
         self._leftover_bytes = um.managed_bytes()
         self._leftover_gpu = um.gpu_bytes()
         um.set_limit(abi.unlimited if self._limit is None else self._limit + self._leftover_bytes)
-        # Under a budget the streaming mode keeps the GPU working set within it; the library
+        # Under a budget the strategy keeps the GPU working set within it; the library
         # places every activations segment on the GPU and counts it (no spill to read in place).
         budget = self.gpu_budget
         for type_name in TYPES:
@@ -194,19 +193,19 @@ class ManagedMemory(MemoryScopes):
                     param.grad = self._torch.zeros_like(param)
 
     # -- model and optimizer ----------------------------------------------------------
-    def attach(self, model: Any, optimizer: Any | None = None, offload: Any = None) -> None:
+    def attach(self, model: Any, optimizer: Any | None = None,
+               offload: Offload | None = None) -> None:
         """Hook a model and its optimizer into the pools.
 
         Without a budget, gradients are allocated persistently in the params pool,
         ``optimizer.step`` runs in the params phase (optimizer state made lazily lands there)
         and a ``before_use`` params policy prefetches the next layers on a side stream. With a
-        budget, the strategy ``offload`` (a :class:`hpcmem.um.offload.Offload`; None: planned)
-        names takes the model and optimizer over (:mod:`hpcmem.um.strategy`).
+        budget, the strategy ``offload``'s type names (None or a plain ``Offload``: planned)
+        takes the model and optimizer over (:mod:`hpcmem.um.strategy`).
         """
         if self.gpu_budget is not None:
-            from hpcmem.um.offload import Offload
+            from hpcmem.um.budget.transport import CudaTransport
             from hpcmem.um.strategy import make_strategy
-            from hpcmem.um.stream import CudaTransport
 
             transport = CudaTransport(self.device, self._native, self._leftover_gpu)
             self._strategy = make_strategy(
@@ -233,16 +232,6 @@ class ManagedMemory(MemoryScopes):
 
     def _step_post_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._exit()
-
-    def rebalance(self) -> dict[str, int]:
-        """Re-plan the budget streaming from the last step's measurements; returns the plan:
-        the bytes of the prefetch windows, the parameter state kept on the GPU and the
-        activations kept there."""
-        if self._strategy is None:
-            raise UnifiedMemoryError(
-                "rebalance: needs a gpu_budget and an attached model (attach() first)"
-            )
-        return self._strategy.replan()
 
     # -- inputs -----------------------------------------------------------------------
     def stage(self, batch: Any) -> Any:
@@ -311,7 +300,8 @@ class ManagedMemory(MemoryScopes):
         beyond the managed segments of the three pools and the budget strategy's own plain
         device memory: memory nothing accounts for.
         ``peak_gpu_resident_bytes`` is the most bytes of segments placed on the GPU at once
-        since the last :meth:`reset_stats`; ``stream`` describes the budget streaming.
+        since the last :meth:`reset_stats`; ``offload`` is the budget strategy's
+        :meth:`~hpcmem.um.budget.protocol.BudgetStrategy.stats`.
         """
         types = {t: self._counters(t) for t in TYPES}
         managed = self._managed_bytes()
@@ -335,8 +325,6 @@ class ManagedMemory(MemoryScopes):
         }
         if self._strategy is not None:
             stats["offload"] = self._strategy.stats()
-            if stats["offload"]["strategy"] == "stream":  # where its records read it
-                stats["stream"] = stats["offload"]
         return stats
 
     def _counters(self, type_name: str) -> dict[str, int]:

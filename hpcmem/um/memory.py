@@ -27,11 +27,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcmem.um.errors import BudgetError
 from hpcmem.um.guard import oversubscription_allowed
 from hpcmem.um.policy import Policy, load_policy
+
+if TYPE_CHECKING:
+    from hpcmem.um.budget.offload import Offload
+    from hpcmem.um.budget.protocol import BudgetStrategy
 
 __all__ = ["MemoryScopes"]
 
@@ -59,6 +63,7 @@ class MemoryScopes(ABC):
         self.allow_oversubscription = oversubscription_allowed(allow_oversubscription)
         self.headroom_bytes = headroom_bytes
         self.device_index = device
+        self._strategy: BudgetStrategy | None = None
         self._closed = False
 
     @property
@@ -81,9 +86,17 @@ class MemoryScopes(ABC):
 
     # -- model, optimizer, inputs ---------------------------------------------------------
     @abstractmethod
-    def attach(self, model: Any, optimizer: Any | None = None, offload: Any = None) -> None:
+    def attach(self, model: Any, optimizer: Any | None = None,
+               offload: Offload | None = None) -> None:
         """Hook a model and its optimizer into the pools; with a budget, hand them to the
-        strategy ``offload`` names (a :class:`hpcmem.um.offload.Offload`; None: planned)."""
+        strategy ``offload``'s type names (:mod:`hpcmem.um.budget.offload`; None or a plain
+        ``Offload``: planned)."""
+
+    @property
+    def strategy(self) -> BudgetStrategy | None:
+        """The budget strategy that took the attached model over (None: no budget, or
+        nothing attached yet); ``strategy.replan()`` plans again from the last step."""
+        return self._strategy
 
     @abstractmethod
     def stage(self, batch: Any) -> Any:
@@ -108,12 +121,9 @@ class MemoryScopes(ABC):
         """Raise the guard's error now if ``nbytes`` more managed memory would pass the limit."""
 
     @abstractmethod
-    def rebalance(self) -> dict[str, int]:
-        """Re-plan the GPU budget from what the last step measured; the bytes given to each type."""
-
-    @abstractmethod
     def stats(self) -> dict[str, Any]:
-        """Per-type counters, GPU-resident bytes, budget streaming, bytes outside the pools."""
+        """Per-type counters, GPU-resident bytes, the budget strategy's, bytes outside the
+        pools."""
 
     @abstractmethod
     def reset_stats(self) -> None:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcmem.um.errors import BudgetError, UnifiedMemoryError
 from hpcmem.um.memory import MemoryScopes
 from hpcmem.um.policy import TYPES, Policy
+
+if TYPE_CHECKING:
+    from hpcmem.um.budget.offload import Offload
 
 __all__ = ["PassThroughMemory"]
 
@@ -40,7 +43,8 @@ class PassThroughMemory(MemoryScopes):
     def inputs(self) -> AbstractContextManager[None]:
         return self._scope()
 
-    def attach(self, model: Any, optimizer: Any | None = None, offload: Any = None) -> None:
+    def attach(self, model: Any, optimizer: Any | None = None,
+               offload: Offload | None = None) -> None:
         """Nothing to hook: PyTorch's allocator serves every tensor."""
         if offload is not None:
             raise BudgetError("attach: offload needs a gpu_budget, which the cuda policy has not")
@@ -61,9 +65,6 @@ class PassThroughMemory(MemoryScopes):
 
     def check_request(self, nbytes: int) -> None:
         """No managed memory, so no guard."""
-
-    def rebalance(self) -> dict[str, int]:
-        raise UnifiedMemoryError("rebalance: the cuda policy has no gpu_budget")
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -1,8 +1,7 @@
-"""The budget strategy a job gets: made from its ``Offload`` value, the plan choosing when
-the value names none (:func:`hpcmem.um.offload.choose_strategy`).
-
-Both strategies have one interface: ``scope()`` around forward and backward, ``stats()``,
-``reset_stats()``, ``replan()`` and ``close()``; each replaces ``optimizer.step``.
+"""The budget strategy a job gets: the one its :class:`~hpcmem.um.budget.offload.Offload`
+value's type names, or the one the plan picks for a plain ``Offload``
+(:func:`~hpcmem.um.budget.offload.choose_strategy`). Every strategy keeps the
+:class:`~hpcmem.um.budget.protocol.BudgetStrategy` contract and replaces ``optimizer.step``.
 """
 
 from __future__ import annotations
@@ -11,12 +10,17 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from hpcmem.um.errors import BudgetError
-from hpcmem.um.offload import DELAYED_STREAM, STATE_STREAM, Offload, choose_strategy
-from hpcmem.um.stream.transport import Transport
+from hpcmem.um.budget.offload import (
+    HostOptimizerOffload,
+    Offload,
+    StreamedOffload,
+    choose_strategy,
+)
+from hpcmem.um.budget.protocol import BudgetStrategy
+from hpcmem.um.budget.transport import Transport
 from hpcmem.um.tensors import tensor_bytes
 
-__all__ = ["make_strategy", "working_bytes"]
+__all__ = ["make_strategy", "planned", "working_bytes"]
 
 
 def working_bytes(model: Any, working_dtype: str | None) -> int:
@@ -30,6 +34,21 @@ def working_bytes(model: Any, working_dtype: str | None) -> int:
     return total + sum(tensor_bytes(b) for b in model.buffers())
 
 
+def planned(offload: Offload, model: Any, optimizer: Any | None, budget: int) -> Offload:
+    """``offload`` as the value of a strategy: itself when its type names one, else the
+    strategy the plan picks for ``budget``, with ``offload``'s shared fields."""
+    if offload.strategy is not None:
+        return offload
+    name = choose_strategy(
+        budget,
+        working_bytes(model, offload.working_dtype),
+        offload.micro_batches,
+        type(optimizer).__name__ if optimizer is not None else None,
+    )
+    kind = HostOptimizerOffload if name == "host_optimizer" else StreamedOffload
+    return kind(**offload.shared())
+
+
 def make_strategy(
     model: Any,
     optimizer: Any | None,
@@ -40,27 +59,18 @@ def make_strategy(
     priority: Sequence[str],
     device_scope: Callable[[], AbstractContextManager[None]],
     plain_scope: Callable[[], AbstractContextManager[None]] = nullcontext,
-) -> Any:
-    """The strategy ``offload`` names, or the one the plan picks for ``budget``;
-    ``device_scope`` routes its device allocations into the budget's pool, ``plain_scope``
-    out of every pool (plain device memory)."""
-    strategy = offload.strategy or choose_strategy(
-        budget,
-        working_bytes(model, offload.working_dtype),
-        offload.micro_batches,
-        type(optimizer).__name__ if optimizer is not None else None,
-    )
-    if strategy == "host_optimizer":
+) -> BudgetStrategy:
+    """The strategy for ``offload`` (see the module docstring); ``device_scope`` routes its
+    device allocations into the budget's pool, ``plain_scope`` out of every pool (plain
+    device memory)."""
+    chosen = planned(offload, model, optimizer, budget)
+    if isinstance(chosen, HostOptimizerOffload):
         from hpcmem.um.host_optimizer import HostOptimizer
 
         return HostOptimizer(model, optimizer, transport=transport, budget=budget,
-                             offload=offload, device_scope=device_scope,
+                             offload=chosen, device_scope=device_scope,
                              plain_scope=plain_scope)
-    if offload.delayed_update:
-        raise BudgetError(f"{DELAYED_STREAM} (the plan chose stream for this budget)")
-    if offload.narrow_state:
-        raise BudgetError(f"{STATE_STREAM} (the plan chose stream for this budget)")
-    from hpcmem.um.stream import Streamer
+    from hpcmem.um.streamed import Streamer
 
     return Streamer(model, optimizer, transport=transport, budget=budget, priority=priority,
-                    device_scope=device_scope, recompute=offload.recompute)
+                    device_scope=device_scope, recompute=chosen.recompute)

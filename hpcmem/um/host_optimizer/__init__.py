@@ -1,6 +1,7 @@
-"""The host-optimizer budget mode (ZeRO-Offload class): working weights on the GPU, fp32
+"""The host-optimizer budget strategy (ZeRO-Offload class): working weights on the GPU, fp32
 master weights and optimizer state in host memory, the optimizer stepped on the CPU bucket
-by bucket while backward goes on (:class:`HostOptimizer`; chosen by :mod:`hpcmem.um.offload`).
+by bucket while backward goes on (:class:`HostOptimizer`; the shared parts in
+:mod:`hpcmem.um.budget`).
 """
 
 from hpcmem.um.host_optimizer.buckets import Bucket, lay_out

@@ -32,11 +32,11 @@ from __future__ import annotations
 from contextlib import nullcontext
 from typing import Any
 
+from hpcmem.um.budget.host import HostArena
+from hpcmem.um.budget.transport import Transport
 from hpcmem.um.host_optimizer.buckets import Bucket
 from hpcmem.um.host_optimizer.host import IMPLEMENTATION_KEYS, HostBuckets
 from hpcmem.um.host_optimizer.split import Split
-from hpcmem.um.stream.host import HostArena
-from hpcmem.um.stream.transport import Transport
 
 __all__ = ["DeviceStep"]
 

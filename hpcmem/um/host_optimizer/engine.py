@@ -1,7 +1,7 @@
-"""The host-optimizer mode: working weights on the GPU, the optimizer on the CPU.
+"""The host-optimizer strategy: working weights on the GPU, the optimizer on the CPU.
 
-:class:`HostOptimizer` takes over a model and its optimizer when the job's ``Offload``
-chooses ``host_optimizer`` (:mod:`hpcmem.um.offload`):
+:class:`HostOptimizer` takes over a model and its optimizer when the job's offload value is
+a :class:`~hpcmem.um.budget.offload.HostOptimizerOffload`, given or planned:
 
 * set-up: the trained parameters are laid out in buckets (:mod:`.buckets`); each bucket's
   fp32 master weights, gradient and optimizer state move to host memory (:mod:`.host`),
@@ -19,19 +19,20 @@ chooses ``host_optimizer`` (:mod:`hpcmem.um.offload`):
 * ``optimizer.step()``: sends what backward left (a step before the last micro-batch, a
   parameter without a gradient), waits for the worker and for the last weight copy, so the
   next forward reads updated weights;
-* from the steady phase on (:class:`.phases.Phase`), the budget's room above what a step
-  held is spent on buckets the GPU steps (:mod:`.split` plans it from the measured steps,
-  :mod:`.device_step` runs it): streamed when the CPU optimizer outlasts backward, kept on
-  the device with the room left.
+* from the steady phase on (:class:`~hpcmem.um.budget.phases.Phase`), the budget's room
+  above what a step held is spent on buckets the GPU steps (:mod:`.split` plans it from the
+  measured steps, :mod:`.device_step` runs it): streamed when the CPU optimizer outlasts
+  backward, kept on the device with the room left.
 
-Under ``Offload(delayed_update=True)`` the steady steps are delayed (ZeRO-Offload's delayed
-parameter update): ``optimizer.step()`` does not wait for the CPU; a bucket's job is waited
-for, and its weights uploaded, when the bucket's gradients of the next backward are
-complete, so forward and backward run on weights one update behind while the CPU steps.
+Under ``HostOptimizerOffload(delayed_update=True)`` the steady steps are delayed
+(ZeRO-Offload's delayed parameter update): ``optimizer.step()`` does not wait for the CPU;
+a bucket's job is waited for, and its weights uploaded, when the bucket's gradients of the
+next backward are complete, so forward and backward run on weights one update behind while
+the CPU steps.
 
 The first step is the probe: it measures the device bytes one step needs, everything
 outside the managed pools included (:meth:`Transport.outside_bytes`); a budget below them
-is refused (:class:`BudgetTooSmall`), and recomputation is switched off when everything
+is refused (:class:`BudgetTooSmallError`), and recomputation is switched off when everything
 fits without it.
 """
 
@@ -41,6 +42,12 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
+from hpcmem.um.budget.floor import TARGET_FRACTION, check_minimum
+from hpcmem.um.budget.host import HostArena
+from hpcmem.um.budget.offload import HostOptimizerOffload
+from hpcmem.um.budget.phases import Phase
+from hpcmem.um.budget.recompute import Recompute, repeated_blocks
+from hpcmem.um.budget.transport import BANDWIDTH_PROBE_BYTES, Transport
 from hpcmem.um.errors import BudgetError
 from hpcmem.um.host_optimizer.buckets import lay_out
 from hpcmem.um.host_optimizer.cores import optimizer_cpus
@@ -48,15 +55,9 @@ from hpcmem.um.host_optimizer.device_step import DeviceStep
 from hpcmem.um.host_optimizer.host import HostBuckets, check_supported
 from hpcmem.um.host_optimizer.kernel import bucket_kernel
 from hpcmem.um.host_optimizer.ledger import Ledger, StepTimes, median_times
-from hpcmem.um.host_optimizer.phases import Phase
 from hpcmem.um.host_optimizer.placement import device_buffers, place_model
-from hpcmem.um.host_optimizer.split import ROOM_MARGIN, Split, plan_split
+from hpcmem.um.host_optimizer.split import PLAN_AFTER, ROOM_MARGIN, Split, plan_split
 from hpcmem.um.host_optimizer.worker import Stepped, Worker
-from hpcmem.um.offload import Offload
-from hpcmem.um.stream.host import HostArena
-from hpcmem.um.stream.plan import TARGET_FRACTION, check_minimum
-from hpcmem.um.stream.recompute import Recompute, repeated_blocks
-from hpcmem.um.stream.transport import BANDWIDTH_PROBE_BYTES, Transport
 from hpcmem.um.tensors import tensor_bytes
 
 __all__ = ["HostOptimizer"]
@@ -75,7 +76,7 @@ class HostOptimizer:
         *,
         transport: Transport,
         budget: int,
-        offload: Offload,
+        offload: HostOptimizerOffload,
         device_scope: Callable[[], AbstractContextManager[None]],
         plain_scope: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> None:
@@ -307,7 +308,7 @@ class HostOptimizer:
     @property
     def phase(self) -> Phase:
         """The phase of the step under way (:class:`Phase`)."""
-        return Phase.of(self._steps + 1)
+        return Phase.of(self._steps + 1, PLAN_AFTER)
 
     def _plan_split(self, times: StepTimes) -> None:
         """Spend the budget's room above what a step held on buckets the GPU steps:

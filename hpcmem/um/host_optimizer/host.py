@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from hpcmem.um.budget.host import ALIGN, HostArena
+from hpcmem.um.budget.offload import ELEMENTWISE
 from hpcmem.um.errors import BudgetError
 from hpcmem.um.host_optimizer.buckets import Bucket
 from hpcmem.um.host_optimizer.kernel import BucketKernel
-from hpcmem.um.offload import ELEMENTWISE
-from hpcmem.um.stream.host import ALIGN, HostArena
 
 __all__ = ["IMPLEMENTATION_KEYS", "HostBuckets", "check_supported"]
 

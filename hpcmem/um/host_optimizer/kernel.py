@@ -17,7 +17,7 @@ Both keep the bucket's state in PyTorch's layout, in the state of the bucket's o
 ``torch.optim`` instance (``step``, ``exp_avg``, ``exp_avg_sq``), which hands it back to
 the job's optimizer (in fp32).
 
-``Offload(state_dtype="bfloat16")`` has the native kernel keep the two moments in bf16:
+``HostOptimizerOffload(state_dtype="bfloat16")`` has the native kernel keep the two moments in bf16:
 each element then moves 20 bytes through host memory in the step instead of 28, and its
 state takes half the host memory. Both moments are rounded stochastically (up with the
 probability of the dropped bits, from a counter-based hash of the element, the bucket and
@@ -38,7 +38,7 @@ from hpcmem.um.errors import BudgetError
 __all__ = ["BucketKernel", "NativeAdam", "TorchFused", "bucket_kernel", "native_refusal"]
 
 #: Working dtypes the native kernel reads gradients and writes weights in; also the dtypes
-#: it keeps the moments in (``Offload.state_dtype``).
+#: it keeps the moments in (``HostOptimizerOffload.state_dtype``).
 NATIVE_DTYPES = ("float32", "bfloat16")
 
 
@@ -204,9 +204,10 @@ def _seed(bucket: int, step: int) -> int:
 def bucket_kernel(optimizer: Any, working_dtype: Any, *, threads: int,
                   cpus: list[int] | None = None, kind: str | None = None,
                   state_dtype: Any = None) -> BucketKernel:
-    """The kernel ``kind`` asks for (``Offload.host_kernel``): ``torch``, PyTorch's fused
-    one; ``native``, hpcmem's, refused with the reason where it cannot step ``optimizer``
-    (:func:`native_refusal`); None, the native kernel where it can, PyTorch's otherwise.
+    """The kernel ``kind`` asks for (``HostOptimizerOffload.host_kernel``): ``torch``,
+    PyTorch's fused one; ``native``, hpcmem's, refused with the reason where it cannot step
+    ``optimizer`` (:func:`native_refusal`); None, the native kernel where it can, PyTorch's
+    otherwise.
     Moments in a ``state_dtype`` other than fp32 need the native kernel."""
     import torch
 

@@ -14,9 +14,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from hpcmem.um.budget.transport import Transport, pcie_transfer_ms
 from hpcmem.um.host_optimizer.worker import Stepped
-from hpcmem.um.stream.plan import pcie_transfer_ms
-from hpcmem.um.stream.transport import Transport
 
 __all__ = ["Ledger", "StepTimes", "median_times", "step_bound_ms"]
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from hpcmem.um.budget.offload import staging_bytes
+from hpcmem.um.budget.transport import Transport
 from hpcmem.um.host_optimizer.buckets import Bucket
 from hpcmem.um.host_optimizer.host import HostBuckets
 from hpcmem.um.host_optimizer.staging import OutRing
-from hpcmem.um.offload import staging_bytes
-from hpcmem.um.stream.transport import Transport
 
 __all__ = ["device_buffers", "place_model"]
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from hpcmem.um.stream.transport import Transport
+from hpcmem.um.budget.transport import Transport
 
 __all__ = ["OutRing"]
 

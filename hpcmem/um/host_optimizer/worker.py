@@ -23,9 +23,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from hpcmem.um.budget.transport import Transport
 from hpcmem.um.host_optimizer.cores import pin_thread
 from hpcmem.um.host_optimizer.host import HostBuckets
-from hpcmem.um.stream.transport import Transport
 
 __all__ = ["Stepped", "Worker"]
 

@@ -22,10 +22,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
+from hpcmem.um.budget.host import HostArena
+from hpcmem.um.budget.transport import Transport
 from hpcmem.um.errors import BudgetError
-from hpcmem.um.stream.host import HostArena
-from hpcmem.um.stream.params import Counters, Entry, ParamStreams
-from hpcmem.um.stream.transport import Transport
+from hpcmem.um.streamed.params import Counters, Entry, ParamStreams
 
 __all__ = ["SLICEABLE", "ChunkedStep", "chunks", "row_slices"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpcmem.um.stream.transport import Transport
+from hpcmem.um.budget.transport import Transport
 from hpcmem.um.tensors import tensor_bytes
 
 __all__ = ["HostArena", "StepBuffers"]

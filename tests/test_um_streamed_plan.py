@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from hpcmem.um.stream.plan import (
-    TARGET_FRACTION,
-    BudgetTooSmall,
+from hpcmem.um.budget.floor import TARGET_FRACTION, BudgetTooSmallError, check_minimum
+from hpcmem.um.budget.transport import InFlight, pcie_transfer_ms
+from hpcmem.um.streamed.plan import (
     Probe,
     adjust_keep,
-    check_minimum,
     keep_from,
     out_cap,
-    pcie_transfer_ms,
     plan_stream,
     segment_bytes,
     spendable,
 )
-from hpcmem.um.stream.transport import InFlight
 
 GiB = 2**30
 MiB = 2**20
@@ -159,7 +156,7 @@ def test_copies_out_in_flight_never_pass_the_cap():
 
 
 def test_a_budget_under_the_probe_peak_is_refused_and_one_above_it_is_not():
-    with pytest.raises(BudgetTooSmall, match=r"below the 5368709120 bytes \(5\.00 GiB\)"):
+    with pytest.raises(BudgetTooSmallError, match=r"below the 5368709120 bytes \(5\.00 GiB\)"):
         check_minimum(4 * GiB, 5 * GiB)
     check_minimum(5 * GiB, 5 * GiB)
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hpcmem.um.stream.host import StepBuffers
-from hpcmem.um.stream.params import Counters, Entry, ParamStreams
-from hpcmem.um.stream.transport import Transport
+from hpcmem.um.budget.host import StepBuffers
+from hpcmem.um.budget.transport import Transport
+from hpcmem.um.streamed.params import Counters, Entry, ParamStreams
 
 __all__ = ["MIN_OFFLOAD_BYTES", "SavedTensors"]
 

@@ -1,9 +1,9 @@
 """Binding streamed parameters to the operations and modules that use them.
 
-Inside :meth:`~hpcmem.um.stream.engine.Streamer.scope` (forward and backward) a parameter's
+Inside :meth:`~hpcmem.um.streamed.engine.Streamer.scope` (forward and backward) a parameter's
 ``.data`` is its device copy only around its uses: :class:`BindParameters`, a
 ``TorchFunctionMode``, binds the streamed parameters an operation is given just before it
-runs and lets :class:`~hpcmem.um.stream.params.ParamStreams` drop them after, wherever the
+runs and lets :class:`~hpcmem.um.streamed.params.ParamStreams` drop them after, wherever the
 operation is (its own module, a tied weight read by another, a recomputed block);
 :class:`ModuleBinds` also binds each module's own streamed parameters for its forward, for
 what reads a parameter without an operation first.
@@ -18,8 +18,8 @@ from typing import Any
 
 from torch.overrides import TorchFunctionMode
 
-from hpcmem.um.stream.params import Entry, ParamStreams
-from hpcmem.um.stream.saved import SavedTensors
+from hpcmem.um.streamed.params import Entry, ParamStreams
+from hpcmem.um.streamed.saved import SavedTensors
 
 __all__ = ["BindParameters", "ModuleBinds"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpcmem.um.stream.transport import Transport
+from hpcmem.um.budget.transport import Transport
 from hpcmem.um.tensors import tensor_bytes
 
 __all__ = ["Counters", "Entry", "ParamStreams"]

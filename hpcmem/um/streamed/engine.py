@@ -8,65 +8,45 @@
 * inside :meth:`scope` (forward and backward) a ``TorchFunctionMode`` binds a parameter's
   device copy just before any operation uses it, wherever that is (its own module, a tied
   weight read by another, a custom autograd function, a recomputed block), and drops it
-  after its last use (:mod:`hpcmem.um.stream.binding`); saved tensors go through
-  :class:`~hpcmem.um.stream.saved.SavedTensors`;
+  after its last use (:mod:`hpcmem.um.streamed.binding`); saved tensors go through
+  :class:`~hpcmem.um.streamed.saved.SavedTensors`;
 * a gradient leaves for its home as soon as autograd has accumulated it;
-* ``optimizer.step`` steps chunk by chunk (:class:`~hpcmem.um.stream.optimizer.ChunkedStep`).
+* ``optimizer.step`` steps chunk by chunk (:class:`~hpcmem.um.streamed.optimizer.ChunkedStep`).
 
-Each step is in one :class:`Phase`: the first is the probe (:mod:`hpcmem.um.stream.plan`);
-the second measures the probe's optimizer step and applies the plan
-(:class:`~hpcmem.um.stream.probe.Planner`); from the third on the plan is tuned in the steady
-state.
+Each step is in one :class:`~hpcmem.um.budget.phases.Phase`: the first is the probe
+(:mod:`hpcmem.um.streamed.plan`); the second measures the probe's optimizer step and applies
+the plan (:class:`~hpcmem.um.streamed.probe.Planner`); from the third on the plan is tuned in
+the steady state.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from hpcmem.um.stream.binding import BindParameters, ModuleBinds
-from hpcmem.um.stream.host import HostArena
-from hpcmem.um.stream.optimizer import ChunkedStep
-from hpcmem.um.stream.params import Counters, Entry, ParamStreams
-from hpcmem.um.stream.plan import (
-    StreamPlan,
-    adjust_keep,
-    check_minimum,
-    keep_from,
-    out_cap,
-    pcie_transfer_ms,
-)
-from hpcmem.um.stream.probe import Planner
-from hpcmem.um.stream.recompute import Recompute, repeated_blocks
-from hpcmem.um.stream.saved import SavedTensors
-from hpcmem.um.stream.transport import Transport
+from hpcmem.um.budget.floor import check_minimum
+from hpcmem.um.budget.host import HostArena
+from hpcmem.um.budget.phases import Phase
+from hpcmem.um.budget.recompute import Recompute, repeated_blocks
+from hpcmem.um.budget.transport import Transport, pcie_transfer_ms
+from hpcmem.um.streamed.binding import BindParameters, ModuleBinds
+from hpcmem.um.streamed.optimizer import ChunkedStep
+from hpcmem.um.streamed.params import Counters, Entry, ParamStreams
+from hpcmem.um.streamed.plan import StreamPlan, adjust_keep, keep_from, out_cap
+from hpcmem.um.streamed.probe import Planner
+from hpcmem.um.streamed.saved import SavedTensors
 from hpcmem.um.tensors import is_tensor, tensor_bytes
 
-__all__ = ["RESIDENT_BELOW", "Phase", "Streamer"]
+__all__ = ["PLAN_AFTER", "RESIDENT_BELOW", "Streamer"]
 
 _log = logging.getLogger(__name__)
 
 #: Parameters smaller than this stay on the device (biases, norms: not worth a copy).
 RESIDENT_BELOW = 2**20
-
-
-class Phase(enum.Enum):
-    """Where a step stands in the streamer's life."""
-
-    #: the first step: one entry at a time, every peak measured
-    PROBE = 1
-    #: the second: the probe's optimizer step is measured and the plan applied
-    PLAN = 2
-    #: every later step: the plan in force, the kept activations tuned
-    STEADY = 3
-
-    @classmethod
-    def of(cls, step: int) -> Phase:
-        """The phase of the ``step``-th step (1-based)."""
-        return cls(min(step, cls.STEADY.value))
+#: The step that measures the probe's optimizer step and applies the plan made from it.
+PLAN_AFTER = 2
 
 
 class Streamer:
@@ -203,7 +183,7 @@ class Streamer:
     @contextmanager
     def scope(self) -> Iterator[None]:
         """Forward and backward of one step, streamed; after the probe step, a budget below
-        what it measured raises :class:`~hpcmem.um.stream.plan.BudgetTooSmall`."""
+        what it measured raises :class:`~hpcmem.um.streamed.plan.BudgetTooSmallError`."""
         torch = self._torch
         self._begin()
         try:
@@ -248,9 +228,9 @@ class Streamer:
     def _begin(self) -> None:
         planner = self._planner
         self._step += 1
-        self._phase = phase = Phase.of(self._step)
+        self._phase = phase = Phase.of(self._step, PLAN_AFTER)
         self._resident.append(self.transport.resident_peak_bytes())  # includes the last step
-        if phase is Phase.PLAN:  # the probe's optimizer step, one entry at a time, is measured now
+        if phase is Phase.MEASURE:  # the probe's optimizer step, an entry at a time, measured now
             check_minimum(self.budget, self._resident[-1])
             allocated = max(0, self.transport.peak_bytes() - self._base_bytes)
             planner.measure_rounding(allocated, self._resident[-1])
@@ -258,7 +238,7 @@ class Streamer:
             for entry in self.params.entries:
                 if not entry.resident:
                     self._take_pending_grad(entry)
-            if phase is Phase.PLAN and planner.probe is not None:
+            if phase is Phase.MEASURE and planner.probe is not None:
                 planner.replan()
             elif phase is Phase.STEADY and planner.plan is not None:
                 self.saved.offload_below = keep_from(planner.candidates, planner.keep_bytes)
@@ -314,7 +294,7 @@ class Streamer:
 
     def _structure_changed(self) -> bool:
         # The first step after recomputation was switched saves other tensors: start anew.
-        return self._phase is Phase.PLAN and self.plan is not None and (
+        return self._phase is Phase.MEASURE and self.plan is not None and (
             self.plan.recompute != self._planner.probe_recomputed
         )
 
@@ -332,7 +312,7 @@ class Streamer:
         steps = max(1, self.counters.steps)
         h2d, d2h = self.counters.h2d / steps, self.counters.d2h / steps
         return {
-            "strategy": "stream",
+            "strategy": "streamed",
             "steps": self.counters.steps,
             "bytes_h2d": int(h2d),
             "bytes_d2h": int(d2h),

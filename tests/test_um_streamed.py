@@ -1,5 +1,5 @@
 """The streaming budget mode's logic on the CPU: the same training, bit for bit, whatever it
-streams, offloads or recomputes (hpcmem.um.stream with its CPU transport)."""
+streams, offloads or recomputes (hpcmem.um.streamed with its CPU transport)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from um_functions import Block, Square  # noqa: E402
 
 from hpcmem.errors import HpcmemError  # noqa: E402
 from hpcmem.um import BudgetError  # noqa: E402
-from hpcmem.um.stream import BudgetTooSmall, CpuTransport, Streamer  # noqa: E402
-from hpcmem.um.stream.optimizer import row_slices  # noqa: E402
+from hpcmem.um.budget import BudgetTooSmallError, CpuTransport  # noqa: E402
+from hpcmem.um.streamed import Streamer  # noqa: E402
+from hpcmem.um.streamed.optimizer import row_slices  # noqa: E402
 
 MiB = 2**20
 #: A budget above the least the probe step of ``Net`` holds (7 MB of copies), far below its
@@ -157,7 +158,7 @@ def test_lbfgs_is_refused():
 
 
 def test_a_budget_below_what_the_probe_step_needs_is_refused_with_both_figures():
-    with pytest.raises(BudgetTooSmall) as raised:
+    with pytest.raises(BudgetTooSmallError) as raised:
         _train(MiB, steps=1)
     error = raised.value
     assert error.budget == MiB and error.minimum > MiB

@@ -10,7 +10,7 @@ import time
 import weakref
 from typing import Any
 
-from hpcmem.um.stream.transport import BANDWIDTH_PROBE_BYTES, Transport
+from hpcmem.um.budget.transport import BANDWIDTH_PROBE_BYTES, Transport
 from hpcmem.um.tensors import tensor_bytes
 
 __all__ = ["CpuTransport"]

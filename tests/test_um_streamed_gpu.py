@@ -23,15 +23,6 @@ pytestmark = pytest.mark.gpu
 STEPS = 5
 
 
-@pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    pytest.importorskip("hpcmem._um")
-    return torch
-
-
 @pytest.fixture
 def deterministic(torch):
     """Deterministic kernels (attention through the math kernel), so runs can be compared
@@ -50,7 +41,7 @@ def deterministic(torch):
 def _train(torch, build, batch, loss_of, budget):
     """``STEPS`` AdamW steps; the losses and ``um.stats()`` of the steps after the second."""
     from hpcmem.um import UnifiedMemory
-    from hpcmem.um.offload import Offload
+    from hpcmem.um.budget.offload import StreamedOffload
 
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(1)
@@ -59,7 +50,7 @@ def _train(torch, build, batch, loss_of, budget):
         with um.params():
             model = build().cuda()
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        um.attach(model, optimizer, offload=Offload("stream") if budget else None)
+        um.attach(model, optimizer, offload=StreamedOffload() if budget else None)
         for step in range(STEPS):
             inputs = [um.stage(t) for t in batch(generator)]
             with um.activations():
@@ -82,13 +73,13 @@ def _train_within_a_budget(torch, build, batch, loss_of, budget):
     """``(budget, losses, stats)`` of ``_train`` under ``budget`` or, if the probe step
     refuses it, under 1.25 times the minimum it measured (tried again: the copies out a
     larger budget allows can raise the minimum)."""
-    from hpcmem.um.stream import BudgetTooSmall
+    from hpcmem.um.budget import BudgetTooSmallError
 
     for _ in range(3):
         minimum = None
         try:
             return (budget, *_train(torch, build, batch, loss_of, budget))
-        except BudgetTooSmall as refused:
+        except BudgetTooSmallError as refused:
             assert refused.budget == budget and refused.minimum > budget
             minimum = refused.minimum
         gc.collect()  # the refused run's model and optimizer, now that its traceback is gone
@@ -103,7 +94,7 @@ def _check(torch, build, batch, loss_of, exact=True):
         torch, build, batch, loss_of, free["peak_gpu_resident_bytes"] // 2
     )
     assert budget < free["peak_gpu_resident_bytes"]  # still a budget the model must stream in
-    stream = stats["stream"]
+    stream = stats["offload"]
     if exact:
         assert losses == reference
     else:  # max-pool backward accumulates with atomics: last bits may differ
@@ -144,7 +135,7 @@ def test_torchvision_resnet_with_batchnorm_and_inplace_relu(torch, deterministic
     stats = _check(torch, lambda: torchvision.models.resnet18(num_classes=100), images,
                    lambda model, x, y: torch.nn.functional.cross_entropy(model(x), y),
                    exact=False)
-    assert stats["stream"]["plan"] is not None
+    assert stats["offload"]["plan"] is not None
 
 
 def test_timm_vision_transformer(torch, deterministic):
@@ -181,10 +172,10 @@ def test_custom_function_and_a_module_called_twice(torch, deterministic):
 def test_a_budget_below_the_probe_step_is_refused_with_the_measured_minimum(torch):
     from hpcmem.train.models import TransformerShape
     from hpcmem.train.networks import build
-    from hpcmem.um.stream import BudgetTooSmall
+    from hpcmem.um.budget import BudgetTooSmallError
 
     shape = TransformerShape(n_layers=2, d_model=512, n_heads=8, seq_len=256, vocab=8192)
-    with pytest.raises(BudgetTooSmall) as raised:
+    with pytest.raises(BudgetTooSmallError) as raised:
         _train(torch, lambda: build(shape), _tokens(torch, 8192, 8, 257),
                lambda model, tokens: model({"tokens": tokens}), 2**20)
     assert raised.value.budget == 2**20 and raised.value.minimum > 2**20

@@ -1,11 +1,11 @@
 """The probe step measured, and the plan made from it put in force.
 
-The first step of a job is the probe (:mod:`hpcmem.um.stream.plan`): :class:`Planner`
+The first step of a job is the probe (:mod:`hpcmem.um.streamed.plan`): :class:`Planner`
 records what it measured (its peaks, what the repeated blocks saved and were called with,
 and, after its optimizer step, the allocator's rounding); before the second step it makes
 the plan from that and applies it: prefetch windows, optimizer chunks, recomputation on or
 off, the saved activations kept on the device, the parameters made resident with their
-gradient and optimizer state. :class:`~hpcmem.um.stream.engine.Streamer` runs the steps and
+gradient and optimizer state. :class:`~hpcmem.um.streamed.engine.Streamer` runs the steps and
 tunes the activations kept after each one.
 """
 
@@ -16,12 +16,12 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
-from hpcmem.um.stream.optimizer import ChunkedStep
-from hpcmem.um.stream.params import Entry, ParamStreams
-from hpcmem.um.stream.plan import Probe, StreamPlan, keep_from, plan_stream
-from hpcmem.um.stream.recompute import Recompute
-from hpcmem.um.stream.saved import SavedTensors
-from hpcmem.um.stream.transport import Transport
+from hpcmem.um.budget.recompute import Recompute
+from hpcmem.um.budget.transport import Transport
+from hpcmem.um.streamed.optimizer import ChunkedStep
+from hpcmem.um.streamed.params import Entry, ParamStreams
+from hpcmem.um.streamed.plan import Probe, StreamPlan, keep_from, plan_stream
+from hpcmem.um.streamed.saved import SavedTensors
 from hpcmem.um.tensors import is_tensor, tensor_bytes
 
 __all__ = ["Planner"]

@@ -1,8 +1,8 @@
-"""How bytes move between host and device for the streaming budget mode.
+"""How bytes move between host and device under a GPU budget, for every strategy.
 
 :class:`CudaTransport` copies between pinned host memory and the GPU on two copy streams (one
 each way, so both directions overlap each other and compute), with events for ordering;
-:class:`~hpcmem.um.stream.cpu_transport.CpuTransport` does the same copies synchronously on
+:class:`~hpcmem.um.budget.cpu_transport.CpuTransport` does the same copies synchronously on
 the CPU, so the streaming logic runs, and is tested, on a machine without a GPU.
 
 Ordering rules (CUDA): a device tensor made for a fetch is allocated on the compute stream
@@ -27,7 +27,8 @@ from typing import Any
 from hpcmem.um.nvml import process_bytes
 from hpcmem.um.tensors import host_view, tensor_bytes
 
-__all__ = ["BANDWIDTH_PROBE_BYTES", "DEFAULT_OUT_CAP", "CudaTransport", "InFlight", "Transport"]
+__all__ = ["BANDWIDTH_PROBE_BYTES", "DEFAULT_OUT_CAP", "CudaTransport", "InFlight", "Transport",
+           "pcie_transfer_ms"]
 
 #: Bytes copied each way when the pinned-copy bandwidth is measured.
 BANDWIDTH_PROBE_BYTES = 256 * 2**20
@@ -344,3 +345,11 @@ class CudaTransport(Transport):
         }
         del host_in, host_out, device, device_in
         return result
+
+
+def pcie_transfer_ms(h2d: float, d2h: float, bandwidth: dict[str, float]) -> float:
+    """The least time to move ``h2d`` and ``d2h`` bytes at the measured pinned-copy rates
+    (bytes/s: ``h2d`` and ``d2h`` one way, ``both`` each way when both run at once)."""
+    both = min(h2d, d2h)
+    alone = (h2d - both) / bandwidth["h2d"] + (d2h - both) / bandwidth["d2h"]
+    return (both / bandwidth["both"] + alone) * 1e3

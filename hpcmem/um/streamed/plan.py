@@ -4,7 +4,8 @@ The first step of a job (the probe) runs with the least on the device: every par
 fetched when an operation needs it and dropped right after, repeated blocks recomputed, every
 other saved activation of at least 1 MiB offloaded, copies out capped. Its measured peak
 (allocated or held by the allocator, whichever is larger) is what the step cannot do
-without: a budget below it is refused (:func:`check_minimum`, :class:`BudgetTooSmall`)
+without: a budget below it is refused
+(:func:`hpcmem.um.budget.floor.check_minimum`)
 instead of being silently exceeded. :func:`plan_stream` spends only what the budget's
 target leaves above it, so a step that follows the plan holds at most the probe's peak plus
 what the plan adds:
@@ -44,26 +45,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from hpcmem.um.errors import BudgetError
+from hpcmem.um.budget.floor import TARGET_FRACTION
 
 __all__ = [
     "OUT_CAP_SHARE",
-    "TARGET_FRACTION",
-    "BudgetTooSmall",
     "Probe",
     "StreamPlan",
     "adjust_keep",
-    "check_minimum",
     "keep_from",
-    "pcie_transfer_ms",
     "plan_budget",
     "plan_stream",
     "segment_bytes",
     "spendable",
 ]
 
-#: Share of the budget the plan fills; the rest absorbs allocator rounding and fragmentation.
-TARGET_FRACTION = 0.9
 #: Largest prefetch window, each.
 WINDOW_MAX = 2**30
 #: Share of the slack given to each prefetch window.
@@ -81,26 +76,6 @@ LARGE_SEGMENT = 20 * 2**20
 ROUND_LARGE = 2 * 2**20
 #: Share of the budget that may wait for the device-to-host stream (copies out in flight).
 OUT_CAP_SHARE = 1 / 16
-
-
-class BudgetTooSmall(BudgetError):
-    """The budget is below what one step measurably needs."""
-
-    def __init__(self, budget: int, minimum: int) -> None:
-        self.budget = budget
-        self.minimum = minimum
-        super().__init__(
-            f"gpu_budget: {budget} bytes ({budget / 2**30:.2f} GiB) is below the {minimum} "
-            f"bytes ({minimum / 2**30:.2f} GiB) the probe step measured as the least one "
-            f"step needs on the GPU; give a budget of at least {minimum / 2**30:.2f} GiB "
-            "(or a smaller batch)"
-        )
-
-
-def check_minimum(budget: int, minimum: int) -> None:
-    """Refuse a budget below the measured ``minimum`` (:class:`BudgetTooSmall`)."""
-    if minimum > budget:
-        raise BudgetTooSmall(budget, minimum)
 
 
 def segment_bytes(nbytes: int) -> int:
@@ -291,11 +266,3 @@ def keep_from(candidates: Sequence[int], keep_bytes: int) -> int:
         index -= 1
         kept += candidates[index]
     return index
-
-
-def pcie_transfer_ms(h2d: float, d2h: float, bandwidth: dict[str, float]) -> float:
-    """The least time to move ``h2d`` and ``d2h`` bytes at the measured pinned-copy rates
-    (bytes/s: ``h2d`` and ``d2h`` one way, ``both`` each way when both run at once)."""
-    both = min(h2d, d2h)
-    alone = (h2d - both) / bandwidth["h2d"] + (d2h - both) / bandwidth["d2h"]
-    return (both / bandwidth["both"] + alone) * 1e3

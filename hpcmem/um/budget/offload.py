@@ -1,0 +1,217 @@
+"""How a job under a GPU budget offloads: the value passed to ``attach``, and the plan's choice.
+
+The value's type is the choice (as FSDP2's ``OffloadPolicy`` and ``CPUOffloadPolicy``):
+
+* :class:`Offload` itself: let the plan pick the strategy (:func:`choose_strategy`) and give
+  it its defaults;
+* :class:`HostOptimizerOffload` (:mod:`hpcmem.um.host_optimizer`, the ZeRO-Offload class):
+  working weights in the autocast dtype stay on the GPU; fp32 master weights and optimizer
+  state live in host memory; gradients leave in buckets as autograd finishes them and the
+  CPU steps each bucket as it lands, overlapped with the rest of backward;
+* :class:`StreamedOffload` (:mod:`hpcmem.um.streamed`): everything lives in pinned host
+  memory and visits the GPU around its use, the optimizer stepping chunk by chunk on the GPU.
+
+Each subclass carries only its own fields. :func:`offload_named` makes the value from a
+strategy's name and fields (a command line's or a record's), refusing a field the strategy
+does not have.
+
+The plan picks ``host_optimizer`` when the optimizer is elementwise and its fixed device
+bytes (working weights, gradients accumulated over micro-batches, the copies' buffers) take
+at most ``HOST_OPTIMIZER_SHARE`` of the budget, leaving the rest to activations; ``streamed``
+otherwise. Pure arithmetic, no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
+
+from hpcmem.um.errors import BudgetError
+
+__all__ = [
+    "DEFAULT_BUCKET_BYTES",
+    "ELEMENTWISE",
+    "HOST_KERNELS",
+    "HOST_OPTIMIZER_SHARE",
+    "STATE_DTYPES",
+    "STRATEGIES",
+    "HostOptimizerOffload",
+    "Offload",
+    "StreamedOffload",
+    "choose_strategy",
+    "host_optimizer_bytes",
+    "offload_named",
+    "staging_bytes",
+]
+
+#: Working-weight bytes per bucket: one host step and one copy each way.
+DEFAULT_BUCKET_BYTES = 64 * 2**20
+#: The host-optimizer mode's out ring (gradients leave through it), at least and at most.
+STAGING_MIN_BYTES = 8 * 2**20
+STAGING_MAX_BYTES = 128 * 2**20
+#: Most of the budget the host-optimizer mode's fixed device bytes may take.
+HOST_OPTIMIZER_SHARE = 0.5
+#: Optimizers (``torch.optim`` class names) the host-optimizer mode can step.
+ELEMENTWISE = ("SGD", "Adam", "AdamW")
+DTYPES = ("float32", "bfloat16", "float16")
+#: The host optimizer's kernels (:mod:`hpcmem.um.host_optimizer.kernel`).
+HOST_KERNELS = ("native", "torch")
+#: Dtypes the host optimizer keeps Adam's two moments in (``HostOptimizerOffload.state_dtype``).
+STATE_DTYPES = ("float32", "bfloat16")
+
+
+def _one_of(name: str, value: object, accepted: tuple[str, ...]) -> None:
+    if value is not None and value not in accepted:
+        raise BudgetError(f"offload {name}: {value!r} is not one of {', '.join(accepted)}")
+
+
+@dataclass(frozen=True)
+class Offload:
+    """What a budgeted job offloads; this base type lets the plan pick the strategy.
+
+    working_dtype : dtype of the weights on the GPU (the autocast dtype, e.g. ``bfloat16``);
+        None: the parameters' own.
+    micro_batches : backward passes per optimizer step; gradients accumulate until the last
+        one.
+    recompute : recompute repeated blocks in backward (None: unless everything fits).
+    """
+
+    #: the strategy's name in records and on command lines (None: planned)
+    strategy: ClassVar[str | None] = None
+
+    working_dtype: str | None = None
+    micro_batches: int = 1
+    recompute: bool | None = None
+
+    def __post_init__(self) -> None:
+        _one_of("working_dtype", self.working_dtype, DTYPES)
+        if self.micro_batches < 1:
+            raise BudgetError(f"offload micro_batches: {self.micro_batches} must be >= 1")
+
+    def to_record(self) -> dict[str, object]:
+        """The value as a record field: the strategy's name (None: planned) and the fields."""
+        return {"strategy": self.strategy, **asdict(self)}
+
+    def shared(self) -> dict[str, Any]:
+        """The fields every strategy has, as keyword arguments."""
+        return {f.name: getattr(self, f.name) for f in fields(Offload)}
+
+
+@dataclass(frozen=True)
+class HostOptimizerOffload(Offload):
+    """The host-optimizer strategy (:mod:`hpcmem.um.host_optimizer`), and its own fields.
+
+    bucket_bytes : working-weight bytes per bucket.
+    threads : CPU threads of the host optimizer, bound to the job's CPUs less two cores
+        left to the threads that launch GPU work (None: one per such CPU;
+        :mod:`hpcmem.um.host_optimizer.cores`).
+    gpu_share : the share of the trained elements the GPU steps instead of the CPU, their
+        master and state kept on the device where the budget has room, else streamed in and
+        out (None: planned after the fourth step from the median of the steps before it,
+        :mod:`hpcmem.um.host_optimizer.split`; 0: none).
+    host_kernel : ``native`` (hpcmem's Adam/AdamW, refused where it does not apply),
+        ``torch`` (PyTorch's fused CPU kernel), or None (native where it applies,
+        :func:`hpcmem.um.host_optimizer.kernel.bucket_kernel`).
+    delayed_update : ZeRO-Offload's one-step delayed parameter update, from the steady phase
+        on (the fifth step): ``optimizer.step()`` returns while the CPU still steps, and each
+        forward and backward runs on weights that lack the last step's update, which lands
+        during it (the buckets the GPU steps are not delayed). The step then takes the longer
+        of the compute and the CPU optimizer instead of about their sum; the trajectory is
+        not the undelayed one's.
+    state_dtype : with the native kernel, the dtype of Adam's two moments in host memory,
+        ``float32`` (None: as PyTorch keeps them) or ``bfloat16``, rounded stochastically
+        (:mod:`hpcmem.um.host_optimizer.kernel`): the CPU step moves 20 bytes an element
+        instead of 28 and the state takes half the host memory; the trajectory is close to,
+        not the same as, fp32 state's. Buckets the GPU steps keep fp32 state; ``close()``
+        gives fp32 state back.
+    """
+
+    strategy: ClassVar[str | None] = "host_optimizer"
+
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES
+    threads: int | None = None
+    gpu_share: float | None = None
+    host_kernel: str | None = None
+    delayed_update: bool = False
+    state_dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.bucket_bytes < 1:
+            raise BudgetError(f"offload bucket_bytes: {self.bucket_bytes} must be >= 1")
+        if self.threads is not None and self.threads < 1:
+            raise BudgetError(f"offload threads: {self.threads} must be >= 1")
+        if self.gpu_share is not None and not 0 <= self.gpu_share <= 1:
+            raise BudgetError(f"offload gpu_share: {self.gpu_share} is not between 0 and 1")
+        _one_of("host_kernel", self.host_kernel, HOST_KERNELS)
+        _one_of("state_dtype", self.state_dtype, STATE_DTYPES)
+
+    @property
+    def narrow_state(self) -> bool:
+        """Whether the moments are kept narrower than fp32."""
+        return self.state_dtype not in (None, "float32")
+
+
+@dataclass(frozen=True)
+class StreamedOffload(Offload):
+    """The streamed strategy (:mod:`hpcmem.um.streamed`): the shared fields only."""
+
+    strategy: ClassVar[str | None] = "streamed"
+
+
+#: The strategies by name, and the plan's own choice (None)
+_TYPES: dict[str | None, type[Offload]] = {
+    None: Offload, "host_optimizer": HostOptimizerOffload, "streamed": StreamedOffload}
+STRATEGIES = ("host_optimizer", "streamed")
+
+
+def offload_named(strategy: str | None, **values: Any) -> Offload:
+    """The value of ``strategy`` (None: planned) with ``values``; a field the strategy does
+    not have is refused, naming the strategies that have it. With no strategy named, a field
+    of the host optimizer's own set away from its default names that strategy."""
+    if strategy not in _TYPES:
+        raise BudgetError(f"offload strategy: {strategy!r} is not one of {', '.join(STRATEGIES)}")
+    kind = _TYPES[strategy]
+    own = {f.name for f in fields(HostOptimizerOffload)} - {f.name for f in fields(Offload)}
+    if strategy is None and any(not _says_nothing(n, values[n]) for n in own & set(values)):
+        kind = HostOptimizerOffload
+    accepted = {f.name for f in fields(kind)}
+    for name, value in values.items():
+        if name in accepted or (name in own and _says_nothing(name, value)):
+            continue
+        having = [n for n, t in _TYPES.items() if n and name in {f.name for f in fields(t)}]
+        raise BudgetError(
+            f"offload {name}: {value!r} applies to strategy {' or '.join(having) or 'none'} "
+            f"only, not to strategy {kind.strategy}")
+    return kind(**{k: v for k, v in values.items() if k in accepted})
+
+
+def _says_nothing(name: str, value: object) -> bool:
+    """Whether a host-optimizer field's ``value`` is its default (fp32 moments are)."""
+    default = next(f.default for f in fields(HostOptimizerOffload) if f.name == name)
+    return value == default or (name == "state_dtype" and value == "float32")
+
+
+def staging_bytes(budget: int) -> tuple[int, int]:
+    """Bytes of the host-optimizer mode's out ring and upload buffer under ``budget``: a
+    sixteenth of it, at least ``STAGING_MIN_BYTES`` and at most ``STAGING_MAX_BYTES``, and a
+    quarter of that."""
+    ring = min(STAGING_MAX_BYTES, max(STAGING_MIN_BYTES, budget // 16)) // 256 * 256
+    return ring, ring // 4
+
+
+def host_optimizer_bytes(working_bytes: int, micro_batches: int, budget: int) -> int:
+    """Device bytes the host-optimizer mode holds besides activations: the working weights,
+    their gradients when several micro-batches accumulate, and the copies' buffers."""
+    accumulated = working_bytes if micro_batches > 1 else 0
+    return working_bytes + accumulated + sum(staging_bytes(budget))
+
+
+def choose_strategy(
+    budget: int, working_bytes: int, micro_batches: int, optimizer_name: str | None
+) -> str:
+    """The strategy for ``budget`` (see the module docstring)."""
+    if optimizer_name not in ELEMENTWISE:
+        return "streamed"
+    fixed = host_optimizer_bytes(working_bytes, micro_batches, budget)
+    return "host_optimizer" if fixed <= HOST_OPTIMIZER_SHARE * budget else "streamed"
