@@ -13,7 +13,7 @@ CPUs, in rotating order, ``--repeats`` rounds; the figure is the median:
 - ``hpcmem-fp32``: hpcmem's kernel, fp32 gradient, no weights written;
 - ``hpcmem-bf16``: hpcmem's kernel, bf16 gradient in and bf16 weights out in the same pass;
 - ``hpcmem-bf16-state``: the same with both moments kept in bf16, rounded stochastically
-  (``Offload(state_dtype="bfloat16")``).
+  (``HostOptimizerOffload(state_dtype="bfloat16")``).
 
 Each row gives the step's milliseconds, the bytes of host memory it moves per element and
 the rate that makes, and its time against ``deepspeed`` (or ``torch-fused`` without it).

@@ -7,7 +7,7 @@
 
 Without a budget the model is built in the params scope and every type of data gets its
 pool; under a budget it is built in host memory and ``attach`` hands it, with its optimizer,
-to the budget's strategy (docs/budget-streaming.md).
+to the budget's strategy (docs/gpu-budget.md).
 """
 
 from __future__ import annotations

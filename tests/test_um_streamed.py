@@ -1,4 +1,4 @@
-"""The streaming budget mode's logic on the CPU: the same training, bit for bit, whatever it
+"""The streamed budget strategy's logic on the CPU: the same training, bit for bit, whatever it
 streams, offloads or recomputes (hpcmem.um.streamed with its CPU transport)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The streaming budget mode on a real GPU, on models ``hpcmem train`` did not build.
+"""The streamed budget strategy on a real GPU, on models ``hpcmem train`` did not build.
 
 Each model trains a few steps through the public ``UnifiedMemory`` API, once without a budget
 and once with ``gpu_budget`` = half of the GPU-resident peak it had without one, or, where

@@ -1,4 +1,4 @@
-"""How the streaming mode spends a budget, and the PCIe bound: arithmetic only."""
+"""How the streamed strategy spends a budget, and the PCIe bound: arithmetic only."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ temperature hits every variant alike):
 * the ``--policies`` (``cuda``, ``um``, ``hpcmem``) through ``hpcmem.train.loop.train`` (the code
   ``hpcmem train`` runs), without a budget;
 * for each of ``--budgets`` (fractions of the estimated footprint): ``--budget-policy`` with
-  that ``gpu_budget`` (the streaming budget mode), its record carrying the bytes it moved,
+  that ``gpu_budget`` (a budget strategy), its record carrying the bytes it moved,
   its peak GPU-resident bytes and its PCIe bound (the last ``cuda`` run's step time and the
   pinned-copy bandwidth measured in the same run);
 * with ``--fsdp``: PyTorch FSDP2 ``fully_shard`` + ``CPUOffloadPolicy`` on this one GPU (a

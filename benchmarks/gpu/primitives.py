@@ -1,4 +1,4 @@
-"""The primitives the streaming budget mode is built from, measured on this GPU (JSON out).
+"""The primitives the budget strategies are built from, measured on this GPU (JSON out).
 
 Usage: python benchmarks/gpu/primitives.py OUT.json
 

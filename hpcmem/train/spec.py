@@ -66,7 +66,7 @@ TRAIN = Benchmark(
         Metric("first_step_ms", "ms", LOWER, checked=True),
         Metric("throughput", "items/s", HIGHER),  # tokens or images: throughput_unit says
         Metric("oversubscription", "ratio", None),  # managed bytes / device memory
-        # budgeted runs only: what the streaming mode moved per step and held, and its bound
+        # budgeted runs only: what the budget strategy moved per step and held, and its bound
         Metric("bytes_h2d", "bytes", LOWER, required=False),
         Metric("bytes_d2h", "bytes", LOWER, required=False),
         Metric("peak_gpu_resident_bytes", "bytes", LOWER, required=False),

@@ -1,6 +1,6 @@
 """The transport of a machine without a GPU: host and "device" are both the CPU.
 
-Every copy is a synchronous CPU copy, so the streaming mode and the host-optimizer mode run,
+Every copy is a synchronous CPU copy, so the streamed and the host-optimizer strategies run,
 and are tested, without a GPU.
 """
 

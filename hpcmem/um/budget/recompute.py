@@ -7,7 +7,7 @@ through forward and runs its forward again in backward. Buffers the block update
 forward (BatchNorm's running statistics) are restored after the recomputation, so they
 advance once per step, as without it. Each recomputation records how many device bytes it
 made (what the block saves for backward when it is not recomputed), and runs inside
-``around`` (the streaming mode releases there what a stopped recomputation left bound).
+``around`` (the streamed strategy releases there what a stopped recomputation left bound).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The step is only as fast as the host threads that launch its GPU work (the train
 and autograd's). On an H200 host with 16 cores, the host optimizer's 14 threads, placed
 anywhere by the scheduler, slowed those launches enough to leave the GPU idle between
 kernels; bound to cores of their own, the same step ran faster
-(``docs/budget-streaming.md``). So the optimizer's threads are bound to the job's CPUs less
+(``docs/gpu-budget.md``). So the optimizer's threads are bound to the job's CPUs less
 the first ``LAUNCH_THREADS`` cores (with their hyperthread siblings), which are left to the
 launching threads. The job's CPUs are its affinity mask, as Slurm, ``numactl`` or
 ``taskset`` set it.

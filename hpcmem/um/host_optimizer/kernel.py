@@ -2,7 +2,7 @@
 CPU kernel everywhere else.
 
 The host side is bound by host memory bandwidth (on the H200 host, fused CPU AdamW moved
-93 to 108 GB/s, ``docs/budget-streaming.md``), so what counts is the bytes each element
+93 to 108 GB/s, ``docs/gpu-budget.md``), so what counts is the bytes each element
 moves through host memory per step. With PyTorch's kernel the gradient lands in fp32 and
 the fp32 master is uploaded (the casts run on the GPU): 4 bytes written by the gradient's
 copy, 28 read and written by the step, 4 read by the upload, 36 in all.

@@ -1,4 +1,4 @@
-"""The streaming budget mode: a model and optimizer trained within a GPU budget.
+"""The streamed budget strategy: a model and optimizer trained within a GPU budget.
 
 :class:`Streamer` takes over a model and its optimizer when ``UnifiedMemory`` has a
 ``gpu_budget``:

@@ -1,4 +1,4 @@
-"""How the streaming mode spends a GPU budget, and the PCIe bound of a run: pure arithmetic.
+"""How the streamed strategy spends a GPU budget, and the PCIe bound of a run: pure arithmetic.
 
 The first step of a job (the probe) runs with the least on the device: every parameter
 fetched when an operation needs it and dropped right after, repeated blocks recomputed, every
