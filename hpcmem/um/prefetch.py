@@ -46,10 +46,6 @@ class PrefetchHooks:
             self._handles.append(module.register_forward_pre_hook(self._forward_hook(index)))
             self._handles.append(module.register_full_backward_pre_hook(self._backward_hook(index)))
 
-    def refresh(self) -> None:
-        """Forget cached segment placement (call after the budget moved segments)."""
-        self._gpu_segments = None
-
     def remove(self) -> None:
         """Remove every hook."""
         for handle in self._handles:

@@ -1,8 +1,8 @@
 """A tensor's memory as raw bytes: its size, and a CPU alias of managed memory; whether a
 value is a tensor at all.
 
-A leaf: it imports nothing of the package, so the managed implementation and the streaming
-mode both use it without importing each other (torch and NumPy are imported on use).
+A leaf: it imports nothing of the package, so the managed implementation and the budget
+strategies all use it without importing each other (torch and NumPy are imported on use).
 """
 
 from __future__ import annotations

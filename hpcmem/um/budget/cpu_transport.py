@@ -19,7 +19,7 @@ __all__ = ["CpuTransport"]
 class CpuTransport(Transport):
     """Host and "device" are both the CPU: every copy is a synchronous CPU copy.
 
-    Runs the streaming bookkeeping without a GPU; device bytes are those of the copies this
+    Runs a budget strategy's bookkeeping without a GPU; device bytes are those of the copies this
     transport made that are still alive.
     """
 

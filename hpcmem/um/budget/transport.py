@@ -3,7 +3,7 @@
 :class:`CudaTransport` copies between pinned host memory and the GPU on two copy streams (one
 each way, so both directions overlap each other and compute), with events for ordering;
 :class:`~hpcmem.um.budget.cpu_transport.CpuTransport` does the same copies synchronously on
-the CPU, so the streaming logic runs, and is tested, on a machine without a GPU.
+the CPU, so the strategies' logic runs, and is tested, on a machine without a GPU.
 
 Ordering rules (CUDA): a device tensor made for a fetch is allocated on the compute stream
 and written on the host-to-device stream after that stream waited for the compute work
