@@ -39,6 +39,8 @@ FORBIDDEN = {
                     "hpcmem.workflow", "hpcmem.slurm", "hpcmem.cli"),
     "hpcmem.um": ("hpcmem.record", *PRODUCERS, INTEGRATIONS, "hpcmem.results", "hpcmem.draw",
                   "hpcmem.workflow", "hpcmem.slurm", "hpcmem.cli"),
+    "hpcmem.hbw": ("hpcmem.record", *PRODUCERS, INTEGRATIONS, "hpcmem.results", "hpcmem.draw",
+                   "hpcmem.workflow", "hpcmem.slurm", "hpcmem.cli"),
     INTEGRATIONS: ("hpcmem.record", *PRODUCERS, "hpcmem.results", "hpcmem.draw",
                    "hpcmem.workflow", "hpcmem.slurm", "hpcmem.cli"),
     "hpcmem.collectives": ("hpcmem.train", INTEGRATIONS, "hpcmem.results", "hpcmem.workflow",
