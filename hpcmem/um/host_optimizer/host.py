@@ -39,7 +39,7 @@ def check_supported(optimizer: Any) -> None:
         name = "no optimizer" if optimizer is None else type(optimizer).__name__
         raise BudgetError(
             f"offload host_optimizer: {name} is not one of torch.optim.{', '.join(ELEMENTWISE)} "
-            "(elementwise optimizers stepped on the CPU); use offload strategy 'stream'"
+            "(elementwise optimizers stepped on the CPU); use StreamedOffload()"
         )
 
 
