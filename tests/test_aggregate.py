@@ -17,7 +17,8 @@ from hpcmem.results.aggregate import aggregate, load_records, summarize, write_o
 
 FIXTURES = Path(__file__).parent / "fixtures" / "records"
 OUTPUTS = {"summary.parquet", "summary.csv", "collectives_latency.csv", "collectives_speedup.csv",
-           "train_step_time.csv", "rejected.csv", "skipped.csv", "metadata.json"}
+           "train_step_time.csv", "peers_step_time.csv", "rejected.csv", "skipped.csv",
+           "metadata.json"}
 HBW8 = "collectives/allreduce/hbw/float32/ranks=2/binding=cores/size=8"
 NUMPY8 = "collectives/allreduce/numpy/float32/ranks=2/binding=cores/size=8"
 TRANSFORMER = "train/transformer/params=350000000/batch=8/seq=2048/bf16/budget=none/policy="

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "hpcmem"
 
 #: the producers: measure and write records
-PRODUCERS = ("hpcmem.collectives", "hpcmem.train")
+PRODUCERS = ("hpcmem.collectives", "hpcmem.train", "hpcmem.peers")
 #: the only module of the results pipeline that may import a producer
 REGISTRY = "hpcmem.results.registry"
 #: the base: imports nothing of hpcmem but itself
@@ -43,10 +43,12 @@ FORBIDDEN = {
                    "hpcmem.workflow", "hpcmem.slurm", "hpcmem.cli"),
     INTEGRATIONS: ("hpcmem.record", *PRODUCERS, "hpcmem.results", "hpcmem.draw",
                    "hpcmem.workflow", "hpcmem.slurm", "hpcmem.cli"),
-    "hpcmem.collectives": ("hpcmem.train", INTEGRATIONS, "hpcmem.results", "hpcmem.workflow",
-                           "hpcmem.slurm", "hpcmem.cli"),
-    "hpcmem.train": ("hpcmem.collectives", INTEGRATIONS, "hpcmem.results", "hpcmem.workflow",
-                     "hpcmem.slurm", "hpcmem.cli"),
+    "hpcmem.collectives": ("hpcmem.train", "hpcmem.peers", INTEGRATIONS, "hpcmem.results",
+                           "hpcmem.workflow", "hpcmem.slurm", "hpcmem.cli"),
+    "hpcmem.train": ("hpcmem.collectives", "hpcmem.peers", INTEGRATIONS, "hpcmem.results",
+                     "hpcmem.workflow", "hpcmem.slurm", "hpcmem.cli"),
+    "hpcmem.peers": ("hpcmem.collectives", "hpcmem.train", "hpcmem.um", INTEGRATIONS,
+                     "hpcmem.results", "hpcmem.workflow", "hpcmem.slurm", "hpcmem.cli"),
     "hpcmem.results": (INTEGRATIONS, "hpcmem.workflow", "hpcmem.slurm", "hpcmem.cli"),
 }
 
@@ -164,10 +166,10 @@ def test_results_reach_a_producer_only_through_the_registry() -> None:
 
 def test_a_measuring_process_loads_neither_the_results_pipeline_nor_the_report() -> None:
     code = ("import sys, hpcmem.cli.collectives, hpcmem.collectives.benchmark, "
-            "hpcmem.train.benchmark, hpcmem.train.record; "
+            "hpcmem.train.benchmark, hpcmem.train.record, hpcmem.peers.variants; "
             "print(' '.join(sorted(m for m in sys.modules if m.startswith(("
             "'hpcmem.results', 'hpcmem.draw', 'hpcmem.collectives.report', "
-            "'hpcmem.train.report', 'matplotlib', 'pandas')))))")
+            "'hpcmem.train.report', 'hpcmem.peers.section', 'matplotlib', 'pandas')))))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=True)
     assert done.stdout.split() == []

@@ -43,7 +43,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from hpcmem.train.offload_anchors import CHECKPOINTED, VARIANTS
+from hpcmem.peers.variants import CHECKPOINTED, VARIANTS
 
 LEARNING_RATE = 1e-4
 WEIGHT_DECAY = 0.01

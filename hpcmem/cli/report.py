@@ -3,15 +3,14 @@
 SUMMARY is an `hpcmem aggregate` output folder (or its summary.parquet). The page
 shows latency and bus bandwidth against message size per op and buffer kind,
 the speedup over NumPy buffers, training step time per memory policy with its
-spread, the failed and skipped points with reasons, the machine metadata, and,
+spread, where the summary holds peers (benchmarks/gpu/hf_offload.py's records aggregated
+with the others) each tool's step time against the GPU memory it held and their tables,
+the failed and skipped points with reasons, the machine metadata, and,
 with --verdict, the result of `hpcmem check --verdict-out` and, when that check kept a
 history, each judged figure over its last runs (read from that history store); with
 --native, the same points run natively against the container (overhead per op and size);
 with --osu, the side-by-side table of OSU's C collectives and hpcmem's
-(benchmarks/osu_comparison.py); with --offload, Hugging Face models trained beyond the
-GPU by each tool (benchmarks/gpu/hf_offload.py's records: cuda, DeepSpeed ZeRO-Offload,
-FSDP2 CPU offload, hpcmem under a budget), step time against GPU memory held and their
-table; with --slurm-jobs, every Slurm job of the run (as the
+(benchmarks/osu_comparison.py); with --slurm-jobs, every Slurm job of the run (as the
 workflow submitted them) with its points and what sacct says of it now: partition,
 account, QOS, state, elapsed time and exit code. Written atomically.
 """
@@ -20,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import sqlite3
-from pathlib import Path
 
 from hpcmem.cli import bad_input
 
@@ -40,10 +38,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--osu", metavar="FILE",
                         help="an OSU comparison (.json from benchmarks/osu_comparison.py): "
                              "adds the against-OSU-C section")
-    parser.add_argument("--offload", metavar="FILE",
-                        help="records of benchmarks/gpu/hf_offload.py (JSON lines): adds the "
-                             "beyond-the-GPU section, every tool's step time against the GPU "
-                             "memory it held")
     parser.add_argument("--slurm-jobs", metavar="FILE",
                         help="the run's Slurm jobs as the workflow writes them "
                              "(RUN/logs/slurm_jobs.jsonl; missing: the run submitted none): "
@@ -64,8 +58,6 @@ def run(args: argparse.Namespace) -> int:
     from hpcmem.results.verdict import VerdictError, read_verdict
     from hpcmem.slurm.job_table import jobs_html
     from hpcmem.slurm.journal import read_journal
-    from hpcmem.train.offload_anchors import read_records
-    from hpcmem.train.offload_section import html_section as offload_section
 
     with bad_input(OutputPathError, where="--out"):
         check_output_file(args.out)
@@ -79,8 +71,6 @@ def run(args: argparse.Namespace) -> int:
         native = read_summary(args.native) if args.native else None
     with bad_input(FileNotFoundError, ValueError, where="--osu"):
         osu = read_comparison(args.osu) if args.osu else None
-    with bad_input(BadInputError, ValueError, where="--offload"):
-        anchors = read_records(args.offload) if args.offload else None
     with bad_input(BadInputError, where="--slurm-jobs"):
         submitted = read_journal(args.slurm_jobs) if args.slurm_jobs else None
     jobs = None if submitted is None else jobs_html(
@@ -88,9 +78,6 @@ def run(args: argparse.Namespace) -> int:
     extra = [section("History", history_section(verdict, timelines), anchor="history")
              ] if verdict and timelines is not None else []
     extra += [section("Against OSU C", html_section(osu), anchor="osu")] if osu else []
-    extra += [section("Beyond the GPU: against ZeRO-Offload and FSDP2",
-                      offload_section(anchors, Path(args.offload).name), anchor="offload")
-              ] if anchors else []
     with bad_input(OutputPathError, where="--out"):
         write_report(args.out, summary, verdict, native, extra, jobs)
     print(f"hpcmem report: wrote {args.out}")

@@ -34,3 +34,10 @@ class Reporting:
     #: the HTML comparing these points run in an image with the same points run natively
     #: (container points, native points), or None where the benchmark has no such comparison
     native_section: Callable[[pd.DataFrame, pd.DataFrame], str] | None = None
+    #: the figures derived across these points (a ratio to another point's), one column per
+    #: derived metric of the spec on the points' index: ``hpcmem aggregate`` writes them into
+    #: the summary, where the check and the report read them like measured ones
+    derive: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+    #: the report draws this section only where the summary holds the benchmark's points or
+    #: records left out; otherwise always (saying there are none)
+    optional: bool = False

@@ -161,6 +161,10 @@ class Benchmark:
     metadata: Mapping[str, str] = field(default_factory=dict)
     #: why a valid ok record must still not be averaged in (its result was not checked), or None
     sanity: Callable[[Record], str | None] = _sane
+    #: for a producer that writes records of its own shape (a script outside the package,
+    #: without the contract's common fields): such a record as the contract's, or None for a
+    #: record that is not one of its; a ValueError names the field it refuses
+    adopt: Callable[[Record], Record | None] | None = None
 
     def coordinates_of(self, record: Record) -> dict[str, Any]:
         """The point's coordinates in ``record``, None where it lacks one."""

@@ -11,7 +11,10 @@ Invalid lines (not JSON, or schema violations) go to
 records (and ``ok`` records their benchmark's sanity check refuses, such as
 collectives whose result was not validated) go to ``skipped.csv`` with their reason.
 Neither is ever averaged in. Coordinates, point keys and metrics come from each
-benchmark's spec (:mod:`hpcmem.results.registry`): a metric's summary column is its name.
+benchmark's spec (:mod:`hpcmem.results.registry`): a metric's summary column is its name. A
+line of a producer that writes its own shape of record (the peers' hf_offload.py) is read as
+the contract's first (``Benchmark.adopt``), and the figures a benchmark derives across its
+points (the peers' ratio to ZeRO-Offload) are added to its rows of the summary.
 
 Outputs in the ``--out`` folder, each written atomically (temp name + rename):
 
@@ -22,8 +25,9 @@ Outputs in the ``--out`` folder, each written atomically (temp name + rename):
     virtual machine it ran in, "" on a real node)
 the benchmarks' own tables, of the points measured on real nodes
     ``collectives_latency.csv`` (median average latency per buffer kind),
-    ``collectives_speedup.csv`` (each buffer kind's speedup over ``numpy`` buffers) and
+    ``collectives_speedup.csv`` (each buffer kind's speedup over ``numpy`` buffers),
     ``train_step_time.csv`` (step time per policy, its ratio to the ``um`` and ``cuda`` presets)
+    and ``peers_step_time.csv`` (each peer's step time, its ratio to ZeRO-Offload and ``cuda``)
 ``rejected.csv``, ``skipped.csv``, ``metadata.json``
     the records left out, with reasons, and the run metadata
 """
@@ -44,7 +48,7 @@ from hpcmem.outputs import check_output_dir, write_errors
 from hpcmem.record.jsonl import atomic_open, read_lines
 from hpcmem.record.provenance import utc_now
 from hpcmem.record.samples import merge_samples, record_samples
-from hpcmem.results.registry import BENCHMARKS, REPORTS
+from hpcmem.results.registry import BENCHMARKS, REPORTS, adopt
 from hpcmem.results.schema import validate_record
 from hpcmem.results.summary import (
     COORDINATES,
@@ -133,6 +137,11 @@ class Loaded:
     def add(self, path: str, number: int, record: Any, error: str | None) -> None:
         """Sort one line: rejected (with the reason), skipped, or a summary row."""
         where = {"file": path, "line": number}
+        if error is None:
+            try:
+                record = adopt(record)
+            except ValueError as refused:
+                error = str(refused)
         if error is None:
             problems = validate_record(record)
             error = "; ".join(problems) if problems else None
@@ -277,6 +286,11 @@ def summarize(loaded: Loaded) -> pd.DataFrame:
     summary["other_busy_cpus"] = pd.to_numeric(groups["other_busy_cpus"].max(), errors="coerce")
     summary[VM_COLUMN] = groups[VM_COLUMN].first()
     summary = summary.reset_index()[SUMMARY_COLUMNS]
+    for name, reporting in REPORTS.items():
+        ours = summary["benchmark"] == name
+        if reporting.derive is not None and ours.any():
+            derived = reporting.derive(summary[ours])
+            summary.loc[ours, list(derived.columns)] = derived
     summary[INTEGER_COLUMNS] = summary[INTEGER_COLUMNS].astype("Int64")
     order = ["benchmark", *COORDINATES]
     return summary.sort_values(order, kind="stable", na_position="last").reset_index(drop=True)

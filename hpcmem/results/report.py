@@ -2,7 +2,9 @@
 
 Sections: the check verdict (when given), one section per benchmark of the registry
 (its ``Reporting.section``: collectives latency, bandwidth and speedup over NumPy buffers;
-training step time per Unified Memory policy) drawn from the points measured on real nodes,
+training step time per Unified Memory policy; the peers, each tool's step time against the
+GPU memory it held, only where the summary holds them) drawn from the points measured on
+real nodes,
 the points measured in virtual machines apart (:mod:`hpcmem.results.virtual`), native
 against container (when given the same points run natively), sections drawn by the caller
 (``hpcmem report --osu``: OSU C against hpcmem), the failed, skipped and invalid records
@@ -148,8 +150,10 @@ def render_report(summary: Summary, verdict: dict[str, Any] | None = None,
     if verdict is not None:
         parts.append(_verdict_section(verdict))
     for name, reporting in REPORTS.items():
-        body = reporting.section(benchmark_points(real, name)) + _left_out_note(summary, name)
-        parts.append(section(reporting.title, body, anchor=name))
+        ours, left_out = benchmark_points(real, name), _left_out_note(summary, name)
+        if reporting.optional and ours.empty and not left_out:
+            continue
+        parts.append(section(reporting.title, reporting.section(ours) + left_out, anchor=name))
     if len(virtual):
         parts.append(vm_section(virtual))
     if native is not None:

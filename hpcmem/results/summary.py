@@ -39,7 +39,7 @@ __all__ = [
 #: summary columns: every benchmark's coordinates and metrics (a benchmark's rows leave the
 #: others' empty)
 COORDINATES = list(dict.fromkeys(c.name for b in BENCHMARKS.values() for c in b.coordinates))
-METRICS = [m.name for b in BENCHMARKS.values() for m in b.metrics]
+METRICS = list(dict.fromkeys(m.name for b in BENCHMARKS.values() for m in b.metrics))
 INTEGER_COLUMNS = [
     *dict.fromkeys(c.name for b in BENCHMARKS.values() for c in b.coordinates if c.integer),
     "repeats",

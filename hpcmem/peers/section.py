@@ -1,25 +1,29 @@
-"""The report's section on the offload anchors (``hpcmem report --offload``).
+"""The peers' part of the HTML report.
 
 For each work per step, step time against the GPU memory each variant held (hpcmem's
-budgets joined by a line, every other tool a point), then the table of
-:func:`hpcmem.train.offload_anchors.rows` and hpcmem's per-step accounting.
+budgets joined by a line, every peer a point), then the table of
+:func:`hpcmem.peers.tables.rows` and hpcmem's per-step accounting.
 """
 
 from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcmem.draw.html import table
 from hpcmem.draw.plots import PALETTE, embed, log_value_axis, panel_grid
-from hpcmem.train.offload_anchors import GIB, VARIANTS, Row, Work, base_variant, rows, shown
+from hpcmem.peers.tables import GIB, Row, Work, loss_shown, rows, shown
+from hpcmem.peers.variants import LABELS, VARIANTS
 
-__all__ = ["html_section"]
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["section"]
 
 HEADERS = ("variant", "checkpointing", "budget GiB", "step ms", "each repeat", "tokens/s",
            "allocated GiB", "reserved GiB", "NVML GiB", "held GiB", "vs fastest ZeRO-Offload",
-           "vs cuda", "loss vs cuda, most (steps)")
+           "vs cuda", "last loss vs cuda (steps)")
 KINDS = ("text", "text", *["num"] * (len(HEADERS) - 2))
 
 
@@ -28,20 +32,16 @@ def _number(value: float | None, form: str, scale: float = 1, unit: str = "") ->
 
 
 def _cells(row: Row) -> list[Any]:
-    recomputed = None if row.checkpointing is None else ("yes" if row.checkpointing else "no")
-    if row.failed is not None:
-        return [row.label, recomputed, _number(row.budget, ".2f", GIB),
-                f"failed: {row.failed[:120]}", *[None] * 9]
-    return [row.label, recomputed, _number(row.budget, ".2f", GIB),
+    return [row.label, "yes" if row.checkpointing else "no", _number(row.budget, ".2f", GIB),
             _number(row.step_ms, ".1f"), ", ".join(f"{ms:.1f}" for ms in row.each_ms),
             _number(row.tokens_per_s, ",.0f"),
             *(_number(value, ".2f", GIB)
               for value in (row.allocated, row.reserved, row.nvml, row.held)),
             _number(row.vs_zero, ".2f", unit="x"), _number(row.vs_cuda, ".2f", unit="x"),
-            _number(row.loss_gap, ".3%", unit=f" ({row.loss_steps})")]
+            loss_shown(row, missing=None)]
 
 
-def offload_figure(tables: Mapping[Work, Sequence[Row]]) -> str | None:
+def peers_figure(tables: Mapping[Work, Sequence[Row]]) -> str | None:
     """Step time against GPU memory held, one panel per work with a measured row."""
     from matplotlib.ticker import FuncFormatter
 
@@ -52,19 +52,21 @@ def offload_figure(tables: Mapping[Work, Sequence[Row]]) -> str | None:
         return None
     figure, panels = panel_grid(len(drawn), 2, 5.6, 4.2)
     for axes, (work, measured) in zip(panels, drawn.items(), strict=True):
-        ours = sorted((r for r in measured if base_variant(r.key) == "hpcmem"),
-                      key=lambda r: r.gpu_bytes)
+        ours = sorted((r for r in measured if r.variant == "hpcmem"), key=lambda r: r.gpu_bytes)
         if ours:
             axes.plot([r.gpu_bytes / GIB for r in ours], [r.step_ms for r in ours], "-o",
                       color=PALETTE[0], label="hpcmem under a budget")
             for row in ours:
-                axes.annotate(row.key.removeprefix("hpcmem"), (row.gpu_bytes / GIB, row.step_ms),
-                              textcoords="offset points", xytext=(4, 4), fontsize=7)
+                asked = row.label.removeprefix(LABELS["hpcmem"]).lstrip(", ")
+                budget = _number(row.budget, ".2f", GIB, " GiB")
+                axes.annotate(", ".join(filter(None, [budget, asked])),
+                              (row.gpu_bytes / GIB, row.step_ms), textcoords="offset points",
+                              xytext=(4, 4), fontsize=7)
         for row in measured:
-            base = base_variant(row.key)
-            if base != "hpcmem":  # a colour per tool; a diamond where it recomputed nothing
+            if row.variant != "hpcmem":  # a colour per tool; a diamond where it recomputed nothing
+                color = PALETTE[(1 + VARIANTS.index(row.variant)) % len(PALETTE)]
                 axes.plot(row.gpu_bytes / GIB, row.step_ms, "s" if row.checkpointing else "D",
-                          markersize=7, color=PALETTE[1 + VARIANTS.index(base)], label=row.label)
+                          markersize=7, color=color, label=row.label)
         axes.set_xscale("log", base=2)
         axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
         axes.set_xlabel("GPU memory held (GiB)")
@@ -72,26 +74,22 @@ def offload_figure(tables: Mapping[Work, Sequence[Row]]) -> str | None:
         log_value_axis(axes)
         axes.set_title(work.title(), fontsize=9)
         axes.legend(fontsize=6)
-    return embed(figure, "offload anchors: step time against GPU memory held",
+    return embed(figure, "peers: step time against GPU memory held",
                  "Median step time (ms) against the GPU memory each variant held: all the "
                  "process held where measured (NVML's per-process figure and hpcmem's managed "
                  "bytes on the GPU), else PyTorch's peak reserved bytes. hpcmem's points are "
-                 "labelled with their budget (@GiB) and options.")
+                 "labelled with their budget and the options they asked for.")
 
 
-def html_section(records: Sequence[Mapping[str, Any]], source: str) -> str:
-    """The section: where the records come from, the figure, one table per work."""
-    dates = sorted(str(r["date"]) for r in records if r.get("date"))
-    gpus = sorted({str(r["gpu"]) for r in records if r.get("gpu")})
-    commits = sorted({str(r["git"])[:7] for r in records if r.get("git")})
-    facts = (f"{len(records)} runs from {source}"
-             + (f", {dates[0]} to {dates[-1]}" if dates else "")
-             + (f", on {', '.join(gpus)}" if gpus else "")
-             + (f", commits {', '.join(commits)}" if commits else "")
-             + "; each variant in its own process (benchmarks/gpu/hf_offload.py), medians "
-               "over its repeats")
-    tables = rows(records)
-    parts = [f"<p>{html.escape(facts)}.</p>", offload_figure(tables) or ""]
+def section(points: pd.DataFrame) -> str:
+    """The figure and one table per work, each variant in its own process
+    (benchmarks/gpu/hf_offload.py), or a note when there are no points."""
+    if points.empty:
+        return '<p class="note">No peers points in this summary.</p>'
+    tables = rows(points)
+    parts = ['<p class="note">Each variant ran in its own process '
+             "(benchmarks/gpu/hf_offload.py); medians over its repeats.</p>",
+             peers_figure(tables) or ""]
     for work, table_rows in tables.items():
         parts += [f"<h3>{html.escape(work.title())}</h3>",
                   table(HEADERS, [_cells(row) for row in table_rows], KINDS)]

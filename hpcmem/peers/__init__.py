@@ -1,0 +1,10 @@
+"""The peers: Hugging Face models trained beyond the GPU by each tool, hpcmem among them.
+
+``benchmarks/gpu/hf_offload.py`` trains one work per run with one variant (``variants``:
+DeepSpeed ZeRO-Offload, ZeRO-3 and ZenFlow, FSDP2 CPU offload, torchao's
+CPUOffloadOptimizer, MegaTrain, hpcmem under a budget, plain ``cuda``) and appends one JSON
+record. For the results pipeline, ``record`` checks those records and reads them as the
+record contract's, ``spec`` declares their coordinates and metrics, ``tables`` derives the
+ratios to ZeRO-Offload and ``cuda`` and tabulates the points, ``section`` draws them and
+``reporting`` registers it all. Importing this package imports neither torch nor pandas.
+"""

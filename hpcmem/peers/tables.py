@@ -1,0 +1,244 @@
+"""The peers' figures across points, their rows and their tables, from the summary.
+
+A work is what one optimizer step does (model, dtype, batch, micro-batches per step,
+sequence length): the variants of one table did the same. :func:`derive` puts each point's
+step time over the fastest ZeRO-Offload point's of its work (``deepspeed``, with or without
+checkpointing) and over ``cuda``'s into the summary; :func:`rows` reads each point as the
+report and the Markdown show it, :func:`step_time_table` is the table ``hpcmem aggregate``
+writes (``peers_step_time.csv``) and :func:`markdown` prints the rows
+(``benchmarks/gpu/hf_table.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from hpcmem.peers.spec import GIB, LOSS_VS_CUDA, VS_CUDA, VS_ZERO
+from hpcmem.peers.variants import CHECKPOINTED, LABELS, VARIANTS
+from hpcmem.record.samples import read_samples
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["GIB", "WORK", "Row", "Work", "derive", "loss_shown", "markdown", "rows", "shown",
+           "step_time_table"]
+
+STEP = "step_ms.median"
+#: the summary's columns of a work, in :class:`Work`'s order
+WORK = ["model", "dtype", "batch", "seq_len", "accumulate"]
+#: the columns that set a point apart within its work, in the key's order
+SETTINGS = ["variant", "checkpointing", "gpu_budget", "gpu_share", "host_kernel",
+            "delayed_update", "state_dtype", "threads"]
+
+
+@dataclass(frozen=True, order=True)
+class Work:
+    """What one optimizer step does: the variants of one table did the same."""
+
+    model: str
+    dtype: str
+    batch: int
+    seq_len: int
+    accumulate: int
+
+    @property
+    def tokens(self) -> int:
+        """Tokens per optimizer step."""
+        return self.batch * self.seq_len * self.accumulate
+
+    def title(self) -> str:
+        micro = f" x {self.accumulate} micro-batches" if self.accumulate > 1 else ""
+        return f"{self.model}, {self.dtype}, {self.batch} x {self.seq_len} tokens{micro} per step"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One point: one variant's runs of one work, medians over its repeats (None: not
+    measured)."""
+
+    key: str  # the point key
+    variant: str
+    label: str
+    checkpointing: bool
+    budget: int | None  # bytes
+    each_ms: tuple[float, ...]  # each repeat's median step
+    step_ms: float | None
+    tokens_per_s: float | None
+    allocated: float | None  # PyTorch's peak allocated bytes
+    reserved: float | None  # PyTorch's peak reserved bytes
+    nvml: float | None  # NVML's per-process peak
+    held: float | None  # NVML's figure and managed bytes on the GPU
+    vs_zero: float | None
+    vs_cuda: float | None
+    loss_vs_cuda: float | None  # the last loss's relative distance from cuda's
+    loss_steps: float | None  # the steps the losses compared ran
+    accounting: str | None  # hpcmem's per-step accounting
+
+    @property
+    def gpu_bytes(self) -> float | None:
+        """The GPU memory the variant held: all the process held where measured, else
+        what PyTorch reserved."""
+        return next((v for v in (self.held, self.nvml, self.reserved) if v), None)
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a float, None where it is missing or not finite."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def derive(points: pd.DataFrame) -> pd.DataFrame:
+    """Each point's step time over the fastest ZeRO-Offload point's of its work and over
+    ``cuda``'s (without checkpointing), and its last loss's relative distance from ``cuda``'s
+    after as many steps: the columns :data:`VS_ZERO`, :data:`VS_CUDA` and
+    :data:`LOSS_VS_CUDA` on ``points``' index, NaN where the work has no such point."""
+    import pandas as pd
+
+    derived = pd.DataFrame(index=points.index, columns=[VS_ZERO, VS_CUDA, LOSS_VS_CUDA],
+                           dtype=float)
+    for _, work in points.groupby(WORK, sort=False, dropna=False):
+        steps = pd.to_numeric(work[STEP], errors="coerce")
+        zero = steps[work["variant"] == "deepspeed"].min()
+        derived.loc[work.index, VS_ZERO] = steps / zero if zero > 0 else math.nan
+        cuda = work[(work["variant"] == "cuda") & ~work["checkpointing"].astype(bool)]
+        if cuda.empty:
+            continue
+        reference = cuda.iloc[0]
+        derived.loc[work.index, VS_CUDA] = steps / float(reference[STEP])
+        loss = pd.to_numeric(work["final_loss"], errors="coerce")
+        gap = (loss - float(reference["final_loss"])).abs() / abs(float(reference["final_loss"]))
+        derived.loc[work.index, LOSS_VS_CUDA] = gap.where(
+            work["loss_steps"] == reference["loss_steps"])
+    return derived
+
+
+def _label(point: Mapping[str, Any]) -> str:
+    """What the variant ran, with every setting that sets the point apart."""
+    variant = point["variant"]
+    notes = []
+    if bool(point["checkpointing"]) != (variant in CHECKPOINTED):
+        notes.append("checkpointing" if point["checkpointing"] else "no checkpointing")
+    if point["gpu_share"] != "auto":
+        notes.append(f"GPU share {point['gpu_share']} asked")
+    if point["host_kernel"] != "auto":
+        notes.append(f"{point['host_kernel']} host kernel")
+    if bool(point["delayed_update"]):
+        notes.append("delayed update")
+    if point["state_dtype"] == "bfloat16":
+        notes.append("moments in bf16")
+    if point["threads"] != "auto":
+        notes.append(f"{point['threads']} host threads")
+    return ", ".join([LABELS[variant], *notes])
+
+
+def shown(value: float | None, form: str, scale: float = 1, unit: str = "",
+          missing: str | None = "—") -> str | None:
+    """``value / scale`` in ``form`` with ``unit`` after it; ``missing`` for None."""
+    return missing if value is None else format(value / scale, form) + unit
+
+
+def accounting(point: Mapping[str, Any]) -> str:
+    """hpcmem's per-step accounting, medians over its runs ("—" for what they lack)."""
+    def ms(name: str) -> str:
+        return shown(_number(point.get(name)), ".1f")
+
+    def gigabytes(name: str) -> str:
+        return shown(_number(point.get(name)), ".2f", 1e9)
+
+    share = _number(point.get("gpu_step_share"))
+    threads = _number(point.get("host_threads"))
+    resident = _number(point.get("peak_gpu_resident_bytes"))
+    return (f"per step: H2D {gigabytes('bytes_h2d')} GB ({ms('h2d_busy_ms')} ms busy), "
+            f"D2H {gigabytes('bytes_d2h')} GB ({ms('d2h_busy_ms')} ms busy), "
+            f"compute {ms('compute_ms')} ms (backward {ms('backward_ms')}), "
+            f"CPU optimizer {ms('cpu_optimizer_ms')} ms "
+            f"({shown(threads, '.0f')} threads), bound {ms('step_bound_ms')} ms"
+            + (f", the GPU steps {share:.0%} of the elements" if share is not None else "")
+            + f"; GPU-resident peak {shown(resident, '.2f', GIB)} GiB; "
+            f"escaped {shown(_number(point.get('escaped_bytes')), '.0f')} bytes")
+
+
+def _row(point: Mapping[str, Any], work: Work) -> Row:
+    step = _number(point[STEP])
+    return Row(
+        key=point["point"], variant=point["variant"], label=_label(point),
+        checkpointing=bool(point["checkpointing"]),
+        budget=None if _number(point["gpu_budget"]) is None else int(point["gpu_budget"]),
+        each_ms=tuple(read_samples(point.get("samples")).get(STEP) or ()),
+        step_ms=step, tokens_per_s=work.tokens / step * 1e3 if step else None,
+        allocated=_number(point["peak_allocated_bytes"]),
+        reserved=_number(point["peak_reserved_bytes"]),
+        nvml=_number(point["nvml_peak_bytes"]), held=_number(point["held_peak_bytes"]),
+        vs_zero=_number(point[VS_ZERO]), vs_cuda=_number(point[VS_CUDA]),
+        loss_vs_cuda=_number(point[LOSS_VS_CUDA]), loss_steps=_number(point["loss_steps"]),
+        accounting=accounting(point) if point["variant"] == "hpcmem" else None,
+    )
+
+
+def rows(points: pd.DataFrame) -> dict[Work, list[Row]]:
+    """One row per point, grouped by work in the order first seen, in :data:`VARIANTS`' order
+    and then the points' keys within each."""
+    tables: dict[Work, list[Row]] = {}
+    ordered = sorted(points.to_dict("records"),
+                     key=lambda p: (VARIANTS.index(p["variant"]), p["point"]))
+    for work in dict.fromkeys(_work(point) for point in points.to_dict("records")):
+        tables[work] = [_row(point, work) for point in ordered if _work(point) == work]
+    return tables
+
+
+def _work(point: Mapping[str, Any]) -> Work:
+    return Work(point["model"], point["dtype"], int(point["batch"]), int(point["seq_len"]),
+                int(point["accumulate"]))
+
+
+def step_time_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Per work and point: the median step, the number of repeats, the ratios to
+    ZeRO-Offload and ``cuda``, the loss's distance from ``cuda``'s and the GPU memory held
+    (``peers_step_time.csv``)."""
+    columns = [*WORK, *SETTINGS, STEP, "repeats", VS_ZERO, VS_CUDA, LOSS_VS_CUDA,
+               "held_peak_bytes", "peak_reserved_bytes"]
+    return points[columns].sort_values(WORK, kind="stable").reset_index(drop=True)
+
+
+def loss_shown(row: Row, missing: str | None = "—") -> str | None:
+    """The row's loss distance from ``cuda``'s, with the steps compared."""
+    steps = f" ({row.loss_steps:.0f})" if row.loss_steps is not None else ""
+    return shown(row.loss_vs_cuda, ".3%", unit=steps, missing=missing)
+
+
+def _ms(value: float | None) -> str:
+    return shown(value, ".1f")
+
+
+def _gib(value: float | None) -> str:
+    return shown(value, ".2f", GIB)
+
+
+def markdown(tables: Mapping[Work, Iterable[Row]]) -> str:
+    """One table per work, then each hpcmem point's accounting."""
+    lines: list[str] = []
+    for work, table in tables.items():
+        table = list(table)
+        lines += [f"## {work.title()}", "",
+                  "| variant | checkpointing | budget GiB | step ms (repeats) | tokens/s | GiB "
+                  "allocated / reserved | NVML GiB | held GiB | vs fastest ZeRO-Offload | "
+                  "vs cuda | last loss vs cuda (steps) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for row in table:
+            each = ", ".join(_ms(ms) for ms in row.each_ms)
+            lines.append(
+                f"| {row.label} | {row.checkpointing} | {_gib(row.budget)} | "
+                f"**{_ms(row.step_ms)}** ({each}) | {shown(row.tokens_per_s, ',.0f')} | "
+                f"{_gib(row.allocated)} / {_gib(row.reserved)} | {_gib(row.nvml)} | "
+                f"{_gib(row.held)} | {shown(row.vs_zero, '.2f', unit='x')} | "
+                f"{shown(row.vs_cuda, '.2f', unit='x')} | {loss_shown(row)} |")
+        notes = [f"{row.label} at {_gib(row.budget)} GiB, {row.accounting}"
+                 for row in table if row.accounting]
+        lines += [*(["", *notes] if notes else []), ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
