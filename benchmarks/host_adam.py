@@ -113,11 +113,11 @@ def measure(steps: dict[str, Callable[[], None]], repeats: int) -> dict[str, lis
 def summarise(times: dict[str, list[float]], numel: int) -> list[dict]:
     """Median, host memory rate and ratio against the strongest baseline, per variant."""
     medians = {name: statistics.median(values) for name, values in times.items()}
-    anchor = "deepspeed" if "deepspeed" in medians else "torch-fused"
+    baseline = "deepspeed" if "deepspeed" in medians else "torch-fused"
     return [{"variant": name, "median_ms": round(ms, 2),
              "bytes_per_element": BYTES[name],
              "host_gb_per_s": round(BYTES[name] * numel / ms / 1e6, 1),
-             f"time_vs_{anchor}": round(ms / medians[anchor], 3),
+             f"time_vs_{baseline}": round(ms / medians[baseline], 3),
              "repeats_ms": [round(t, 2) for t in times[name]]}
             for name, ms in medians.items()]
 
