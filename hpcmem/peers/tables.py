@@ -184,11 +184,11 @@ def _row(point: Mapping[str, Any], work: Work) -> Row:
 def rows(points: pd.DataFrame) -> dict[Work, list[Row]]:
     """One row per point, grouped by work in the order first seen, in :data:`VARIANTS`' order
     and then the points' keys within each."""
-    tables: dict[Work, list[Row]] = {}
-    ordered = sorted(points.to_dict("records"),
-                     key=lambda p: (VARIANTS.index(p["variant"]), p["point"]))
-    for work in dict.fromkeys(_work(point) for point in points.to_dict("records")):
-        tables[work] = [_row(point, work) for point in ordered if _work(point) == work]
+    records = points.to_dict("records")
+    tables: dict[Work, list[Row]] = {work: [] for work in map(_work, records)}
+    for point in sorted(records, key=lambda p: (VARIANTS.index(p["variant"]), p["point"])):
+        work = _work(point)
+        tables[work].append(_row(point, work))
     return tables
 
 
