@@ -2,15 +2,18 @@
 and the verdict ``could not run`` of a night that produced none.
 
 ``python -m hpcmem.nightly check --run-id ID --profile P --workdir DIR --output-dir DIR
---history DIR -- SNAKEMAKE_ARGS...`` checks each value the script turns into a path, as the
-workflow's config schema accepts it, reads the profile's files and the ``--configfile``
-files of SNAKEMAKE_ARGS as Snakemake would (:mod:`hpcmem.workflow.config`), and
-probes (leaving nothing) that the run's and the history's folders can be written: a
-refused one is one line naming its environment variable or option, exit 2, and nothing is
-created; so is a run id whose run folder another run of the workflow holds, saying to
-set another HPCMEM_RUN_ID. ``python -m hpcmem.nightly could-not-run FOLDER RUN_ID REASON``
-writes ``verdict.json`` and ``verdict.txt`` there atomically; an unwritable folder is
-one line, exit 2, so that the script never names a verdict it did not write.
+--history DIR -- SNAKEMAKE_ARGS...`` checks each value the script turns into a path, as
+the workflow's config schema accepts it, reads the profile's files and the
+``--configfile`` files of SNAKEMAKE_ARGS as Snakemake would (:mod:`hpcmem.workflow.config`),
+probes (leaving nothing) that the run's and the history's folders can be written, and
+prints the profile's folder (a name looked up as :mod:`hpcmem.workflow.profiles` says,
+whatever the current folder holds). A refused value is one line naming its environment
+variable or option, exit 2, and nothing is created; so is a run id whose run folder
+another run of the workflow holds, saying to set another HPCMEM_RUN_ID.
+
+``python -m hpcmem.nightly could-not-run FOLDER RUN_ID REASON`` writes ``verdict.json``
+and ``verdict.txt`` there atomically; an unwritable folder is one line, exit 2, so that
+the script never names a verdict it did not write.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from hpcmem.errors import BadInputError, clip
 from hpcmem.inputs import inside, matching, refused
 from hpcmem.outputs import OutputPathError, check_output_dir, write_errors
 from hpcmem.record.jsonl import atomic_open
+from hpcmem.workflow.profiles import ProfileChoice
 
 __all__ = ["INSIDE_PATH", "RUN_ID", "check_settings", "main", "write_could_not_run"]
 
@@ -53,8 +57,10 @@ def _writable(folder: Path, variable: str) -> None:
 
 
 def check_settings(run_id: str, profile: str, workdir: str, output_dir: str,
-                   history: str, snakemake_args: Sequence[str] = ()) -> None:
-    """Raise BadInputError naming the environment variable of the first value the nightly
+                   history: str, snakemake_args: Sequence[str] = ()) -> ProfileChoice:
+    """The profile found for ``profile``
+    (:func:`~hpcmem.workflow.profiles.resolve_profile`), once every setting is usable.
+    Raise BadInputError naming the environment variable of the first value the nightly
     cannot use (a run id whose folder another run holds too), or the first config file of
     ``snakemake_args`` (what the nightly passes on to snakemake) that cannot be read;
     nothing is created (folders are probed with a file that is removed)."""
@@ -71,9 +77,11 @@ def check_settings(run_id: str, profile: str, workdir: str, output_dir: str,
     if (holder := held_by(run)) is not None:
         raise refused("HPCMEM_RUN_ID", run_id, f"is running: its folder {run} is in use "
                       f"({holder})", "another HPCMEM_RUN_ID, or wait for that run to end")
-    check_profile(profile, given_configfiles(snakemake_args), field="HPCMEM_PROFILE")
+    choice = check_profile(profile, given_configfiles(snakemake_args), field="HPCMEM_PROFILE")
     _writable(run, "HPCMEM_OUTPUT_DIR")
     _writable(store, "HPCMEM_NIGHTLY_HISTORY")
+    assert choice is not None
+    return choice
 
 
 def write_could_not_run(folder: Path, run_id: str, reason: str) -> None:
@@ -114,8 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "check":
-            check_settings(args.run_id, args.profile, args.workdir, args.output_dir,
-                           args.history, args.snakemake_args)
+            choice = check_settings(args.run_id, args.profile, args.workdir,
+                                    args.output_dir, args.history, args.snakemake_args)
+            if choice.note:
+                print(f"nightly: note: {choice.note}", file=sys.stderr)
+            print(choice.folder)
         else:
             write_could_not_run(args.folder, args.run_id, args.reason)
     except BadInputError as error:

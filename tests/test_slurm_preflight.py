@@ -2,7 +2,9 @@
 
 The unedited template (profiles/slurm, only its SITE names set) passes on a small site's
 partition of 2-CPU nodes and a 30-minute MaxTime, with images and without. A site profile
-outside the checkout, set up as docs/slurm-site.md says, passes. Each mistake an admin
+outside the checkout, set up as docs/slurm-site.md says, passes; so does the documented
+`hpcmem preflight --profile hpcmem-site` from the checkout, from a $HOME holding a checkout
+named hpcmem, and from an unrelated folder. Each mistake an admin
 makes in it (more CPUs than a node has, an unknown partition, an unknown
 QOS or one the user may not use, an account the user lacks, a QOS given twice) is one
 line naming the setting and its value, exit 2, before anything is submitted; so is what
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -89,6 +92,26 @@ def test_a_site_profile_outside_the_tree_passes(slurm_cluster: SlurmCluster, wor
         "hpcmem preflight: ok: 6 rules fit cluster 'hpcmem': partitions batch, hbm; "
         "accounts hpc; QOS bench; 3 Slurm jobs")
     print(f"preflight took {time.monotonic() - began:.1f}s")
+
+
+def test_the_documented_preflight_passes_from_any_folder(slurm_cluster: SlurmCluster,
+                                                        tmp_path: Path) -> None:
+    # docs/slurm.md: the profile copied to ~/.config/snakemake/hpcmem-site, the checkout in
+    # ~/hpcmem; `hpcmem preflight --profile hpcmem-site` from the checkout (which holds the
+    # package folder hpcmem/), from $HOME (which holds the checkout hpcmem) and elsewhere
+    home = tmp_path / "home"
+    site_profile(home / ".config" / "snakemake" / "hpcmem-site", slurm_cluster, SWEEP)
+    (home / "hpcmem").symlink_to(REPO)
+    (home / "elsewhere").mkdir()
+    env = {key: value for key, value in slurm_cluster.env().items()
+           if key not in ("XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "SNAKEMAKE_PROFILE")}
+    for cwd in (REPO, home, home / "elsewhere"):
+        done = subprocess.run(slurm_cluster.on_login([str(BIN / "hpcmem"), "preflight",
+                                                      "--profile", "hpcmem-site"]),
+                              capture_output=True, text=True, timeout=300, cwd=cwd,
+                              env={**env, "HOME": str(home), "PATH": f"{BIN}:{env['PATH']}"})
+        assert (done.returncode, done.stderr) == (0, ""), f"from {cwd}: {done.stdout}"
+        assert done.stdout.startswith("hpcmem preflight: ok: "), f"from {cwd}: {done.stdout}"
 
 
 @pytest.mark.parametrize(("change", "line"), [

@@ -451,7 +451,7 @@ def test_scrontab_and_cron_entries_agree_and_slurm_accepts_the_options(
     cron = (REPO / "profiles" / "slurm" / "nightly.cron").read_text().splitlines()
     (cron_line,) = [line for line in cron if re.match(r"[\d*]", line)]
     assert schedule.split()[:5] == cron_line.split()[:5]  # same time
-    command = "HPCMEM_PROFILE=hpcmem $HOME/hpcmem/tools/nightly.sh"
+    command = "HPCMEM_PROFILE=hpcmem-site $HOME/hpcmem/tools/nightly.sh"
     assert " ".join(schedule.split()[5:]) == command
     assert " ".join(cron_line.split()[5:7]) == command
     test = slurm_cluster.run("sbatch", "--test-only", *options, "--wrap", "true")

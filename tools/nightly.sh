@@ -5,14 +5,15 @@
 # nightly keeps its own history, apart from ad-hoc runs). Prints a short verdict summary
 # (counts, failing and noisy figures), then where the report and the full verdict table are.
 #
-#   HPCMEM_PROFILE=hpcmem tools/nightly.sh [SNAKEMAKE ARGS...]
+#   HPCMEM_PROFILE=hpcmem-site tools/nightly.sh [SNAKEMAKE ARGS...]
 #
 # Exit status: 0 no regression (NOISY figures, outside a band but not told from noise, are
 # listed and allowed), 1 a regression, 2 the sweep could not run
 # (preflight problems, a failed or cancelled job, SIGTERM from a time limit or scancel):
 # then the verdict says `could not run` and why, no job of the sweep is left queued and
 # the working directory is not left locked, so the next night starts as usual.
-# Environment: HPCMEM_PROFILE (the site profile, a name or folder; default $SNAKEMAKE_PROFILE),
+# Environment: HPCMEM_PROFILE (the site profile, a folder, or a name looked up in
+# ~/.config/snakemake, /etc/xdg/snakemake, then the current folder; default $SNAKEMAKE_PROFILE),
 # HPCMEM_RUN_ID (default nightly-YYYYMMDD, UTC), HPCMEM_WORKDIR (default the checkout),
 # HPCMEM_OUTPUT_DIR (default results: the config's output_dir), HPCMEM_NIGHTLY_HISTORY
 # (default OUTPUT_DIR/nightly-history under the working directory). Each is checked before
@@ -44,8 +45,10 @@ if [[ -z "$PROFILE" ]]; then
     "copied from profiles/slurm (docs/slurm-site.md)" >&2
   exit 2
 fi
-"$PYTHON" -m hpcmem.nightly check --run-id "$RUN_ID" --profile "$PROFILE" \
-  --workdir "$WORKDIR" --output-dir "$OUTPUT_DIR" --history "$HISTORY" -- "$@" || exit 2
+# the profile's folder: a name is looked up in Snakemake's config folders before the
+# current one (from $HOME, `hpcmem` would be the checkout itself)
+PROFILE="$("$PYTHON" -m hpcmem.nightly check --run-id "$RUN_ID" --profile "$PROFILE" \
+  --workdir "$WORKDIR" --output-dir "$OUTPUT_DIR" --history "$HISTORY" -- "$@")" || exit 2
 # Run from scrontab, this script is itself a Slurm job: keep its allocation's variables
 # away from the jobs the workflow submits (SLURM_CONF, which names the cluster, stays).
 for variable in $(compgen -e | grep -E '^(SLURM|SBATCH|SRUN)_' | grep -v '^SLURM_CONF$'); do

@@ -43,6 +43,7 @@ from hpcmem.node.planned import BINDINGS
 from hpcmem.textfiles import TextFileError
 from hpcmem.um import PRESETS
 from hpcmem.units import parse_size
+from hpcmem.workflow.profiles import ProfileChoice, resolve_profile
 from hpcmem.workflow.refusal import REFUSED
 
 __all__ = ["MAX_BYTES", "SCHEMA_DOCS", "ConfigError", "check_config", "check_folder",
@@ -98,16 +99,6 @@ def _sweep_files(folder: Path, named: Any) -> list[Path]:
     return [folder / name if (folder / name).exists() else Path(name)]
 
 
-def _profile_files(profile: str) -> tuple[Path, Path] | None:
-    """The folder and settings file Snakemake reads for ``profile``, or None."""
-    from snakemake.cli import get_profile_dir
-
-    try:
-        return get_profile_dir(profile) if profile else None
-    except (OSError, ValueError):  # a name too long for a path, or holding NUL
-        return None
-
-
 def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The settings in the config file ``path``: a regular file (not a device or a pipe,
     which could be read for ever) of at most :data:`MAX_BYTES`, holding a mapping in UTF-8
@@ -148,28 +139,23 @@ def _check_group_components(value: Any, field: str) -> None:
 
 
 def check_profile(profile: str | None, configfiles: Sequence[str] | None = None, *,
-                  field: str = "--profile") -> None:
+                  field: str = "--profile") -> ProfileChoice | None:
     """Read what ``snakemake --profile PROFILE [--configfile FILE...]`` reads first: the
-    profile's settings (found as Snakemake finds them), then the sweep files (those given,
-    else those the profile names). Each must be a mapping in UTF-8 YAML without aliases;
-    BadInputError names ``field`` (or ``--configfile``) and the file. The profile's
-    ``group-components`` must be whole numbers of at least 1, each named when not."""
-    from snakemake.common import get_appdirs
-
+    profile's settings (found by :func:`~hpcmem.workflow.profiles.resolve_profile`, which
+    is returned), then the sweep files (those given, else those the profile names). Each
+    must be a mapping in UTF-8 YAML without aliases; BadInputError names ``field`` (or
+    ``--configfile``) and the file. The profile's ``group-components`` must be whole
+    numbers of at least 1, each named when not."""
     sweeps = [Path(name) for name in configfiles or ()]
+    choice = None
     if profile is not None:
-        found = _profile_files(profile)
-        if found is None:
-            dirs = get_appdirs()
-            raise refused(field, profile, "is not a profile",
-                          "a folder holding config.yaml, or the name of one in the current "
-                          f"folder, {dirs.user_config_dir} or {dirs.site_config_dir}")
-        folder, settings = found
-        mapping = _mapping(settings, field)
+        choice = resolve_profile(profile, field)
+        mapping = _mapping(choice.settings, field)
         _check_group_components(mapping.get("group-components"), f"{field} {profile}")
-        sweeps = sweeps or _sweep_files(folder, mapping.get("configfile"))
+        sweeps = sweeps or _sweep_files(choice.folder, mapping.get("configfile"))
     for path in sweeps:
         _mapping(path, "--configfile" if configfiles else field)
+    return choice
 
 
 #: where every key of the config is described
