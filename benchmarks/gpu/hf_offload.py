@@ -16,6 +16,18 @@ device synchronisation:
   block, then the root, with ``CPUOffloadPolicy(pin_memory=True)`` and bf16 parameters
   (``MixedPrecisionPolicy``, fp32 reduction), ``torch.optim.AdamW`` stepping the host's
   parameters, with Hugging Face gradient checkpointing (on by default);
+* ``zenflow``: DeepSpeed ZenFlow, as its tutorial configures it: ZeRO stage 2 with
+  ``offload_optimizer: cpu`` (pinned) and ``zero_optimization.zenflow`` (``ZENFLOW``: the top
+  5% of gradient columns stepped on the GPU at once, the rest accumulated and stepped by the
+  CPU every 4 steps, overlapped with the next ones), bf16, Hugging Face gradient
+  checkpointing. Its update is delayed, not exact; DeepSpeed takes its gradient accumulation
+  from ``update_interval``, so it runs one micro-batch per step (``--accumulate 1``);
+  ``--zenflow-pt-cores`` is its ``pt_reserved_cores_perc`` (the share of the cores kept for
+  the training process; DeepSpeed's default where unset);
+* ``torchao``: the model and its fp32 parameters on the GPU, bf16 autocast, torchao's
+  ``CPUOffloadOptimizer`` wrapping fused CPU AdamW (``torch.optim.AdamW, fused=True``),
+  ``offload_gradients=True`` as its documentation recommends (False with ``--accumulate``
+  above 1, which it does not support), Hugging Face gradient checkpointing;
 * ``hpcmem``: the model built on the host, ``UnifiedMemory("hpcmem", gpu_budget=B)`` and
   ``attach(model, optimizer, offload=Offload(working_dtype="bfloat16"))``, bf16 autocast.
   ``--budget-from deepspeed`` takes B from the last DeepSpeed record in ``--out`` run with
@@ -23,7 +35,9 @@ device synchronisation:
   without checkpointing; any variant's name works the same way), ``--budget-scale`` a share
   of it (``--budget-from cuda --budget-scale 0.3``: 30% of what the unconstrained run held).
 
-Each process appends one record to ``--out`` (JSON lines): the median step, PyTorch's peak
+Each process appends one record to ``--out`` (JSON lines): the median and mean step (the
+mean spans ZenFlow's update cycles where the timed steps are a multiple of its interval),
+PyTorch's peak
 allocated and reserved bytes, NVML's per-process peak, the losses, and for hpcmem the
 strategy's per-step accounting.
 """
@@ -31,6 +45,7 @@ strategy's per-step accounting.
 from __future__ import annotations
 
 import argparse
+import copy
 import itertools
 import json
 import os
@@ -54,6 +69,15 @@ ZERO = {  # each DeepSpeed variant's zero_optimization
                    "offload_param": {"device": "cpu", "pin_memory": True},
                    "offload_optimizer": {"device": "cpu", "pin_memory": True}},
 }
+#: ZenFlow's settings, as DeepSpeed's ZenFlow tutorial gives them
+ZENFLOW = {"topk_ratio": 0.05, "select_strategy": "auto", "select_interval": "auto",
+           "update_interval": 4, "full_warm_up_rounds": 0, "overlap_step": True}
+ZERO["zenflow"] = {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": True},
+                   "zenflow": ZENFLOW}
+#: the variants of VARIANTS this script has no runner for, and why
+NOT_RUN = {"megatrain": "MegaTrain replaces the model and the training loop with its own "
+                        "runtime (its CUDA extension built on the GPU node, its data "
+                        "pipeline); it is not run by this script"}
 MODELS = {
     "gpt2-large": ("GPT2Config", {"n_embd": 1280, "n_layer": 36, "n_head": 20,
                                   "vocab_size": 50257, "n_positions": 1024}),
@@ -94,7 +118,7 @@ MODELS = {
 }
 
 
-def _args() -> argparse.Namespace:
+def _args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variant", choices=VARIANTS, required=True)
     parser.add_argument("--model", choices=sorted(MODELS), default="gpt2-large")
@@ -134,13 +158,51 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--trace", type=Path, default=None,
                         help="profile one more step after the timed ones into this "
                              "Chrome trace (.json.gz); benchmarks/gpu/trace_gaps.py reads it")
+    parser.add_argument("--zenflow-pt-cores", type=float, default=None,
+                        help="zenflow: pt_reserved_cores_perc, the share of the cores kept "
+                             "for the training process (default: DeepSpeed's)")
     parser.add_argument("--repeat", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    if args.dtype != "bf16" and args.variant not in ("cuda", "hpcmem"):
-        parser.error(f"--dtype {args.dtype} runs with the variants cuda and hpcmem, "
-                     f"not {args.variant}")
+    args = parser.parse_args(argv)
+    problem = refused(args)
+    if problem:
+        parser.error(problem)
     return args
+
+
+def refused(args: argparse.Namespace) -> str | None:
+    """Why ``args`` cannot run, or None: said before torch is imported."""
+    if args.variant in NOT_RUN:
+        return f"--variant {args.variant}: {NOT_RUN[args.variant]}"
+    if args.dtype != "bf16" and args.variant not in ("cuda", "hpcmem"):
+        return (f"--dtype {args.dtype} runs with the variants cuda and hpcmem, "
+                f"not {args.variant}")
+    if args.variant == "zenflow" and args.accumulate != 1:
+        return ("--accumulate runs with zenflow at 1 only: DeepSpeed takes ZenFlow's gradient "
+                f"accumulation from its update_interval ({ZENFLOW['update_interval']})")
+    if args.zenflow_pt_cores is not None:
+        if args.variant != "zenflow":
+            return f"--zenflow-pt-cores runs with the variant zenflow, not {args.variant}"
+        if not 0 < args.zenflow_pt_cores < 1:
+            return (f"--zenflow-pt-cores {args.zenflow_pt_cores:g}: a share above 0 and "
+                    "below 1 is accepted")
+    return None
+
+
+def zero_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``zero_optimization`` of a DeepSpeed variant: ``ZERO``'s, with ZenFlow's
+    ``pt_reserved_cores_perc`` where ``--zenflow-pt-cores`` sets it."""
+    zero = copy.deepcopy(ZERO[args.variant])  # ZERO stays as it is
+    if args.variant == "zenflow" and args.zenflow_pt_cores is not None:
+        zero["zenflow"]["pt_reserved_cores_perc"] = float(args.zenflow_pt_cores)
+    return zero
+
+
+def torchao_settings(accumulate: int) -> dict[str, Any]:
+    """``CPUOffloadOptimizer``'s keyword arguments besides the learning rate and weight
+    decay: fused CPU AdamW, and the gradients freed on the GPU once copied to the host, which
+    its documentation recommends but which gradient accumulation cannot use."""
+    return {"fused": True, "offload_gradients": accumulate == 1}
 
 
 def build(name: str) -> Any:
@@ -261,6 +323,26 @@ def run_cuda(args: argparse.Namespace, model: Any) -> dict[str, Any]:
                  model.config.vocab_size)
 
 
+def run_torchao(args: argparse.Namespace, model: Any) -> dict[str, Any]:
+    """torchao's ``CPUOffloadOptimizer`` as its documentation shows it: the model on the GPU,
+    each parameter's AdamW step on the host (fused CPU AdamW), gradients copied out as the
+    backward pass makes them; bf16 autocast as ``cuda``."""
+    import torch
+    import torchao
+    from torchao.optim import CPUOffloadOptimizer
+
+    model = model.cuda()
+    if args.checkpointing:
+        model.gradient_checkpointing_enable({"use_reentrant": False})
+    settings = torchao_settings(args.accumulate)
+    optimizer = CPUOffloadOptimizer(model.parameters(), torch.optim.AdamW, lr=LEARNING_RATE,
+                                    weight_decay=WEIGHT_DECAY, **settings)
+    result = timed(args, plain_step(model, optimizer), model.config.vocab_size)
+    return {**result, "torchao": {"version": torchao.__version__,
+                                  "optimizer": "CPUOffloadOptimizer(torch.optim.AdamW)",
+                                  **settings}}
+
+
 def _one_rank() -> None:
     """The environment of a one-rank process group on this host, where none is set."""
     for key, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"),
@@ -377,7 +459,9 @@ def run_hpcmem(args: argparse.Namespace, model: Any, budget: int) -> dict[str, A
 def run(args: argparse.Namespace, model: Any, budget: int | None) -> dict[str, Any]:
     """The timed steps of ``args.variant``."""
     if args.variant in ZERO:
-        return run_deepspeed(args, model, ZERO[args.variant])
+        return run_deepspeed(args, model, zero_config(args))
+    if args.variant == "torchao":
+        return run_torchao(args, model)
     if args.variant == "fsdp2":
         return run_fsdp2(args, model)
     if args.variant == "hpcmem":
@@ -453,6 +537,7 @@ def main() -> int:
     record.update(result)
     if timed_steps:
         record["step_ms"] = {"median": statistics.median(timed_steps),
+                             "mean": statistics.fmean(timed_steps),
                              "min": min(timed_steps), "max": max(timed_steps)}
     record.update(
         step_ms_all=times, seconds=time.perf_counter() - started,
