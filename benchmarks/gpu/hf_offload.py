@@ -430,8 +430,7 @@ def run_fsdp2(args: argparse.Namespace, model: Any) -> dict[str, Any]:
 def run_hpcmem(args: argparse.Namespace, model: Any, budget: int) -> dict[str, Any]:
     import torch
 
-    from hpcmem.um import UnifiedMemory
-    from hpcmem.um.offload import Offload
+    from hpcmem.um import Offload, UnifiedMemory
 
     if args.checkpointing:
         model.gradient_checkpointing_enable({"use_reentrant": False})
