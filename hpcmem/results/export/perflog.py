@@ -14,23 +14,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from hpcmem import __version__
-from hpcmem.results.export.rows import ExportRow
+from hpcmem.results.export.rows import ExportRow, band_fraction
 
 __all__ = ["perflog_lines"]
 
 
-def _fraction(bound: float | None, reference: float | None) -> str:
-    if bound is None or not reference:
-        return "null"
-    return f"{bound / reference - 1:.6g}"
+def _text(fraction: float | None) -> str:
+    return "null" if fraction is None else f"{fraction:.6g}"
 
 
 def perflog_lines(rows: Iterable[ExportRow]) -> Iterator[str]:
     """The rows as perflog lines."""
     for row in rows:
         when = row.time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        low = _fraction(row.lower_bound, row.reference)
-        high = _fraction(row.upper_bound, row.reference)
+        low, high = (band_fraction(bound, row.reference)
+                     for bound in (row.lower_bound, row.upper_bound))
         yield (f"{when}|hpcmem {__version__}|{row.point} on {row.system} using hpcmem|"
                f"jobid=none|{row.metric}={row.value}|ref={row.reference or 0} "
-               f"(l={low}, u={high})|{row.unit}|result={row.verdict or 'none'}")
+               f"(l={_text(low)}, u={_text(high)})|{row.unit}|result={row.verdict or 'none'}")

@@ -18,7 +18,7 @@ from hpcmem.errors import BadInputError
 from hpcmem.results.registry import BENCHMARKS
 from hpcmem.results.summary import Summary, run_id
 
-__all__ = ["ExportError", "ExportRow", "export_rows"]
+__all__ = ["ExportError", "ExportRow", "band_fraction", "export_rows"]
 
 
 class ExportError(BadInputError):
@@ -59,6 +59,14 @@ class ExportRow:
     def figure(self) -> str:
         """The figure's name as the verdict file has it."""
         return f"{self.point}/{self.metric}"
+
+
+def band_fraction(bound: float | None, reference: float | None) -> float | None:
+    """A band's bound as ReFrame gives it: a fraction of the reference (``-0.1`` for 10%
+    below), None when the band is open there or there is no reference."""
+    if bound is None or not reference:
+        return None
+    return bound / reference - 1
 
 
 def _run_time(summary: Summary) -> datetime:
