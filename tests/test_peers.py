@@ -29,6 +29,8 @@ PEERS = RESULTS / "gpu-20261202-gpu-share" / "hf-peers.jsonl"
 UNEVEN = RESULTS / "gpu-20261203-fp32" / "hf-llama.jsonl"
 #: cuda and hpcmem with the delayed update, 200 steps each
 LONG = RESULTS / "gpu-20261202-delayed" / "hf-200.jsonl"
+#: cuda, ZeRO-Offload, ZenFlow (a slow step every 4th), torchao and hpcmem, with mean steps
+ZENFLOW = RESULTS / "gpu-20261206-peers" / "hf.jsonl"
 COLLECTIVES = Path(__file__).parent / "fixtures" / "records" / "collectives"
 REFERENCES = REPO / "config" / "references.yaml"
 GIB = 2**30
@@ -38,8 +40,8 @@ def _records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _step(records: list[dict], variant: str, model: str) -> float:
-    return statistics.median(r["step_ms"]["median"] for r in records
+def _step(records: list[dict], variant: str, model: str, basis: str = "median") -> float:
+    return statistics.median(r["step_ms"][basis] for r in records
                              if r["variant"] == variant and r["model"] == model
                              and r["status"] == "ok")
 
@@ -69,6 +71,12 @@ def test_peer_records_aggregate_report_and_check_like_the_others(tmp_path: Path)
                     and key.endswith("/vs_zero_offload")]
         assert ratio["value"] == pytest.approx(ours / zero)
         assert ratio["verdict"] == "PASS" and ratio["upper_bound"] == pytest.approx(0.65)
+        # no record has a mean step: the median is compared, and ZeRO-2 was the fastest peer
+        (best,) = [row for key, row in figures.items()
+                   if key.startswith(f"peers/{model}/") and key.endswith("/vs_best_peer")]
+        assert best["value"] == pytest.approx(ours / zero) and best["verdict"] == "PASS"
+    assert section.count("Step: each run&#x27;s median step (these records time no mean)") == 2
+    assert "the fastest peer tool: DeepSpeed ZeRO-2 + offload_optimizer cpu" in section
     judged = [key for key in figures if key.startswith("peers/")]
     assert sum(key.endswith("/step_ms.median") for key in judged) == len(records)
     for label in ("cuda, no limit", "DeepSpeed ZeRO-2 + offload_optimizer cpu",
@@ -175,6 +183,8 @@ OK = {"variant": "cuda", "model": "m", "batch": 8, "seq_len": 1024, "status": "o
     (json.dumps({**OK, "seq_len": "1024"}), "seq_len='1024': a whole number"),
     (json.dumps({**OK, "step_ms": {"median": 0}}), "step_ms={'median': 0}: an ok record's "
                                                    "step_ms with a median above 0 ms"),
+    (json.dumps({**OK, "step_ms": {"median": 10.0, "mean": 0}}),
+     "step_ms.mean=0: a mean step above 0 ms, or none, is accepted"),
     (json.dumps({key: v for key, v in OK.items() if key != "model"}), "model=None"),
     (json.dumps({**OK, "peak_reserved_bytes": "8 GiB"}),
      "peak_reserved_bytes='8 GiB': a number of bytes, or null, is accepted"),
@@ -235,3 +245,110 @@ def test_a_failed_run_is_a_failed_point(tmp_path: Path,
     assert f"point failed: {failed['reason']}" in capsys.readouterr().out
     assert main(["report", str(summary), "--out", str(page)]) == 0
     assert "1 peers point failed or skipped" in _section(page)
+
+
+def test_a_periodic_slow_step_ranks_by_the_mean(tmp_path: Path) -> None:
+    # ZenFlow's every 4th step also runs the CPU optimizer: by the median it would be the
+    # fastest peer, by the mean (total time over the timed steps) torchao is
+    records = _records(ZENFLOW)
+    assert all("mean" in r["step_ms"] for r in records)
+    zenflow, torchao = ({basis: _step(records, variant, "llama-0.9b", basis)
+                         for basis in ("median", "mean")} for variant in ("zenflow", "torchao"))
+    assert zenflow["median"] < torchao["median"] and zenflow["mean"] > torchao["mean"]
+    summary, page, verdict = tmp_path / "summary", tmp_path / "report.html", tmp_path / "v.json"
+    assert main(["aggregate", str(ZENFLOW), "--out", str(summary)]) == 0
+    assert main(["check", str(summary), "--references", str(REFERENCES),
+                 "--verdict-out", str(verdict)]) == 0
+    assert main(["report", str(summary), "--verdict", str(verdict), "--out", str(page)]) == 0
+    (table,) = rows(benchmark_points(aggregate([ZENFLOW], tmp_path / "again").summary,
+                                     "peers")).values()
+    fastest = "torchao CPUOffloadOptimizer"
+    for row in table:
+        assert row.basis == "mean" and row.fastest_peer == fastest
+        if row.variant != "hpcmem":  # hpcmem's two points are below
+            assert row.step_ms == pytest.approx(_step(records, row.variant, "llama-0.9b", "mean"))
+        assert row.vs_best == pytest.approx(row.step_ms / torchao["mean"])
+        assert row.tokens_per_s == pytest.approx(8 * 1024 / row.step_ms * 1e3)
+    ours = [row for row in table if row.variant == "hpcmem"]
+    assert sorted(row.step_ms for row in ours) == sorted(
+        r["step_ms"]["mean"] for r in records if r["variant"] == "hpcmem")
+    figures = {row["figure"]: row for row in json.loads(verdict.read_text())["figures"]}
+    best = [row for key, row in figures.items() if key.endswith("/vs_best_peer")]
+    assert sorted(row["value"] for row in best) == pytest.approx(
+        sorted(row.step_ms / torchao["mean"] for row in ours))
+    assert all(row["verdict"] == "PASS" and row["upper_bound"] == 1 for row in best)
+    assert sum(key.endswith("/step_ms.mean") for key in figures) == len(
+        {row.key for row in table})
+    section = _section(page)
+    assert f"the fastest peer tool: {fastest} ({torchao['mean']:.1f} ms)" in section
+    assert "each run&#x27;s mean step (total time over its timed steps)" in section
+    with (summary / "peers_step_time.csv").open() as csv_table:
+        written = list(csv.DictReader(csv_table))
+    assert {line["step_basis"] for line in written} == {"mean"}
+    assert {line["fastest_peer"] for line in written} == {
+        row.key for row in table if row.variant == "torchao"}
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu" / "hf_table.py"),
+                           str(ZENFLOW)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "| step ms, mean (repeats) |" in done.stdout and "| vs fastest peer |" in done.stdout
+    assert f"the fastest peer tool: {fastest} ({torchao['mean']:.1f} ms)." in done.stdout
+
+
+def _run(variant: str, steps: list[float], **fields: object) -> dict:
+    """A record of ``variant`` whose timed steps took ``steps`` ms."""
+    record = {**OK, "variant": variant, "checkpointing": variant != "hpcmem",
+              "step_ms": {"median": statistics.median(steps), "mean": statistics.fmean(steps),
+                          "min": min(steps), "max": max(steps)}, **fields}
+    if variant == "hpcmem":
+        record.update(gpu_budget=8 * GIB, memory={"offload": None})
+    return record
+
+
+def test_losing_to_a_peer_fails_the_check(tmp_path: Path) -> None:
+    # hpcmem beats ZenFlow's median step but not its mean, nor torchao's: it lost
+    records = tmp_path / "hf.jsonl"
+    runs = [_run("cuda", [50.0] * 4), _run("deepspeed", [400.0] * 4),
+            _run("zenflow", [90.0, 90.0, 90.0, 330.0]), _run("torchao", [118.0, 120.0] * 2),
+            _run("hpcmem", [130.0] * 4)]
+    records.write_text("".join(json.dumps(run) + "\n" for run in runs))
+    summary, verdict = tmp_path / "summary", tmp_path / "v.json"
+    assert main(["aggregate", str(records), "--out", str(summary)]) == 0
+    assert main(["check", str(summary), "--references", str(REFERENCES),
+                 "--verdict-out", str(verdict)]) == 1
+    failed = [row for row in json.loads(verdict.read_text())["figures"]
+              if row["verdict"] == "FAIL"]
+    (lost,) = failed
+    assert "/hpcmem/" in lost["figure"] and lost["figure"].endswith("/vs_best_peer")
+    assert lost["value"] == pytest.approx(130 / 119) and lost["upper_bound"] == 1
+    (table,) = rows(benchmark_points(aggregate([records], tmp_path / "again").summary,
+                                     "peers")).values()
+    assert {row.fastest_peer for row in table} == {"torchao CPUOffloadOptimizer"}
+    by_variant = {row.variant: row for row in table}
+    assert by_variant["zenflow"].step_ms == 150 and by_variant["zenflow"].vs_best == pytest.approx(
+        150 / 119)
+    assert by_variant["hpcmem"].vs_zero == pytest.approx(130 / 400)  # ZeRO-Offload's check passes
+
+
+def test_a_work_with_records_without_a_mean_compares_on_the_median(tmp_path: Path) -> None:
+    # one record of the work from before the mean: every point is compared on the median,
+    # and ZenFlow's median step makes it the fastest peer
+    records = _records(ZENFLOW)
+    old = next(r for r in records if r["variant"] == "cuda")
+    old["step_ms"] = {key: v for key, v in old["step_ms"].items() if key != "mean"}
+    mixed = tmp_path / "hf.jsonl"
+    mixed.write_text("".join(json.dumps(r) + "\n" for r in records))
+    summary, page = tmp_path / "summary", tmp_path / "report.html"
+    assert main(["aggregate", str(mixed), "--out", str(summary)]) == 0
+    assert main(["report", str(summary), "--out", str(page)]) == 0
+    (table,) = rows(benchmark_points(aggregate([mixed], tmp_path / "again").summary,
+                                     "peers")).values()
+    zenflow = _step(records, "zenflow", "llama-0.9b")
+    for row in table:
+        assert row.basis == "mixed" and row.fastest_peer.startswith("DeepSpeed ZenFlow")
+        if row.variant != "hpcmem":
+            assert row.step_ms == pytest.approx(_step(records, row.variant, "llama-0.9b"))
+        assert row.vs_best == pytest.approx(row.step_ms / zenflow)
+    assert "some of these records time no mean, so every point is compared on the median" in (
+        _section(page))
+    with (summary / "peers_step_time.csv").open() as written:
+        assert {line["step_basis"] for line in csv.DictReader(written)} == {"mixed"}

@@ -5,6 +5,8 @@ DeepSpeed ZeRO-Offload, ZeRO-3 and ZenFlow, FSDP2 CPU offload, torchao's
 CPUOffloadOptimizer, MegaTrain, hpcmem under a budget, plain ``cuda``) and appends one JSON
 record. For the results pipeline, ``record`` checks those records and reads them as the
 record contract's, ``spec`` declares their coordinates and metrics, ``tables`` derives the
-ratios to ZeRO-Offload and ``cuda`` and tabulates the points, ``section`` draws them and
-``reporting`` registers it all. Importing this package imports neither torch nor pandas.
+ratios to ZeRO-Offload, the fastest peer tool and ``cuda`` (on each run's mean step where
+every record of the work has it, else the median) and tabulates the points, ``section``
+draws them and ``reporting`` registers it all. Importing this package imports neither
+torch nor pandas.
 """

@@ -108,6 +108,9 @@ def check(record: Mapping[str, Any]) -> None:
     step = timing.get("median") if isinstance(timing, dict) else None
     if record["status"] == "ok" and not (_is_number(step) and step > 0):
         raise _refuse("step_ms", timing, "an ok record's step_ms with a median above 0 ms")
+    mean = timing.get("mean") if isinstance(timing, dict) else None
+    if mean is not None and not (_is_number(mean) and mean > 0):
+        raise _refuse("step_ms.mean", mean, "a mean step above 0 ms, or none,")
     if record["status"] == "ok" and record["variant"] == "hpcmem" and not isinstance(
             record.get("memory"), dict):
         raise _refuse("memory", record.get("memory"),

@@ -2,7 +2,8 @@
 
 For each work per step, step time against the GPU memory each variant held (hpcmem's
 budgets joined by a line, every peer a point), then the table of
-:func:`hpcmem.peers.tables.rows` and hpcmem's per-step accounting.
+:func:`hpcmem.peers.tables.rows`, what its step figure is and which peer tool was fastest,
+and hpcmem's per-step accounting.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpcmem.draw.html import table
 from hpcmem.draw.plots import PALETTE, embed, log_value_axis, panel_grid
-from hpcmem.peers.tables import GIB, Row, Work, loss_shown, rows, shown
+from hpcmem.peers.tables import GIB, Row, Work, basis_note, loss_shown, rows, shown
 from hpcmem.peers.variants import LABELS, VARIANTS
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ __all__ = ["section"]
 
 HEADERS = ("variant", "checkpointing", "budget GiB", "step ms", "each repeat", "tokens/s",
            "allocated GiB", "reserved GiB", "NVML GiB", "held GiB", "vs fastest ZeRO-Offload",
-           "vs cuda", "last loss vs cuda (steps)")
+           "vs fastest peer", "vs cuda", "last loss vs cuda (steps)")
 KINDS = ("text", "text", *["num"] * (len(HEADERS) - 2))
 
 
@@ -37,7 +38,8 @@ def _cells(row: Row) -> list[Any]:
             _number(row.tokens_per_s, ",.0f"),
             *(_number(value, ".2f", GIB)
               for value in (row.allocated, row.reserved, row.nvml, row.held)),
-            _number(row.vs_zero, ".2f", unit="x"), _number(row.vs_cuda, ".2f", unit="x"),
+            _number(row.vs_zero, ".2f", unit="x"), _number(row.vs_best, ".2f", unit="x"),
+            _number(row.vs_cuda, ".2f", unit="x"),
             loss_shown(row, missing=None)]
 
 
@@ -75,7 +77,8 @@ def peers_figure(tables: Mapping[Work, Sequence[Row]]) -> str | None:
         axes.set_title(work.title(), fontsize=9)
         axes.legend(fontsize=6)
     return embed(figure, "peers: step time against GPU memory held",
-                 "Median step time (ms) against the GPU memory each variant held: all the "
+                 "Step time (ms; each table's note says whether each run's mean or median "
+                 "step) against the GPU memory each variant held: all the "
                  "process held where measured (NVML's per-process figure and hpcmem's managed "
                  "bytes on the GPU), else PyTorch's peak reserved bytes. hpcmem's points are "
                  "labelled with their budget and the options they asked for.")
@@ -92,7 +95,8 @@ def section(points: pd.DataFrame) -> str:
              peers_figure(tables) or ""]
     for work, table_rows in tables.items():
         parts += [f"<h3>{html.escape(work.title())}</h3>",
-                  table(HEADERS, [_cells(row) for row in table_rows], KINDS)]
+                  table(HEADERS, [_cells(row) for row in table_rows], KINDS),
+                  f'<p class="note">{html.escape(basis_note(table_rows))}</p>']
         parts += [f'<p class="note">{html.escape(f"{row.label}: {row.accounting}")}</p>'
                   for row in table_rows if row.accounting]
     return "\n".join(part for part in parts if part)

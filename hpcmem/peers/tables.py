@@ -1,12 +1,19 @@
 """The peers' figures across points, their rows and their tables, from the summary.
 
 A work is what one optimizer step does (model, dtype, batch, micro-batches per step,
-sequence length): the variants of one table did the same. :func:`derive` puts each point's
-step time over the fastest ZeRO-Offload point's of its work (``deepspeed``, with or without
-checkpointing) and over ``cuda``'s into the summary; :func:`rows` reads each point as the
-report and the Markdown show it, :func:`step_time_table` is the table ``hpcmem aggregate``
-writes (``peers_step_time.csv``) and :func:`markdown` prints the rows
-(``benchmarks/gpu/hf_table.py``).
+sequence length): the variants of one table did the same. Its points are compared on one
+step figure (:func:`compared`): each run's mean step, total time over the timed steps (what
+a user pays for, and what tokens/s is), where every run of the work timed it, else each
+run's median step (records made before the mean); the median over repeats either way. A
+tool that does an expensive step every few steps (ZenFlow's ``update_interval``) has a
+median step that leaves those out.
+
+:func:`derive` puts each point's step over the fastest ZeRO-Offload point's of its work
+(``deepspeed``, with or without checkpointing), over the fastest peer tool's
+(:data:`~hpcmem.peers.variants.TOOLS`) and over ``cuda``'s into the summary; :func:`rows`
+reads each point as the report and the Markdown show it, :func:`step_time_table` is the
+table ``hpcmem aggregate`` writes (``peers_step_time.csv``) and :func:`markdown` prints the
+rows (``benchmarks/gpu/hf_table.py``).
 """
 
 from __future__ import annotations
@@ -16,17 +23,23 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hpcmem.peers.spec import GIB, LOSS_VS_CUDA, VS_CUDA, VS_ZERO
-from hpcmem.peers.variants import CHECKPOINTED, LABELS, VARIANTS
+from hpcmem.peers.spec import GIB, LOSS_VS_CUDA, VS_BEST, VS_CUDA, VS_ZERO
+from hpcmem.peers.variants import CHECKPOINTED, LABELS, TOOLS, VARIANTS
 from hpcmem.record.samples import read_samples
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["GIB", "WORK", "Row", "Work", "derive", "loss_shown", "markdown", "rows", "shown",
-           "step_time_table"]
+__all__ = ["BASES", "GIB", "WORK", "Row", "Work", "basis_note", "compared", "derive",
+           "loss_shown", "markdown", "rows", "shown", "step_time_table"]
 
-STEP = "step_ms.median"
+STEP, MEAN = "step_ms.median", "step_ms.mean"
+#: a work's step figure: the metric each basis reads. "mixed": some of the work's runs
+#: timed no mean, so every point is compared on the median
+BASES = {"mean": MEAN, "median": STEP, "mixed": STEP}
+#: :func:`compared`'s columns: the work's basis, the point's step on it, and the fastest
+#: peer tool's point key and step at the work
+COMPARED = ["step_basis", "step_ms", "fastest_peer", "fastest_peer_ms"]
 #: the summary's columns of a work, in :class:`Work`'s order
 WORK = ["model", "dtype", "batch", "seq_len", "accumulate"]
 #: the columns that set a point apart within its work, in the key's order
@@ -57,14 +70,15 @@ class Work:
 @dataclass(frozen=True)
 class Row:
     """One point: one variant's runs of one work, medians over its repeats (None: not
-    measured)."""
+    measured), its step on its work's basis."""
 
     key: str  # the point key
     variant: str
     label: str
     checkpointing: bool
     budget: int | None  # bytes
-    each_ms: tuple[float, ...]  # each repeat's median step
+    basis: str  # the work's step figure: a key of BASES
+    each_ms: tuple[float, ...]  # each repeat's step
     step_ms: float | None
     tokens_per_s: float | None
     allocated: float | None  # PyTorch's peak allocated bytes
@@ -72,6 +86,9 @@ class Row:
     nvml: float | None  # NVML's per-process peak
     held: float | None  # NVML's figure and managed bytes on the GPU
     vs_zero: float | None
+    vs_best: float | None  # over the fastest peer tool's step
+    fastest_peer: str | None  # that peer's label
+    fastest_peer_ms: float | None  # and its step
     vs_cuda: float | None
     loss_vs_cuda: float | None  # the last loss's relative distance from cuda's
     loss_steps: float | None  # the steps the losses compared ran
@@ -93,24 +110,57 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def derive(points: pd.DataFrame) -> pd.DataFrame:
-    """Each point's step time over the fastest ZeRO-Offload point's of its work and over
-    ``cuda``'s (without checkpointing), and its last loss's relative distance from ``cuda``'s
-    after as many steps: the columns :data:`VS_ZERO`, :data:`VS_CUDA` and
-    :data:`LOSS_VS_CUDA` on ``points``' index, NaN where the work has no such point."""
+def _basis(work: pd.DataFrame) -> str:
+    """The step figure of one work's points: "mean" where every run of every point timed
+    its mean step, "mixed" where only some did, else "median"."""
+    timed = [len(read_samples(text).get(MEAN) or ()) for text in work["samples"]]
+    if all(n == repeats for n, repeats in zip(timed, work["repeats"], strict=True)):
+        return "mean"
+    return "mixed" if any(timed) else "median"
+
+
+def compared(points: pd.DataFrame) -> pd.DataFrame:
+    """Per point (:data:`COMPARED`, on ``points``' index): its work's basis, its step on
+    that basis, and the key and step of the fastest peer tool's point of its work (None
+    and NaN where the work has none)."""
     import pandas as pd
 
-    derived = pd.DataFrame(index=points.index, columns=[VS_ZERO, VS_CUDA, LOSS_VS_CUDA],
-                           dtype=float)
+    table = pd.DataFrame(index=points.index, columns=COMPARED, dtype=object)
     for _, work in points.groupby(WORK, sort=False, dropna=False):
-        steps = pd.to_numeric(work[STEP], errors="coerce")
+        basis = _basis(work)
+        steps = pd.to_numeric(work[BASES[basis]], errors="coerce")
+        peers = steps[work["variant"].isin(TOOLS)].dropna()
+        fastest = peers.idxmin() if not peers.empty else None
+        table.loc[work.index, "step_basis"] = basis
+        table.loc[work.index, "step_ms"] = steps
+        table.loc[work.index, "fastest_peer"] = (
+            None if fastest is None else work.at[fastest, "point"])
+        table.loc[work.index, "fastest_peer_ms"] = (
+            math.nan if fastest is None else steps[fastest])
+    return table
+
+
+def derive(points: pd.DataFrame) -> pd.DataFrame:
+    """Each point's step over the fastest ZeRO-Offload point's of its work, over the
+    fastest peer tool's and over ``cuda``'s (without checkpointing), on the work's basis,
+    and its last loss's relative distance from ``cuda``'s after as many steps: the columns
+    :data:`VS_ZERO`, :data:`VS_BEST`, :data:`VS_CUDA` and :data:`LOSS_VS_CUDA` on
+    ``points``' index, NaN where the work has no such point."""
+    import pandas as pd
+
+    derived = pd.DataFrame(index=points.index, columns=[VS_ZERO, VS_BEST, VS_CUDA, LOSS_VS_CUDA],
+                           dtype=float)
+    table = compared(points)
+    derived[VS_BEST] = table["step_ms"].astype(float) / table["fastest_peer_ms"].astype(float)
+    for _, work in points.groupby(WORK, sort=False, dropna=False):
+        steps = table.loc[work.index, "step_ms"].astype(float)
         zero = steps[work["variant"] == "deepspeed"].min()
         derived.loc[work.index, VS_ZERO] = steps / zero if zero > 0 else math.nan
         cuda = work[(work["variant"] == "cuda") & ~work["checkpointing"].astype(bool)]
         if cuda.empty:
             continue
         reference = cuda.iloc[0]
-        derived.loc[work.index, VS_CUDA] = steps / float(reference[STEP])
+        derived.loc[work.index, VS_CUDA] = steps / steps[cuda.index[0]]
         loss = pd.to_numeric(work["final_loss"], errors="coerce")
         gap = (loss - float(reference["final_loss"])).abs() / abs(float(reference["final_loss"]))
         derived.loc[work.index, LOSS_VS_CUDA] = gap.where(
@@ -164,18 +214,21 @@ def accounting(point: Mapping[str, Any]) -> str:
             f"escaped {shown(_number(point.get('escaped_bytes')), '.0f')} bytes")
 
 
-def _row(point: Mapping[str, Any], work: Work) -> Row:
-    step = _number(point[STEP])
+def _row(point: Mapping[str, Any], work: Work, fastest: str | None) -> Row:
+    step = _number(point["step_ms"])
     return Row(
         key=point["point"], variant=point["variant"], label=_label(point),
         checkpointing=bool(point["checkpointing"]),
         budget=None if _number(point["gpu_budget"]) is None else int(point["gpu_budget"]),
-        each_ms=tuple(read_samples(point.get("samples")).get(STEP) or ()),
+        basis=point["step_basis"],
+        each_ms=tuple(read_samples(point.get("samples")).get(BASES[point["step_basis"]]) or ()),
         step_ms=step, tokens_per_s=work.tokens / step * 1e3 if step else None,
         allocated=_number(point["peak_allocated_bytes"]),
         reserved=_number(point["peak_reserved_bytes"]),
         nvml=_number(point["nvml_peak_bytes"]), held=_number(point["held_peak_bytes"]),
-        vs_zero=_number(point[VS_ZERO]), vs_cuda=_number(point[VS_CUDA]),
+        vs_zero=_number(point[VS_ZERO]), vs_best=_number(point[VS_BEST]), fastest_peer=fastest,
+        fastest_peer_ms=_number(point["fastest_peer_ms"]),
+        vs_cuda=_number(point[VS_CUDA]),
         loss_vs_cuda=_number(point[LOSS_VS_CUDA]), loss_steps=_number(point["loss_steps"]),
         accounting=accounting(point) if point["variant"] == "hpcmem" else None,
     )
@@ -184,11 +237,12 @@ def _row(point: Mapping[str, Any], work: Work) -> Row:
 def rows(points: pd.DataFrame) -> dict[Work, list[Row]]:
     """One row per point, grouped by work in the order first seen, in :data:`VARIANTS`' order
     and then the points' keys within each."""
-    records = points.to_dict("records")
+    records = points.join(compared(points)).to_dict("records")
+    labels = {point["point"]: _label(point) for point in records}
     tables: dict[Work, list[Row]] = {work: [] for work in map(_work, records)}
     for point in sorted(records, key=lambda p: (VARIANTS.index(p["variant"]), p["point"])):
         work = _work(point)
-        tables[work].append(_row(point, work))
+        tables[work].append(_row(point, work, labels.get(point["fastest_peer"])))
     return tables
 
 
@@ -198,12 +252,15 @@ def _work(point: Mapping[str, Any]) -> Work:
 
 
 def step_time_table(points: pd.DataFrame) -> pd.DataFrame:
-    """Per work and point: the median step, the number of repeats, the ratios to
-    ZeRO-Offload and ``cuda``, the loss's distance from ``cuda``'s and the GPU memory held
+    """Per work and point: the median and mean step, the step compared and its basis, the
+    number of repeats, the ratios to ZeRO-Offload, to the fastest peer tool (with its point)
+    and to ``cuda``, the loss's distance from ``cuda``'s and the GPU memory held
     (``peers_step_time.csv``)."""
-    columns = [*WORK, *SETTINGS, STEP, "repeats", VS_ZERO, VS_CUDA, LOSS_VS_CUDA,
-               "held_peak_bytes", "peak_reserved_bytes"]
-    return points[columns].sort_values(WORK, kind="stable").reset_index(drop=True)
+    columns = [*WORK, *SETTINGS, STEP, MEAN, "step_basis", "step_ms", "repeats", VS_ZERO,
+               VS_BEST, "fastest_peer", VS_CUDA, LOSS_VS_CUDA, "held_peak_bytes",
+               "peak_reserved_bytes"]
+    table = points.join(compared(points).drop(columns="fastest_peer_ms"))
+    return table[columns].sort_values(WORK, kind="stable").reset_index(drop=True)
 
 
 def loss_shown(row: Row, missing: str | None = "—") -> str | None:
@@ -220,16 +277,41 @@ def _gib(value: float | None) -> str:
     return shown(value, ".2f", GIB)
 
 
+#: what a work's step figure is, as its table's note says
+_BASIS_NOTES = {
+    "mean": "each run's mean step (total time over its timed steps)",
+    "median": "each run's median step (these records time no mean)",
+    "mixed": "each run's median step (some of these records time no mean, so every "
+             "point is compared on the median)",
+}
+
+
+def _word(basis: str) -> str:
+    """The statistic a basis reads: mean or median."""
+    return BASES[basis].rpartition(".")[2]
+
+
+def basis_note(table: Iterable[Row]) -> str:
+    """What a work's step figure is, and which peer tool was fastest on it."""
+    first, *_ = table
+    note = f"Step: {_BASIS_NOTES[first.basis]}, the median over repeats"
+    if first.fastest_peer is None:
+        return note + "; no peer tool ran this work."
+    return (note + f"; the fastest peer tool: {first.fastest_peer} "
+            f"({_ms(first.fastest_peer_ms)} ms).")
+
+
 def markdown(tables: Mapping[Work, Iterable[Row]]) -> str:
-    """One table per work, then each hpcmem point's accounting."""
+    """One table per work, its basis and fastest peer, then each hpcmem point's accounting."""
     lines: list[str] = []
     for work, table in tables.items():
         table = list(table)
         lines += [f"## {work.title()}", "",
-                  "| variant | checkpointing | budget GiB | step ms (repeats) | tokens/s | GiB "
-                  "allocated / reserved | NVML GiB | held GiB | vs fastest ZeRO-Offload | "
-                  "vs cuda | last loss vs cuda (steps) |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  f"| variant | checkpointing | budget GiB | step ms, {_word(table[0].basis)} "
+                  "(repeats) | tokens/s | GiB allocated / reserved | NVML GiB | held GiB | "
+                  "vs fastest ZeRO-Offload | vs fastest peer | vs cuda | "
+                  "last loss vs cuda (steps) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for row in table:
             each = ", ".join(_ms(ms) for ms in row.each_ms)
             lines.append(
@@ -237,8 +319,9 @@ def markdown(tables: Mapping[Work, Iterable[Row]]) -> str:
                 f"**{_ms(row.step_ms)}** ({each}) | {shown(row.tokens_per_s, ',.0f')} | "
                 f"{_gib(row.allocated)} / {_gib(row.reserved)} | {_gib(row.nvml)} | "
                 f"{_gib(row.held)} | {shown(row.vs_zero, '.2f', unit='x')} | "
+                f"{shown(row.vs_best, '.2f', unit='x')} | "
                 f"{shown(row.vs_cuda, '.2f', unit='x')} | {loss_shown(row)} |")
         notes = [f"{row.label} at {_gib(row.budget)} GiB, {row.accounting}"
                  for row in table if row.accounting]
-        lines += [*(["", *notes] if notes else []), ""]
+        lines += ["", basis_note(table), *(["", *notes] if notes else []), ""]
     return "\n".join(lines).rstrip("\n") + "\n"

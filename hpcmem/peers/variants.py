@@ -3,11 +3,13 @@ hpcmem's budget mode and plain ``cuda`` beside them, in the tables' order."""
 
 from __future__ import annotations
 
-__all__ = ["CHECKPOINTED", "LABELS", "VARIANTS"]
+__all__ = ["CHECKPOINTED", "LABELS", "TOOLS", "VARIANTS"]
 
 #: hf_offload.py's variants, in the tables' order
 VARIANTS = ("cuda", "deepspeed", "deepspeed3", "zenflow", "fsdp2", "torchao", "megatrain",
             "hpcmem")
+#: the offload tools hpcmem is ranked against (``cuda`` offloads nothing)
+TOOLS = ("deepspeed", "deepspeed3", "zenflow", "fsdp2", "torchao", "megatrain")
 #: the variants that recompute activations (gradient checkpointing) unless told otherwise
 CHECKPOINTED = ("deepspeed", "deepspeed3", "zenflow", "fsdp2", "torchao")
 #: what each variant runs, as the report names it

@@ -222,10 +222,13 @@ class Benchmark:
 
     def ok_schema(self) -> dict[str, Any]:
         """JSON Schema of this benchmark's fields in an ``ok`` record: ``fields`` with every
-        metric added at its path (``latency_us.avg`` makes ``latency_us`` an object)."""
+        metric added at its path (``latency_us.avg`` makes ``latency_us`` an object). The
+        parts of an optional object come together (``native_latency_us``'s avg, min and
+        max); an optional metric inside a required one may be absent (``step_ms.mean``)."""
         schema = copy.deepcopy(dict(self.fields))
         required, properties = schema.setdefault("required", []), schema.setdefault(
             "properties", {})
+        always = {m.name.partition(".")[0] for m in self.metrics if m.required}
         for metric in self.metrics:
             outer, _, inner = metric.name.partition(".")
             if metric.required and outer not in required:
@@ -234,6 +237,7 @@ class Benchmark:
                 properties[outer] = dict(metric.schema)
                 continue
             container = properties.setdefault(outer, {"type": "object"})
-            container.setdefault("required", []).append(inner)
+            if metric.required or outer not in always:
+                container.setdefault("required", []).append(inner)
             container.setdefault("properties", {})[inner] = dict(metric.schema)
         return schema

@@ -27,7 +27,8 @@ the benchmarks' own tables, of the points measured on real nodes
     ``collectives_latency.csv`` (median average latency per buffer kind),
     ``collectives_speedup.csv`` (each buffer kind's speedup over ``numpy`` buffers),
     ``train_step_time.csv`` (step time per policy, its ratio to the ``um`` and ``cuda`` presets)
-    and ``peers_step_time.csv`` (each peer's step time, its ratio to ZeRO-Offload and ``cuda``)
+    and ``peers_step_time.csv`` (each peer's step time, its ratio to ZeRO-Offload, the
+    fastest peer tool and ``cuda``)
 ``rejected.csv``, ``skipped.csv``, ``metadata.json``
     the records left out, with reasons, and the run metadata
 """
