@@ -51,13 +51,13 @@ class CpuMemory(PassThroughMemory):
             yield
 
     def attach(self, model: Any, optimizer: Any | None = None,
-               offload: Offload | None = None) -> None:
+               offload: Offload | None = None, process_group: Any = None) -> None:
         self.events.append("attach")
         if self.gpu_budget is not None:
             self._strategy = make_strategy(
                 model, optimizer, offload=offload or Offload(), transport=CpuTransport(),
                 budget=self.gpu_budget, priority=self.policy.priority,
-                device_scope=nullcontext,
+                device_scope=nullcontext, process_group=process_group,
             )
 
     def stats(self) -> dict[str, Any]:

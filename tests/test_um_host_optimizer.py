@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from um_functions import Block  # noqa: E402
+from um_functions import VOCAB, Net, make_optimizer  # noqa: E402
 
 from hpcmem.um import BudgetError  # noqa: E402
 from hpcmem.um.budget import BudgetTooSmallError, CpuTransport  # noqa: E402
@@ -40,47 +40,12 @@ from hpcmem.um.host_optimizer.worker import Worker  # noqa: E402
 from hpcmem.um.strategy import make_strategy, planned, working_bytes  # noqa: E402
 
 BUDGET = 2**30
-VOCAB = 512
-
-
-class Net(nn.Module):
-    """Repeated blocks, a tied embedding, a frozen parameter and a buffer."""
-
-    def __init__(self, width: int = 128) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(VOCAB, width)
-        nn.init.normal_(self.embed.weight, std=0.02)  # as language models start: loss ~ln(VOCAB)
-        self.blocks = nn.ModuleList(Block(width) for _ in range(3))
-        self.frozen = nn.Parameter(torch.ones(width), requires_grad=False)
-        self.register_buffer("scale", torch.full((width,), 0.5))
-
-    def forward(self, tokens):
-        x = self.embed(tokens) * self.frozen
-        for block in self.blocks:
-            x = block(x)
-        logits = (x * self.scale * 2) @ self.embed.weight.t()
-        # the next token: a loss that stays away from 0, so every step has gradients
-        return nn.functional.cross_entropy(logits[:-1].float(), tokens[1:])
-
-
-def _optimizer(model, kind="AdamW", groups=False):
-    if groups:  # HF's layout: weight decay on matrices, none on biases and norms
-        decay = [p for p in model.parameters() if p.requires_grad and p.dim() > 1]
-        rest = [p for p in model.parameters() if p.requires_grad and p.dim() <= 1]
-        params = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
-    else:
-        params = [p for p in model.parameters() if p.requires_grad]
-    if kind == "SGD":
-        return torch.optim.SGD(params, lr=1e-2, momentum=0.9)
-    return getattr(torch.optim, kind)(params, lr=1e-3, fused=True)
-
-
 def _train(offload=None, steps=5, micro_batches=1, kind="AdamW", groups=False, bf16=False,
            bucket_bytes=64 * 1024, lr_at=None, state_first=False, closure=False,
            budget=BUDGET):
     torch.manual_seed(0)
     model = Net()
-    optimizer = _optimizer(model, kind, groups)
+    optimizer = make_optimizer(model, kind, groups)
     if state_first:  # state made before attach, as hpcmem train's loop makes it
         for p in model.parameters():
             p.grad = torch.zeros_like(p) if p.requires_grad else None
@@ -226,7 +191,7 @@ def test_interleaved_buckets_and_a_full_ring_still_land_every_gradient():
 
 def test_make_strategy_follows_the_plan_or_the_value():
     model = Net()
-    optimizer = _optimizer(model)
+    optimizer = make_optimizer(model)
     size = working_bytes(model, "bfloat16")
     assert size == sum(p.numel() * 2 for p in model.parameters()) + 128 * 4
     engine = make_strategy(model, optimizer, offload=Offload(), transport=CpuTransport(),
@@ -245,13 +210,13 @@ def test_make_strategy_follows_the_plan_or_the_value():
 def test_the_plan_gives_a_plain_value_the_chosen_strategy_and_its_shared_fields():
     model = Net()
     plain = Offload(working_dtype="bfloat16", micro_batches=2, recompute=False)
-    chosen = planned(plain, model, _optimizer(model), BUDGET)
+    chosen = planned(plain, model, make_optimizer(model), BUDGET)
     assert chosen == HostOptimizerOffload(working_dtype="bfloat16", micro_batches=2,
                                           recompute=False)
     assert planned(plain, model, torch.optim.Adagrad(model.parameters()), BUDGET) == \
         StreamedOffload(working_dtype="bfloat16", micro_batches=2, recompute=False)
     given = StreamedOffload()
-    assert planned(given, model, _optimizer(model), BUDGET) is given
+    assert planned(given, model, make_optimizer(model), BUDGET) is given
 
 
 def test_an_offload_value_is_checked():
@@ -371,7 +336,7 @@ def test_a_step_before_the_last_micro_batch_sends_what_accumulated():
 
 def test_more_backward_passes_than_declared_are_refused():
     model = Net()
-    optimizer = _optimizer(model)
+    optimizer = make_optimizer(model)
     engine = HostOptimizer(model, optimizer, transport=CpuTransport(), budget=BUDGET,
                            offload=HostOptimizerOffload(),
                            device_scope=contextlib.nullcontext)
@@ -394,7 +359,7 @@ def test_learning_rate_changes_and_state_made_before_attach_carry_over():
 
 def test_a_budget_below_the_first_step_is_refused_with_its_minimum():
     model = Net()
-    optimizer = _optimizer(model)
+    optimizer = make_optimizer(model)
     engine = HostOptimizer(model, optimizer, transport=CpuTransport(), budget=1024,
                            offload=HostOptimizerOffload(),
                            device_scope=contextlib.nullcontext)

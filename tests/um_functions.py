@@ -1,5 +1,5 @@
-"""What the budget tests train through (CPU and GPU alike): a residual block and a custom
-autograd function."""
+"""What the budget tests train through (CPU and GPU alike): a residual block, a custom
+autograd function, and a small language model with its optimizer."""
 
 from __future__ import annotations
 
@@ -33,3 +33,40 @@ class Block(nn.Module):
 
     def forward(self, x):
         return x + self.down(torch.relu(self.up(self.norm(x))))
+
+
+#: The token vocabulary of :class:`Net`.
+VOCAB = 512
+
+
+class Net(nn.Module):
+    """Repeated blocks, a tied embedding, a frozen parameter and a buffer."""
+
+    def __init__(self, width: int = 128) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, width)
+        nn.init.normal_(self.embed.weight, std=0.02)  # as language models start: loss ~ln(VOCAB)
+        self.blocks = nn.ModuleList(Block(width) for _ in range(3))
+        self.frozen = nn.Parameter(torch.ones(width), requires_grad=False)
+        self.register_buffer("scale", torch.full((width,), 0.5))
+
+    def forward(self, tokens):
+        x = self.embed(tokens) * self.frozen
+        for block in self.blocks:
+            x = block(x)
+        logits = (x * self.scale * 2) @ self.embed.weight.t()
+        # the next token: a loss that stays away from 0, so every step has gradients
+        return nn.functional.cross_entropy(logits[:-1].float(), tokens[1:])
+
+
+def make_optimizer(model, kind="AdamW", groups=False):
+    """``kind`` over ``model``'s trained parameters; ``groups``: HF's two param groups."""
+    if groups:  # HF's layout: weight decay on matrices, none on biases and norms
+        decay = [p for p in model.parameters() if p.requires_grad and p.dim() > 1]
+        rest = [p for p in model.parameters() if p.requires_grad and p.dim() <= 1]
+        params = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
+    else:
+        params = [p for p in model.parameters() if p.requires_grad]
+    if kind == "SGD":
+        return torch.optim.SGD(params, lr=1e-2, momentum=0.9)
+    return getattr(torch.optim, kind)(params, lr=1e-3, fused=True)

@@ -194,14 +194,15 @@ class ManagedMemory(MemoryScopes):
 
     # -- model and optimizer ----------------------------------------------------------
     def attach(self, model: Any, optimizer: Any | None = None,
-               offload: Offload | None = None) -> None:
+               offload: Offload | None = None, process_group: Any = None) -> None:
         """Hook a model and its optimizer into the pools.
 
         Without a budget, gradients are allocated persistently in the params pool,
         ``optimizer.step`` runs in the params phase (optimizer state made lazily lands there)
         and a ``before_use`` params policy prefetches the next layers on a side stream. With a
         budget, the strategy ``offload``'s type names (None or a plain ``Offload``: planned)
-        takes the model and optimizer over (:mod:`hpcmem.um.strategy`).
+        takes the model and optimizer over (:mod:`hpcmem.um.strategy`), data-parallel over
+        ``process_group`` (None: the default group, if ``torch.distributed`` has one).
         """
         if self.gpu_budget is not None:
             from hpcmem.um.budget.transport import CudaTransport
@@ -212,11 +213,14 @@ class ManagedMemory(MemoryScopes):
                 model, optimizer, offload=offload or Offload(), transport=transport,
                 budget=self.gpu_budget, priority=self.policy.priority,
                 device_scope=lambda: self._route("activations"),
-                plain_scope=self._unrouted,
+                plain_scope=self._unrouted, process_group=process_group,
             )
             return
         if offload is not None:
             raise BudgetError("attach: offload needs a gpu_budget")
+        if process_group is not None:
+            raise BudgetError("attach: process_group needs a gpu_budget; without one, wrap the "
+                              "model in DistributedDataParallel")
         self._params = [p for p in model.parameters() if p.requires_grad]
         self._ensure_grads()
         if optimizer is not None:

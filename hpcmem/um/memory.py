@@ -87,10 +87,12 @@ class MemoryScopes(ABC):
     # -- model, optimizer, inputs ---------------------------------------------------------
     @abstractmethod
     def attach(self, model: Any, optimizer: Any | None = None,
-               offload: Offload | None = None) -> None:
+               offload: Offload | None = None, process_group: Any = None) -> None:
         """Hook a model and its optimizer into the pools; with a budget, hand them to the
         strategy ``offload``'s type names (:mod:`hpcmem.um.budget.offload`; None or a plain
-        ``Offload``: planned)."""
+        ``Offload``: planned), data-parallel over ``process_group``'s ranks (None: the
+        default group when ``torch.distributed`` is initialised with several ranks;
+        :mod:`hpcmem.um.budget.parallel`)."""
 
     @property
     def strategy(self) -> BudgetStrategy | None:

@@ -44,10 +44,13 @@ class PassThroughMemory(MemoryScopes):
         return self._scope()
 
     def attach(self, model: Any, optimizer: Any | None = None,
-               offload: Offload | None = None) -> None:
+               offload: Offload | None = None, process_group: Any = None) -> None:
         """Nothing to hook: PyTorch's allocator serves every tensor."""
         if offload is not None:
             raise BudgetError("attach: offload needs a gpu_budget, which the cuda policy has not")
+        if process_group is not None:
+            raise BudgetError("attach: process_group needs a gpu_budget, which the cuda policy "
+                              "has not; wrap the model in DistributedDataParallel instead")
 
     def stage(self, batch: Any) -> Any:
         """Copied host to device (asynchronously when the batch is pinned)."""

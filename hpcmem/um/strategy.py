@@ -2,6 +2,8 @@
 value's type names, or the one the plan picks for a plain ``Offload``
 (:func:`~hpcmem.um.budget.offload.choose_strategy`). Every strategy keeps the
 :class:`~hpcmem.um.budget.protocol.BudgetStrategy` contract and replaces ``optimizer.step``.
+Over several ranks (:func:`~hpcmem.um.budget.parallel.data_parallel`) only the host
+optimizer runs; the streamed strategy is refused.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from hpcmem.um.budget.offload import (
     StreamedOffload,
     choose_strategy,
 )
+from hpcmem.um.budget.parallel import data_parallel
 from hpcmem.um.budget.protocol import BudgetStrategy
 from hpcmem.um.budget.transport import Transport
+from hpcmem.um.errors import BudgetError
 from hpcmem.um.tensors import tensor_bytes
 
 __all__ = ["make_strategy", "planned", "working_bytes"]
@@ -59,17 +63,25 @@ def make_strategy(
     priority: Sequence[str],
     device_scope: Callable[[], AbstractContextManager[None]],
     plain_scope: Callable[[], AbstractContextManager[None]] = nullcontext,
+    process_group: Any = None,
 ) -> BudgetStrategy:
     """The strategy for ``offload`` (see the module docstring); ``device_scope`` routes its
     device allocations into the budget's pool, ``plain_scope`` out of every pool (plain
-    device memory)."""
+    device memory); ``process_group`` the ranks it trains over (None: the default group if
+    ``torch.distributed`` is initialised)."""
     chosen = planned(offload, model, optimizer, budget)
+    ranks = data_parallel(process_group, transport.device)
     if isinstance(chosen, HostOptimizerOffload):
         from hpcmem.um.host_optimizer import HostOptimizer
 
         return HostOptimizer(model, optimizer, transport=transport, budget=budget,
                              offload=chosen, device_scope=device_scope,
-                             plain_scope=plain_scope)
+                             plain_scope=plain_scope, ranks=ranks)
+    if ranks is not None:
+        how = ("asked" if offload.strategy else "planned: the host optimizer's fixed device "
+               "bytes pass half the budget, or the optimizer is not SGD, Adam or AdamW")
+        raise BudgetError(f"offload strategy: 'streamed' ({how}) runs one rank, not world "
+                          f"size {ranks.size}; accepted with data parallelism: host_optimizer")
     from hpcmem.um.streamed import Streamer
 
     return Streamer(model, optimizer, transport=transport, budget=budget, priority=priority,

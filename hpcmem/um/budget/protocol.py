@@ -2,9 +2,10 @@
 holds once ``attach`` hands it the model and optimizer.
 
 A strategy replaces ``optimizer.step``; :meth:`BudgetStrategy.scope` wraps forward and
-backward. Data parallelism and placement plug in beside the strategies, not inside one:
-both see the same host buffers (:mod:`hpcmem.um.budget.host`) and the same transport
-(:mod:`hpcmem.um.budget.transport`).
+backward. Both see the same host buffers (:mod:`hpcmem.um.budget.host`) and the same
+transport (:mod:`hpcmem.um.budget.transport`); data parallelism's group and shards are
+shared too (:mod:`hpcmem.um.budget.parallel`), and the host optimizer reduces its buckets
+over them (the streamed strategy runs one rank).
 """
 
 from __future__ import annotations

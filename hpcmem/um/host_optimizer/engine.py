@@ -30,6 +30,10 @@ a bucket's job is waited for, and its weights uploaded, when the bucket's gradie
 next backward are complete, so forward and backward run on weights one update behind while
 the CPU steps.
 
+Under data parallelism (``ranks``, ZeRO-2's layout) each rank's host holds one shard of
+every bucket: a complete bucket's gradients are reduce-scattered into it, and the updated
+shards all-gathered into every rank's working weights after the step (:mod:`.exchange`).
+
 The first step is the probe: it measures the device bytes one step needs, everything
 outside the managed pools included (:meth:`Transport.outside_bytes`); a budget below them
 is refused (:class:`BudgetTooSmallError`), and recomputation is switched off when everything
@@ -43,21 +47,18 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from hpcmem.um.budget.floor import TARGET_FRACTION, check_minimum
-from hpcmem.um.budget.host import HostArena
 from hpcmem.um.budget.offload import HostOptimizerOffload
+from hpcmem.um.budget.parallel import Ranks
 from hpcmem.um.budget.phases import Phase
 from hpcmem.um.budget.recompute import Recompute, repeated_blocks
 from hpcmem.um.budget.transport import BANDWIDTH_PROBE_BYTES, Transport
 from hpcmem.um.errors import BudgetError
-from hpcmem.um.host_optimizer.buckets import lay_out
-from hpcmem.um.host_optimizer.cores import optimizer_cpus
 from hpcmem.um.host_optimizer.device_step import DeviceStep
-from hpcmem.um.host_optimizer.host import HostBuckets, check_supported
-from hpcmem.um.host_optimizer.kernel import bucket_kernel
+from hpcmem.um.host_optimizer.host import check_supported
 from hpcmem.um.host_optimizer.ledger import Ledger, StepTimes, median_times
-from hpcmem.um.host_optimizer.placement import device_buffers, place_model
+from hpcmem.um.host_optimizer.parts import make_parts
 from hpcmem.um.host_optimizer.split import PLAN_AFTER, ROOM_MARGIN, Split, plan_split
-from hpcmem.um.host_optimizer.worker import Stepped, Worker
+from hpcmem.um.host_optimizer.worker import Stepped
 from hpcmem.um.tensors import tensor_bytes
 
 __all__ = ["HostOptimizer"]
@@ -79,6 +80,7 @@ class HostOptimizer:
         offload: HostOptimizerOffload,
         device_scope: Callable[[], AbstractContextManager[None]],
         plain_scope: Callable[[], AbstractContextManager[None]] = nullcontext,
+        ranks: Ranks | None = None,
     ) -> None:
         import torch
 
@@ -94,41 +96,19 @@ class HostOptimizer:
         if transport.device.type == "cuda":
             torch.cuda.empty_cache()  # the probe's buffers are not this job's to keep
         self._base_bytes = transport.live_bytes()
-        unique = list({id(p): p for p in model.parameters()}.values())
-        group_of = {id(p): g for g, group in enumerate(optimizer.param_groups)
-                    for p in group["params"]}
-        trained = [p for p in reversed(unique) if p.requires_grad and id(p) in group_of]
-        if not trained:
-            raise BudgetError("offload host_optimizer: the optimizer trains no parameter "
-                              "of the model")
-        self.working_dtype = (getattr(torch, offload.working_dtype) if offload.working_dtype
-                              else trained[0].dtype)
-        self.buckets = lay_out(trained, [group_of[id(p)] for p in trained],
-                               offload.bucket_bytes, self.working_dtype.itemsize)
-        on_gpu = transport.device.type == "cuda"  # on the CPU the model computes there too
-        cpus = optimizer_cpus(offload.threads) if on_gpu else None
-        threads = offload.threads or (len(cpus) if cpus else None)
-        kernel = bucket_kernel(optimizer, self.working_dtype,
-                               threads=threads or torch.get_num_threads(), cpus=cpus,
-                               kind=offload.host_kernel,
-                               state_dtype=getattr(torch, offload.state_dtype or "float32"))
-        self.arena = HostArena(transport)
-        self.host = HostBuckets(self.buckets, optimizer, arena=self.arena, kernel=kernel,
-                                grad_sets=2 if offload.delayed_update else 1)
         self.plain_bytes = 0
         self._plain_scope = plain_scope
-        with self._plain():
-            self.flats, self.ring, through = device_buffers(
-                self.buckets, self.host, self.working_dtype, transport, budget)
-        with device_scope():
-            place_model(model, self.buckets, self.flats, self.working_dtype, transport.device)
-        self.worker = Worker(self.host, self.flats, transport, through, threads, cpus)
-        for bucket in self.buckets:
-            self.worker.upload(bucket.index, transport.mark())
-        transport.synchronize()
+        parts = make_parts(model, optimizer, transport=transport, budget=budget,
+                           offload=offload, ranks=ranks, device_scope=device_scope,
+                           plain=self._plain)
+        self.working_dtype, self.buckets, self.arena, self.host = (
+            parts.working_dtype, parts.buckets, parts.arena, parts.host)
+        self.flats, self.worker, self.ring, self.exchange = (
+            parts.flats, parts.worker, parts.ring, parts.exchange)
         optimizer.state.clear()  # the host holds it now
         self._where = {id(p): (b.index, i) for b in self.buckets for i, p in enumerate(b.params)}
-        self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for p in trained]
+        self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad)
+                       for p in parts.trained]
         self.ledger = Ledger(transport, self.bandwidth)
         self.recompute = Recompute(repeated_blocks(model), transport.live_bytes)
         if offload.recompute is not False:
@@ -216,6 +196,9 @@ class HostOptimizer:
         """A gradient for the CPU: into the out ring (in the kernel's dtype), out with the
         rest of its bucket (:meth:`_submit`)."""
         bucket, home = self.buckets[index], self.host.grads[self._parity][index]
+        if self.exchange is not None:  # reduced first: the shard's bytes count when it lands
+            self.exchange.send(grad, bucket.offsets[position], index)
+            return
         self.ring.send(grad, home, bucket.offsets[position], key=index)
         self.ledger.d2h += grad.numel() * home.element_size()
 
@@ -232,9 +215,18 @@ class HostOptimizer:
                 return
             for position, grad in self.device_step.release(index):
                 self._send(index, position, grad)
+        if self.exchange is None:
+            self._to_worker(index, self.ring.flush(index), missing, before)
+        else:  # a missing gradient is reduced as zeros
+            for reduced, landed in self.exchange.complete(index, self.host.grads[0][index]):
+                self._to_worker(reduced, landed, [], None)
+
+    def _to_worker(self, index: int, landed: Any, missing: list[int], before: Any) -> None:
+        """Bucket ``index``'s gradient lands with ``landed``: the worker steps it."""
         released = None if self._delayed else self.transport.mark()
-        self.worker.submit(index, self.ring.flush(index), released, missing,
-                           parity=self._parity, before=before)
+        self.worker.submit(index, landed, released, missing, parity=self._parity,
+                           before=before)
+        self.ledger.d2h += tensor_bytes(self.host.grads[0][index]) if self.exchange else 0
         self.ledger.h2d += tensor_bytes(self.host.upload_source(index))
 
     def _catch_up(self, index: int) -> Any:
@@ -270,6 +262,8 @@ class HostOptimizer:
                 else:
                     self._ship(bucket.index, position, param)
             self._submit(bucket.index, missing)
+        for index, landed in self.exchange.drain() if self.exchange else ():
+            self._to_worker(index, landed, [], None)
         done = self._finish_delayed() if self._delayed else self._finish()
         times = self.ledger.stepped(done, self._first_grad)
         phase, self._steps = self.phase, self._steps + 1
@@ -287,9 +281,11 @@ class HostOptimizer:
         """The step's jobs done and their weights up: the next forward reads them, and the
         gradients held for their copies are free again (the device is idle until then in
         any case)."""
-        done = self.worker.drain()
+        done = (self.exchange.gather(self.worker, self.flats) if self.exchange
+                else self.worker.drain())
         self.transport.synchronize()
-        self.ring.clear()
+        if self.ring is not None:
+            self.ring.clear()
         return done
 
     def _finish_delayed(self) -> list[Stepped]:
@@ -365,6 +361,9 @@ class HostOptimizer:
             "delayed_update": self._delayed,
             "split": self.split.to_record() if self.split is not None else None,
             "host_bytes": self.arena.reserved_bytes,
+            "host_optimizer_bytes": self.host.held_bytes(),
+            **(self.exchange.stats(self.ledger.steps) if self.exchange else
+               {"world_size": 1, "bytes_communicated": 0}),
         }
 
     def replan(self) -> dict[str, int]:
@@ -377,6 +376,8 @@ class HostOptimizer:
         """Counts and peaks from now on (e.g. after warm-up)."""
         self.ledger.reset()
         self.transport.reset_peak()
+        if self.exchange is not None:
+            self.exchange.bytes = 0
 
     def close(self) -> None:
         """Remove hooks; masters and state go back to the parameters and the optimizer

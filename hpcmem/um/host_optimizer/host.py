@@ -11,6 +11,9 @@ reads the gradient in the working dtype and writes the working weights beside th
 is uploaded, the casts then running on the GPU (:mod:`.engine`). Gradients land and
 weights leave page-locked. Under the delayed update a bucket has two gradient buffers, one
 per step parity: the next step's gradients land in one while the CPU steps from the other.
+Under data parallelism (``ranks``) each of these covers only this rank's shard of the
+bucket (:meth:`hpcmem.um.budget.parallel.Ranks.shard`): host memory per rank falls with
+the number of ranks; the masters and state are gathered back whole at :meth:`give_back`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 
 from hpcmem.um.budget.host import ALIGN, HostArena
 from hpcmem.um.budget.offload import ELEMENTWISE
+from hpcmem.um.budget.parallel import Ranks
 from hpcmem.um.errors import BudgetError
 from hpcmem.um.host_optimizer.buckets import Bucket
 from hpcmem.um.host_optimizer.kernel import BucketKernel
@@ -46,33 +50,34 @@ def check_supported(optimizer: Any) -> None:
 class HostBuckets:
     """Masters, gradients (``grad_sets`` buffers each), optimizers and uploaded weights of
     ``buckets``, stepped by ``kernel`` (see the module docstring); ``optimizer`` is the
-    job's, whose state (if any) is taken over."""
+    job's, whose state (if any) is taken over; ``ranks``: this rank's shards only."""
 
     def __init__(self, buckets: list[Bucket], optimizer: Any, *, arena: HostArena,
-                 kernel: BucketKernel, grad_sets: int = 1) -> None:
+                 kernel: BucketKernel, grad_sets: int = 1, ranks: Ranks | None = None
+                 ) -> None:
         import torch
 
         check_supported(optimizer)
         self._torch = torch
         self.buckets = buckets
         self.kernel = kernel
+        self.ranks = ranks
+        #: each bucket's elements held here: this rank's shard, or all of them
+        self.ranges = [ranks.shard(b.numel) if ranks else (0, b.numel) for b in buckets]
         self.masters: list[Any] = []
         self.grads: list[list[Any]] = [[] for _ in range(grad_sets)]  # by parity, bucket
         self.outs: list[Any] = []  # the working weights the kernel writes (if it does)
         self.optimizers: list[Any] = []
         per_element = 4 + grad_sets * kernel.grad_dtype.itemsize + (
             kernel.out_dtype.itemsize if kernel.out_dtype is not None else 0)
-        arena.reserve(sum(b.numel * per_element + (2 + grad_sets) * ALIGN for b in buckets))
-        for bucket in buckets:
-            master = self._take(arena, bucket.numel, torch.float32)
-            grads = [self._take(arena, bucket.numel, kernel.grad_dtype)
-                     for _ in range(grad_sets)]
-            out = (None if kernel.out_dtype is None
-                   else self._take(arena, bucket.numel, kernel.out_dtype))
-            for position, param in enumerate(bucket.params):
-                bucket.slot(master, position).copy_(param.detach())
-                if out is not None:
-                    bucket.slot(out, position).copy_(param.detach())
+        numels = [end - start for start, end in self.ranges]
+        arena.reserve(sum(n * per_element + (2 + grad_sets) * ALIGN for n in numels))
+        for bucket, numel in zip(buckets, numels, strict=True):
+            master = self._take(arena, numel, torch.float32)
+            grads = [self._take(arena, numel, kernel.grad_dtype) for _ in range(grad_sets)]
+            out = None if kernel.out_dtype is None else self._take(arena, numel, kernel.out_dtype)
+            for held in (master, out) if out is not None else (master,):
+                self._scatter(bucket.index, held, [p.detach() for p in bucket.params])
             kernel.attach(master, grads[0])
             step = type(optimizer)([master], lr=optimizer.param_groups[bucket.group]["lr"],
                                    fused=True)
@@ -89,6 +94,24 @@ class HostBuckets:
         """``numel`` zeros of ``dtype`` from ``arena``."""
         like = self._torch.empty(numel, dtype=dtype, device="meta")
         return arena.take(like).zero_()
+
+    def _scatter(self, index: int, held: Any, values: list[Any | None]) -> None:
+        """Parameter ``i``'s ``values[i]`` (None: left as it is) into ``held``, bucket
+        ``index``'s part held here, by way of the whole bucket when that is a shard."""
+        bucket, (start, end) = self.buckets[index], self.ranges[index]
+        whole = held if end - start == bucket.numel else self._torch.zeros(
+            bucket.numel, dtype=held.dtype)
+        if whole is not held:
+            whole[start:end].copy_(held)
+        for position, value in enumerate(values):
+            if value is not None:
+                bucket.slot(whole, position).copy_(value)
+        if whole is not held:
+            held.copy_(whole[start:end])
+
+    def _whole(self, index: int, held: Any) -> Any:
+        """Bucket ``index``'s whole buffer of which ``held`` is the part held here."""
+        return held if self.ranks is None else self.ranks.gathered(held)
 
     def upload_source(self, index: int) -> Any:
         """What goes up to bucket ``index``'s working weights: the weights the kernel wrote,
@@ -118,10 +141,9 @@ class HostBuckets:
             for key, value in own.items():
                 if not isinstance(value, self._torch.Tensor):
                     continue
-                if value.numel() == bucket.numel:
-                    for position, state in enumerate(states):
-                        if state and key in state:
-                            bucket.slot(value, position).copy_(state[key])
+                if value.numel() == self.masters[index].numel():
+                    self._scatter(index, value, [s[key] if s and key in s else None
+                                                 for s in states])
                 else:
                     first = next(s for s in states if s and key in s)
                     value.copy_(first[key])
@@ -132,7 +154,7 @@ class HostBuckets:
 
     def state_keys(self, index: int) -> list[str]:
         """The keys of bucket ``index``'s state tensors as large as the bucket, sorted."""
-        numel = self.buckets[index].numel
+        numel = self.masters[index].numel()
         return sorted(k for k, v in self.state(index).items()
                       if isinstance(v, self._torch.Tensor) and v.numel() == numel)
 
@@ -146,6 +168,13 @@ class HostBuckets:
         """Optimizer state tensors per element, as large as a bucket (AdamW: 2)."""
         return len(self.state_keys(0))
 
+    def held_bytes(self) -> int:
+        """Host bytes of the masters, gradients, written weights and optimizer state."""
+        tensors = [*self.masters, *self.outs, *(g for grads in self.grads for g in grads),
+                   *(v for i in range(len(self.buckets)) for v in self.state(i).values()
+                     if isinstance(v, self._torch.Tensor))]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
     def step_bucket(self, index: int, missing: list[int], parity: int = 0) -> None:
         """Step bucket ``index`` from the gradient landed in its buffer ``parity`` (the
         positions in ``missing`` had none: stepped with a zero gradient)."""
@@ -156,15 +185,21 @@ class HostBuckets:
         self.kernel.step(self.optimizers[index], self.masters[index], grad, out)
 
     def give_back(self, optimizer: Any) -> None:
-        """Put masters and state into the job's parameters and optimizer (fp32, host)."""
+        """Put masters and state into the job's parameters and optimizer (fp32, host; whole
+        on every rank)."""
+        torch = self._torch
         for index, bucket in enumerate(self.buckets):
-            own = self.optimizers[index].state.get(self.masters[index], {})
+            held = self.masters[index].numel()
+            master = self._whole(index, self.masters[index].detach())
+            own = {key: self._whole(index, value)
+                   if isinstance(value, torch.Tensor) and value.numel() == held else value
+                   for key, value in self.state(index).items()}
             for position, param in enumerate(bucket.params):
-                param.data = bucket.slot(self.masters[index].detach(), position)
+                param.data = bucket.slot(master, position)
                 param.grad = None
                 optimizer.state[param] = {
                     key: bucket.slot(value, position).float()
-                    if isinstance(value, self._torch.Tensor) and value.numel() == bucket.numel
-                    else (value.clone() if isinstance(value, self._torch.Tensor) else value)
+                    if isinstance(value, torch.Tensor) and value.numel() == bucket.numel
+                    else (value.clone() if isinstance(value, torch.Tensor) else value)
                     for key, value in own.items()
                 }

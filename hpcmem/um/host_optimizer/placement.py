@@ -20,10 +20,12 @@ __all__ = ["device_buffers", "place_model"]
 
 
 def device_buffers(buckets: list[Bucket], host: HostBuckets, working_dtype: Any,
-                   transport: Transport, budget: int) -> tuple[list[Any], OutRing, Any]:
+                   transport: Transport, budget: int, ring: bool = True
+                   ) -> tuple[list[Any], OutRing | None, Any]:
     """Each bucket's flat working weights (filled by the uploads), the out ring in the
-    dtype gradients leave in, and the fp32 buffer uploads narrow through (None when the
-    host uploads the working dtype)."""
+    dtype gradients leave in (None without ``ring``: data parallelism reduces them first,
+    :mod:`.exchange`), and the fp32 buffer uploads narrow through (None when the host
+    uploads the working dtype)."""
     import torch
 
     device = transport.device
@@ -33,14 +35,16 @@ def device_buffers(buckets: list[Bucket], host: HostBuckets, working_dtype: Any,
     if host.upload_source(0).dtype != working_dtype:
         through = torch.empty(through_bytes // 4, dtype=torch.float32, device=device)
     wire = host.kernel.grad_dtype
-    return flats, OutRing(transport, ring_bytes // wire.itemsize, wire), through
+    out = OutRing(transport, ring_bytes // wire.itemsize, wire) if ring else None
+    return flats, out, through
 
 
 def place_model(model: Any, buckets: list[Bucket], flats: list[Any], working_dtype: Any,
-                device: Any) -> None:
+                device: Any) -> list[Any]:
     """Trained parameters become views of their bucket's flat buffer; the other floating
-    parameters are copied in ``working_dtype``, the rest and the buffers as they are."""
-    bucketed = set()
+    parameters are copied in ``working_dtype``, the rest and the buffers as they are. The
+    copies (what is not trained)."""
+    bucketed, copies = set(), []
     for bucket, flat in zip(buckets, flats, strict=True):
         for position, param in enumerate(bucket.params):
             param.grad = None
@@ -51,10 +55,13 @@ def place_model(model: Any, buckets: list[Bucket], flats: list[Any], working_dty
             dtype = working_dtype if param.is_floating_point() else param.dtype
             param.grad = None
             param.data = _device_copy(param.data, dtype, device)
+            copies.append(param.data)
     for module in model.modules():
         for name, buffer in module._buffers.items():
             if buffer is not None:
                 module._buffers[name] = _device_copy(buffer, buffer.dtype, device)
+                copies.append(module._buffers[name])
+    return copies
 
 
 def _device_copy(tensor: Any, dtype: Any, device: Any) -> Any:

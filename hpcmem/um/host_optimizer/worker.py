@@ -32,10 +32,12 @@ __all__ = ["Stepped", "Worker"]
 
 @dataclass(frozen=True)
 class Stepped:
-    """One bucket's job, done: its CPU time."""
+    """One bucket's job, done: its CPU time, the token of its upload (None: the caller
+    uploads it, or the copy was synchronous)."""
 
     index: int
     cpu_ms: float
+    uploaded: Any = None
 
 
 class Worker:
@@ -88,9 +90,8 @@ class Worker:
         with torch.no_grad():
             self.host.step_bucket(index, missing, parity)
         cpu_ms = (time.perf_counter() - start) * 1e3
-        if released is not None:
-            self.upload(index, released)
-        return Stepped(index, cpu_ms)
+        uploaded = None if released is None else self.upload(index, released)
+        return Stepped(index, cpu_ms, uploaded)
 
     def upload(self, index: int, after: Any = None) -> Any:
         """Copy bucket ``index``'s updated weights into its working weights on the device,

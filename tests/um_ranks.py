@@ -1,0 +1,93 @@
+"""One rank of the data-parallel budget tests (``tests/test_um_data_parallel.py``), started as
+``torchrun`` starts one: ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` in the
+environment, gloo between the ranks, the host-optimizer strategy over the CPU transport.
+
+``python tests/um_ranks.py CONFIG OUT``: trains :class:`um_functions.Net` on this rank's
+slice of each global batch as :func:`train` does, for each case of the JSON ``CONFIG``
+(``{"cases": [{"micro_batches": 1}, ...], "budget_step": 0, "strategy": ...}``), and writes
+``OUT/rank<R>.pt``: per case the losses averaged over the ranks, the strategy's stats and
+the parameters after ``close()``. A refusal exits 2 with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from cpu_memory import CpuMemory
+from um_functions import VOCAB, Net, make_optimizer
+
+from hpcmem.errors import HpcmemError
+from hpcmem.um.budget.offload import offload_named
+
+#: The global batch: rows of tokens, split between the ranks (rows divisible by 1, 2, 4).
+ROWS, LENGTH = 4, 64
+BUDGET = 2**30
+#: Small buckets, so that a step has many and HF's two param groups fill them out of order.
+BUCKET_BYTES = 64 * 1024
+
+
+def train(world: int, rank: int, *, steps: int = 4, micro_batches: int = 1,
+          budget: int = BUDGET, strategy: str = "host_optimizer",
+          process_group: Any = None) -> tuple[list[float], dict[str, Any], list[Any]]:
+    """Per step, this rank's mean loss over its rows of each micro-batch (summed over the
+    micro-batches); the strategy's stats; the parameters after ``close()``."""
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = make_optimizer(model, groups=True)
+    memory = CpuMemory(gpu_budget=budget)
+    fields = {"bucket_bytes": BUCKET_BYTES} if strategy == "host_optimizer" else {}
+    memory.attach(model, optimizer, offload_named(strategy, micro_batches=micro_batches,
+                                                  **fields), process_group=process_group)
+    generator = torch.Generator().manual_seed(1)
+    losses = []
+    for _ in range(steps):
+        total = 0.0
+        for _ in range(micro_batches):
+            batch = torch.randint(VOCAB, (ROWS, LENGTH), generator=generator)
+            with memory.activations():
+                mine = batch.chunk(world)[rank]
+                loss = torch.stack([model(row) for row in mine]).mean() / micro_batches
+                loss.backward()
+            total += loss.item()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(total)
+    stats = memory.stats()["offload"]
+    memory.close()
+    return losses, stats, [p.detach().clone() for p in model.parameters()]
+
+
+def main(config_path: str, out: str) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)  # four ranks share two cores
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo")
+    try:
+        config = json.loads(Path(config_path).read_text())
+        results = []
+        for case in config["cases"]:
+            budget = BUDGET + rank * config.get("budget_step", 0)
+            losses, stats, params = train(world, rank, budget=budget,
+                                          strategy=config.get("strategy", "host_optimizer"),
+                                          **case)
+            mean = torch.tensor(losses, dtype=torch.float64)
+            dist.all_reduce(mean)
+            results.append({"losses": (mean / world).tolist(), "stats": stats,
+                            "params": params})
+        torch.save(results, Path(out) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    try:
+        main(*sys.argv[1:])
+    except HpcmemError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
