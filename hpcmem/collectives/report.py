@@ -1,7 +1,9 @@
 """The collectives' part of the HTML report: latency and bus bandwidth against message size
-per op and buffer kind (log-log), each point's range over its repeats shaded and noisy points
-ringed, against node count where several were measured (scaling curves), and each buffer
-kind's speedup over NumPy buffers (ratios of noisy points greyed out, not drawn as speedups)."""
+per op (log-log), one panel per binding with one line per buffer kind on shared axes, each
+point's range over its repeats shaded and noisy points ringed, against node count where
+several were measured (scaling curves), and each buffer kind's speedup over NumPy buffers
+(ratios of noisy points greyed out, not drawn as speedups; emulated HBW said so in every
+panel). Legends sit below the panels, outside the data."""
 
 from __future__ import annotations
 
@@ -12,19 +14,27 @@ from hpcmem.collectives.buffers import BUFFER_KINDS
 from hpcmem.collectives.scaling import scaling_figures
 from hpcmem.collectives.tables import LATENCY, latency_range, latency_table, speedup_table
 from hpcmem.draw.html import folded_frame
-from hpcmem.draw.plots import PALETTE, embed, log_size_axis, log_value_axis, new_figure
+from hpcmem.draw.plots import PALETTE, grouped_panels, log_size_axis, log_value_axis
 from hpcmem.record.samples import NOISY_SPREAD
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["latency_figures", "section", "speedup_figure"]
+__all__ = ["EMULATED_CAVEAT", "latency_figures", "section", "speedup_figure"]
 
 BUS_BANDWIDTH = "busbw_GBps"
 NOISY_COLOR = "#b3261e"
 GREY = "#9aa3ad"
-#: line style and marker per binding, so buffer kinds keep their colour across bindings
-_BINDING_STYLES = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
+#: what every panel of a speedup of emulated HBW says: its "HBW" is the same DRAM
+EMULATED_CAVEAT = "emulated HBW: same DRAM,\ndifferences are noise"
+#: the quantities drawn against size: column, axis label, panel title
+_QUANTITIES = ((LATENCY, "average latency (µs)", "latency"),
+               (BUS_BANDWIDTH, "bus bandwidth (GB/s)", "bus bandwidth"))
+#: panels of one figure, side by side, and the size of each (inches)
+_COLUMNS = 3
+_PANEL = (3.6, 3.1)
+#: size ticks of a panel that narrow
+_SIZE_TICKS = 5
 
 
 def _color(buffer: str) -> str:
@@ -33,94 +43,148 @@ def _color(buffer: str) -> str:
     return PALETTE[index % len(PALETTE)]
 
 
-def _series_label(buffer: str, binding: str, bindings: int) -> str:
-    return buffer if bindings == 1 else f"{buffer} · {binding}"
+def _limits(low: Any, high: Any) -> tuple[float, float]:
+    """Shared log-axis limits around the positive values of ``low`` and ``high``."""
+    values = [v for v in (*low, *high) if v == v and v > 0]
+    if not values:
+        return 0.1, 10.0
+    bottom, top = min(values), max(values)
+    margin = (top / bottom) ** 0.05 if top > bottom else 1.5
+    return bottom / margin, top * margin
+
+
+def _quantity_panels(group: pd.DataFrame, by: str, where: str, op: str, dtype: str
+                     ) -> str | None:
+    """Panels of one (op, dtype, ranks, nodes): grouped by ``by`` (``quantity``: latency
+    and bus bandwidth side by side; ``binding``: one panel per binding of one quantity)."""
+    quantity = int(group["quantity"].iloc[0])
+    spans = {q: latency_range(group, metric) for q, (metric, _, _) in enumerate(_QUANTITIES)}
+    limits = {q: _limits(r["low"], r["high"]) for q, r in spans.items()}
+
+    def draw(axes: Any, panel: pd.DataFrame) -> None:
+        which = int(panel["quantity"].iloc[0])
+        metric, label, _ = _QUANTITIES[which]
+        for buffer, line in panel.groupby("buffer", sort=True):
+            _plot_with_range(axes, line.sort_values("size_bytes"), metric,
+                             {"color": _color(buffer), "marker": "o", "markersize": 3.5,
+                              "linewidth": 1.6, "label": buffer})
+        log_size_axis(axes, group["size_bytes"], most=_SIZE_TICKS)
+        axes.set_ylim(*limits[which])
+        log_value_axis(axes)
+        axes.set_ylabel(label)
+
+    def title(key: Any) -> str:
+        return (_QUANTITIES[int(key)][2] if by == "quantity" else f"binding {key}")
+
+    name = "latency and bus bandwidth" if by == "quantity" else _QUANTITIES[quantity][2]
+    return grouped_panels(
+        group, by, draw, title=title, most_columns=_COLUMNS if by == "binding" else 2,
+        size=_PANEL if by == "binding" else (5.4, 3.6),
+        heading=f"{op} ({dtype}), {where}: {name} against message size", legend="buffer",
+        alt=f"{op} {name} against message size, {where}",
+        caption=f"{op}, {where}: median over repeats of the average latency across ranks (µs) "
+                "and bus bandwidth (GB/s, nccl-tests convention), log-log, same axes in "
+                "every panel; shaded: lowest to highest repeat; ringed in red: repeats spread "
+                f"more than {NOISY_SPREAD:.0%} of their median (too noisy to judge).")
 
 
 def latency_figures(points: pd.DataFrame) -> Iterator[str]:
-    """Per op, rank and node count: latency and bus bandwidth against size, one line per
-    buffer."""
+    """Per op, dtype, ranks and node count: latency and bus bandwidth against size, one
+    line per buffer kind; one panel per binding (a figure per quantity) where several
+    bindings were measured."""
+    import pandas as pd
+
     sized = points[points["size_bytes"] > 0]
     for (op, dtype, ranks, nodes), group in sized.groupby(["op", "dtype", "ranks", "nodes"],
                                                            sort=True, dropna=False):
-        ranks = f"{ranks} ranks" if nodes == 1 else f"{ranks} ranks on {nodes} nodes"
-        figure, (lat, bw) = new_figure(11, 3.9, columns=2)
-        bindings = sorted(group["binding"].unique())
-        for (buffer, binding), line in group.groupby(["buffer", "binding"], sort=True):
-            line = line.sort_values("size_bytes")
-            index = bindings.index(binding) % len(_BINDING_STYLES)
-            linestyle, marker = _BINDING_STYLES[index]
-            style = {"color": _color(buffer), "marker": marker, "markersize": 3.5,
-                     "linestyle": linestyle, "linewidth": 1.6,
-                     "label": _series_label(buffer, binding, len(bindings))}
-            for axes, metric in ((lat, LATENCY), (bw, BUS_BANDWIDTH)):
-                _plot_with_range(axes, line, metric, style)
-        for axes in (lat, bw):
-            log_size_axis(axes, group["size_bytes"])
-            log_value_axis(axes)
-        lat.set_ylabel("average latency (µs)")
-        lat.set_title(f"{op} ({dtype}): latency, {ranks}", fontsize=11)
-        bw.set_ylabel("bus bandwidth (GB/s)")
-        bw.set_title(f"{op} ({dtype}): bus bandwidth, {ranks}", fontsize=11)
-        title = "buffer" if len(bindings) == 1 else "buffer · binding"
-        lat.legend(title=title, fontsize=9, title_fontsize=9)
-        yield embed(
-            figure,
-            f"{op} latency and bus bandwidth against message size, {ranks}",
-            f"{op}, {ranks}: median over repeats of the average latency across ranks (µs) "
-            "and bus bandwidth (GB/s, nccl-tests convention), log-log; shaded: lowest to "
-            f"highest repeat; ringed in red: repeats spread more than {NOISY_SPREAD:.0%} of "
-            "their median (too noisy to judge).",
-        )
+        where = f"{ranks} ranks" if nodes == 1 else f"{ranks} ranks on {nodes} nodes"
+        both = pd.concat([group.assign(quantity=q) for q in range(len(_QUANTITIES))],
+                         ignore_index=True)
+        if group["binding"].nunique() == 1:
+            if (drawn := _quantity_panels(both, "quantity", where, op, dtype)) is not None:
+                yield drawn
+            continue
+        for quantity in range(len(_QUANTITIES)):
+            drawn = _quantity_panels(both[both["quantity"] == quantity], "binding", where,
+                                     op, dtype)
+            if drawn is not None:
+                yield drawn
 
 
 def _plot_with_range(axes: Any, line: pd.DataFrame, metric: str, style: dict[str, Any]
                      ) -> None:
-    """One line of medians, its repeats' range shaded, noisy points ringed."""
+    """One line of medians, its repeats' range lightly shaded, noisy points ringed."""
     spans = latency_range(line, metric)
     axes.plot(line["size_bytes"], line[metric], **style)
     axes.fill_between(line["size_bytes"], spans["low"], spans["high"], color=style["color"],
-                      alpha=0.18, linewidth=0)
+                      alpha=0.1, linewidth=0)
     noisy = spans["spread"].fillna(0).astype(float) > NOISY_SPREAD
     if noisy.any():
         axes.scatter(line["size_bytes"][noisy], line[metric][noisy], s=70, facecolors="none",
                      edgecolors=NOISY_COLOR, linewidths=1.4, zorder=5)
 
 
+def _emulated(points: pd.DataFrame) -> bool:
+    """Whether any HBW buffer of ``points`` was emulated on plain DRAM."""
+    if "emulated" not in points.columns:
+        return False
+    hbw = points[points["buffer"] != "numpy"]
+    return bool(hbw["emulated"].fillna(False).astype(bool).any())
+
+
 def speedup_figure(points: pd.DataFrame) -> str | None:
-    """Each buffer kind's speedup over NumPy buffers against size, one line per op."""
+    """Each buffer kind's speedup over NumPy buffers against size: one panel per op, ranks
+    and binding, one line per buffer kind, on shared axes; every panel says so where its
+    HBW was emulated."""
     speed = speedup_table(points)
     speed = speed[speed["size_bytes"] > 0]
     if speed.empty:
         return None
-    figure, (axes,) = new_figure(11, 3.9)
-    bindings, dtypes = speed["binding"].nunique(), speed["dtype"].nunique(dropna=False)
-    for (op, dtype, ranks, nodes, binding, buffer), line in speed.groupby(
-        ["op", "dtype", "ranks", "nodes", "binding", "buffer"], sort=True, dropna=False
-    ):
-        line = line.sort_values("size_bytes")
-        label = f"{op} · {buffer} · {ranks} ranks" + (f" on {nodes} nodes" if nodes != 1 else "")
-        label += f" · {binding}" if bindings > 1 else ""
-        label += f" · {dtype}" if dtypes > 1 else ""
-        trusted = line["speedup"].where(~line["noisy"].astype(bool))
-        axes.plot(line["size_bytes"], trusted, marker="o", markersize=3.5, linewidth=1.6,
-                  label=label)
-    noisy = speed[speed["noisy"].astype(bool)]
-    if not noisy.empty:
-        axes.scatter(noisy["size_bytes"], noisy["speedup"], marker="x", color=GREY, s=30,
-                     zorder=4, label="noisy: not a speedup")
-    axes.axhline(1.0, color="#555", linewidth=1, linestyle="--")
-    log_size_axis(axes, speed["size_bytes"])
-    if speed["speedup"].max() / speed["speedup"].min() > 4:
-        log_value_axis(axes)  # symmetric for gains and losses; linear when the range is small
-    axes.set_ylabel("speedup over numpy buffers (\u00d7)")
-    axes.set_title("latency of numpy buffers / latency of the buffer kind", fontsize=11)
-    axes.legend(fontsize=9, ncols=2)
-    return embed(figure, "speedup of each buffer kind over numpy buffers by message size",
-                  "Above 1: the buffer kind is faster than plain NumPy buffers at that size "
-                  "(ratio of median average latencies, dimensionless). Grey crosses: either "
-                  f"point's repeats spread more than {NOISY_SPREAD:.0%}: a ratio of noise, "
-                  "not a speedup.")
+    emulated = _emulated(points)
+    ratios = speed["speedup"][speed["speedup"] > 0]
+    low, high = _limits(ratios, [1.0])
+    logarithmic = high / low > 4  # symmetric for gains and losses; linear for a small range
+    if not logarithmic:
+        low, high = min(low, 1 - (high - 1) * 0.1), high
+    dtypes = speed["dtype"].nunique(dropna=False)
+
+    def draw(axes: Any, panel: pd.DataFrame) -> None:
+        for buffer, line in panel.groupby("buffer", sort=True):
+            line = line.sort_values("size_bytes")
+            trusted = line["speedup"].where(~line["noisy"].astype(bool))
+            axes.plot(line["size_bytes"], trusted, marker="o", markersize=3.5, linewidth=1.6,
+                      color=_color(buffer), label=buffer)
+        noisy = panel[panel["noisy"].astype(bool)]
+        if not noisy.empty:
+            axes.scatter(noisy["size_bytes"], noisy["speedup"], marker="x", color=GREY, s=30,
+                         zorder=4, label="noisy: not a speedup")
+        axes.axhline(1.0, color="#555", linewidth=1, linestyle="--")
+        log_size_axis(axes, speed["size_bytes"], most=_SIZE_TICKS)
+        axes.set_ylim(low, high)
+        if logarithmic:
+            log_value_axis(axes)
+        axes.set_ylabel("speedup (\u00d7)")
+
+    def title(key: Any) -> str:
+        op, dtype, ranks, nodes, binding = key
+        name = f"{op}{f' ({dtype})' if dtypes > 1 else ''}, {ranks} ranks"
+        name += f" on {nodes} nodes" if nodes != 1 else ""
+        return f"{name}, {binding}" + (f"\n{EMULATED_CAVEAT}" if emulated else "")
+
+    heading = "speedup over numpy buffers" + (
+        ": emulated HBW is the same DRAM, not a result" if emulated else "")
+    return grouped_panels(
+        speed, ["op", "dtype", "ranks", "nodes", "binding"], draw, title=title,
+        most_columns=_COLUMNS, size=(_PANEL[0], _PANEL[1] + (0.3 if emulated else 0)),
+        heading=heading, legend="buffer",
+        alt="speedup of each buffer kind over numpy buffers by message size",
+        caption="Above 1: the buffer kind is faster than plain NumPy buffers at that size "
+                "(ratio of median average latencies, dimensionless). Grey crosses: either "
+                f"point's repeats spread more than {NOISY_SPREAD:.0%}: a ratio of noise, "
+                "not a speedup." + (" Emulated HBW (MEMKIND_HBW_NODES on a DRAM node) "
+                                    "allocates the same DRAM as NumPy: any difference here is "
+                                    "noise or allocator overhead, not high-bandwidth memory."
+                                    if emulated else ""))
 
 
 def _node_note(points: pd.DataFrame) -> str:
@@ -129,9 +193,9 @@ def _node_note(points: pd.DataFrame) -> str:
     if not shared.any():
         return '<p class="note">No point shared its cores with other work (or none measured).</p>'
     most = points["other_busy_cpus"].max()
-    return (f'<p class="note">{int(shared.sum())} of {len(points)} points shared their cores '
-            f"with other work (up to {most:.1f} CPUs busy with something else): their "
-            "latencies include waiting for a time slice.</p>")
+    return (f'<p class="alert"><strong>{int(shared.sum())} of {len(points)} points shared '
+            f"their cores</strong> with other work (up to {most:.1f} CPUs busy with something "
+            "else): their latencies include waiting for a time slice.</p>")
 
 
 def section(points: pd.DataFrame) -> str:
@@ -140,11 +204,12 @@ def section(points: pd.DataFrame) -> str:
     if not figures:
         return '<p class="note">No collectives points in this summary.</p>'
     speed = speedup_figure(points)
+    caveat = " (emulated HBW: noise, not a result)" if _emulated(points) else ""
     scaling = list(scaling_figures(points))
     return "\n".join([
         _node_note(points),
         *figures,
         *(["<h3>Scaling with node count</h3>", *scaling] if scaling else []),
-        *(["<h3>Speedup over NumPy buffers</h3>", speed] if speed else []),
+        *([f"<h3>Speedup over NumPy buffers{caveat}</h3>", speed] if speed else []),
         folded_frame(latency_table(points), "Latency table (µs, median over repeats)"),
     ])

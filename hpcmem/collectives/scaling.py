@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from hpcmem.collectives.tables import LATENCY
-from hpcmem.draw.plots import PALETTE, embed, log_value_axis, new_figure
+from hpcmem.draw.plots import PALETTE, embed, log_value_axis, new_figure, outside_legend
 from hpcmem.units import format_size
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ def scaling_figures(points: pd.DataFrame) -> Iterator[str]:
         lat.set_title(f"{op} ({dtype}): latency against nodes", fontsize=11)
         bw.set_ylabel("bus bandwidth (GB/s)")
         bw.set_title(f"{op} ({dtype}): bus bandwidth against nodes", fontsize=11)
-        lat.legend(title="message size", fontsize=9, title_fontsize=9)
+        outside_legend(figure, [lat], columns=MOST_SIZES, title="message size")
         yield embed(
             figure,
             f"{op} latency and bus bandwidth against node count ({where})",

@@ -35,6 +35,9 @@ PAGE = Template("""<!DOCTYPE html>
   h2 { margin:0 0 12px; font-size:19px; font-weight:600; }
   h3 { margin:18px 0 8px; font-size:16px; font-weight:600; color:var(--muted); }
   p.note { color:var(--muted); margin:4px 0 12px; }
+  p.headline { font-size:17px; margin:0 0 12px; }
+  p.alert { background:#fff4e5; border-left:4px solid var(--noisy); padding:8px 12px;
+            margin:4px 0 12px; }
   figure { margin:8px 0 20px; }
   figure img { display:block; max-width:100%; height:auto; border:1px solid var(--line);
                border-radius:4px; }
@@ -70,12 +73,13 @@ $body
 """)
 
 
-def badge(verdict: str | None) -> str:
-    """A coloured verdict badge (PASS, FAIL, NOISY, NEW, MISSING, UNJUDGED), or a grey 'not
-    checked'."""
+def badge(verdict: str | None, label: str | None = None) -> str:
+    """A coloured verdict badge (PASS, FAIL, NOISY, NEW, MISSING, UNJUDGED) saying ``label``
+    (else the verdict), or a grey 'not checked'."""
     if verdict is None:
         return '<span class="badge NONE">not checked</span>'
-    return f'<span class="badge {html.escape(verdict)}">{html.escape(verdict)}</span>'
+    text = verdict if label is None else label
+    return f'<span class="badge {html.escape(verdict)}">{html.escape(text)}</span>'
 
 
 def section(title: str, *parts: str, anchor: str = "") -> str:

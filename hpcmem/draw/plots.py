@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = ["DPI", "PALETTE", "embed", "grouped_panels", "log_size_axis", "log_value_axis",
-           "new_figure", "panel_grid"]
+           "new_figure", "outside_legend", "panel_grid"]
 
 DPI = 100
 #: colours of the lines and bars of one figure, in order
@@ -44,14 +44,29 @@ def panel_grid(count: int, most_columns: int, width: float, height: float
     return figure, list(panels[:count])
 
 
+def outside_legend(figure: Figure, panels: Sequence[Any], *, columns: int = 5,
+                   title: str | None = None) -> None:
+    """One legend for the whole figure, below its panels, outside every one's data: each
+    label once, in the order first drawn; nothing when no panel has a labelled line."""
+    handles: dict[str, Any] = {}
+    for axes in panels:
+        for handle, label in zip(*axes.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    if handles:
+        figure.legend(list(handles.values()), list(handles), loc="outside lower center",
+                      ncols=min(len(handles), columns), fontsize=10, title=title,
+                      title_fontsize=10, frameon=False)
+
+
 def grouped_panels(table: pd.DataFrame, by: str | Sequence[str],
                    draw: Callable[[Any, pd.DataFrame], None], *, title: Callable[[Any], str],
-                   most_columns: int, size: tuple[float, float], alt: str, caption: str
-                   ) -> str | None:
+                   most_columns: int, size: tuple[float, float], alt: str, caption: str,
+                   heading: str | None = None, legend: str | None = None) -> str | None:
     """One panel per group of ``table`` by ``by`` (sorted, a missing value a group of its
     own), ``size`` inches each, at most ``most_columns`` to a row: ``draw(axes, group)``
-    fills it and ``title(key)`` names it. The figure embedded (:func:`embed`), or None for
-    an empty table."""
+    fills it and ``title(key)`` names it. ``heading``: the figure's title above its panels;
+    ``legend``: the title of one legend below the panels (:func:`outside_legend`) instead of
+    one in each. The figure embedded (:func:`embed`), or None for an empty table."""
     if table.empty:
         return None
     groups = list(table.groupby(by, sort=True, dropna=False))
@@ -59,6 +74,10 @@ def grouped_panels(table: pd.DataFrame, by: str | Sequence[str],
     for axes, (key, group) in zip(panels, groups, strict=True):
         draw(axes, group)
         axes.set_title(title(key), fontsize=10)
+    if heading:
+        figure.suptitle(heading, fontsize=12)
+    if legend is not None:
+        outside_legend(figure, panels, title=legend or None)
     return embed(figure, alt, caption)
 
 
@@ -74,12 +93,13 @@ def embed(figure: Figure, alt: str, caption: str) -> str:
     )
 
 
-def log_size_axis(axes: Any, sizes: Any) -> None:
-    """A log2 x axis labelled in bytes, at most about ten ticks over the sizes plotted."""
+def log_size_axis(axes: Any, sizes: Any, most: int = 10) -> None:
+    """A log2 x axis labelled in bytes, at most about ``most`` ticks over the sizes plotted
+    (fewer for a narrow panel, so that the labels never overlap)."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     low, high = (int(math.log2(v)) for v in (min(sizes), max(sizes)))
-    step = max(1, math.ceil((high - low + 1) / 10))
+    step = max(1, math.ceil((high - low + 1) / most))
     axes.set_xscale("log", base=2)
     axes.xaxis.set_major_locator(FixedLocator([2.0**k for k in range(low, high + 1, step)]))
     axes.xaxis.set_minor_locator(NullLocator())
