@@ -23,8 +23,12 @@ from hpcmem.results.verdict import VerdictError
 __all__ = ["MOST_DRAWN", "TIMELINE_VERDICTS", "history_section", "judged_rows",
            "verdict_timelines"]
 
-#: the most figures drawn as timelines
-MOST_DRAWN = 24
+#: the most figures drawn as timelines (failures and noisy ones first): a glance's worth
+MOST_DRAWN = 12
+#: panels to a row, and each one's size (inches): 10 pt text stays 10 px and more at the
+#: report's width
+COLUMNS = 3
+PANEL = (3.6, 2.9)
 #: the verdicts of a figure drawn over its history, in the order drawn
 TIMELINE_VERDICTS = ("FAIL", "NOISY", "PASS")
 _MARKS = {"FAIL": ("x", "#c44e52"), "NOISY": ("o", "#dd8452")}
@@ -78,40 +82,73 @@ def _band_text(band: tuple[float | None, float | None] | None) -> str:
     return "[" + ", ".join("open" if b is None else f"{b:.4g}" for b in band) + "]"
 
 
-def _title(figure: str) -> str:
-    """A figure's name in two lines, without its benchmark."""
-    parts = figure.split("/")[1:]
-    half = (len(parts) + 1) // 2
-    return "/".join(parts[:half]) + "\n" + "/".join(parts[half:])
+def _title(figure: str, width: int = 32) -> str:
+    """A figure's name without its benchmark, broken after a slash into lines of at most
+    ``width`` characters (a longer part stays whole on its own line)."""
+    lines = [""]
+    for part in figure.split("/")[1:]:
+        joined = f"{lines[-1]}/{part}" if lines[-1] else part
+        if len(joined) > width and lines[-1]:
+            lines[-1] += "/"
+            lines.append(part)
+        else:
+            lines[-1] = joined
+    return "\n".join(lines)
+
+
+def _runs(timelines: Sequence[Sequence[PastFigure]]) -> list[str]:
+    """Every run of the drawn timelines, oldest first."""
+    found: dict[str, str] = {}
+    for past in timelines:
+        for point in past:
+            found.setdefault(point.run_id, point.timestamp or "")
+    return sorted(found, key=lambda run: found[run])
+
+
+def _value_limits(values: Sequence[float]) -> tuple[float, float]:
+    """A y range that shows how the values move: around them, not around their band."""
+    low, high = min(values), max(values)
+    pad = max((high - low) * 0.3, abs(high) * 0.05, 1e-12)
+    return low - pad, high + pad
 
 
 def _draw(rows: Sequence[dict[str, Any]], timelines: Mapping[str, Sequence[PastFigure]]
           ) -> str:
-    figure, panels = panel_grid(len(rows), 4, 3.4, 2.4)
+    runs = _runs([timelines[row["figure"]] for row in rows])
+    number = {run: index + 1 for index, run in enumerate(runs)}
+    figure, panels = panel_grid(len(rows), COLUMNS, *PANEL)
     for axes, row in zip(panels, rows, strict=True):
         past = timelines[row["figure"]]
+        xs, values = [number[p.run_id] for p in past], [p.figure.value for p in past]
+        bottom, top = _value_limits(values)
+        axes.set_ylim(bottom, top)  # fixed: the band may reach far beyond the values
         if (band := _band(row)) is not None:
-            values = [p.figure.value for p in past]
             low, high = band
-            axes.axhspan(min(values) if low is None else low,
-                         max(values) if high is None else high, color=PALETTE[2],
-                         alpha=0.2, lw=0)
-        axes.plot(range(len(past)), [p.figure.value for p in past], "-o", color=PALETTE[0],
-                  ms=3, lw=1)
-        for index, point in enumerate(past):
+            axes.axhspan(bottom if low is None else max(bottom, low),
+                         top if high is None else min(top, high),
+                         color=PALETTE[2], alpha=0.15, lw=0)
+            for edge in (b for b in band if b is not None):
+                axes.axhline(edge, color=PALETTE[2], lw=1, ls="--")
+        axes.plot(xs, values, "-o", color=PALETTE[0], ms=4, lw=1.4)
+        for x, point in zip(xs, past, strict=True):
             if (mark := _MARKS.get(point.figure.verdict or "")) is not None:
                 shape, colour = mark
-                axes.plot([index], [point.figure.value], shape, ms=9, mfc="none", mec=colour,
-                          mew=1.5)
-        axes.set_title(_title(row["figure"]), fontsize=7)
-        axes.set_xticks([0, len(past) - 1], [past[0].run_id[:12], past[-1].run_id[:12]],
-                        fontsize=6)
-        axes.tick_params(axis="y", labelsize=6)
-        axes.set_ylabel(row["unit"], fontsize=7)
+                axes.plot([x], [point.figure.value], shape, ms=10, mfc="none", mec=colour,
+                          mew=1.8)
+        axes.set_title(_title(row["figure"]), fontsize=10)
+        axes.set_xlim(0.5, len(runs) + 0.5)
+        axes.set_xticks(range(1, len(runs) + 1))
+        axes.tick_params(labelsize=10)
+        axes.ticklabel_format(axis="y", useOffset=False)
+        axes.set_ylabel(row["unit"], fontsize=10)
+        axes.grid(True, axis="y", alpha=0.3)
+    figure.supxlabel("run, oldest first (numbered as listed below the figure)", fontsize=10)
+    listed = ", ".join(f"{index} = {run}" for index, run in enumerate(runs, 1))
     return embed(figure, "judged figures over their last runs",
-                 "Each judged figure over its last runs, oldest left: the band this run was "
-                 "judged against shaded, runs where it failed crossed in red, noisy ones "
-                 "ringed in orange.")
+                 "Each judged figure over its last runs, oldest left, on an axis around its "
+                 "values: the band this run was judged against shaded between dashed lines "
+                 "(where it reaches the values), runs where it failed crossed in red, noisy "
+                 f"ones ringed in orange. Runs: {listed}.")
 
 
 def history_section(verdict: Mapping[str, Any],
