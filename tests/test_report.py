@@ -115,22 +115,28 @@ def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> Non
     assert not (tmp_path / "r.html").exists()
 
 
-_HEADLINE = re.compile(r'<span class="badge (\w+)">\1</span> (\d+) of (\d+) judged'
-                       r'(?: \((\d+) failed\))?((?:, \d+ \w+)*) — system')
+_HEADLINE = re.compile(r'<span class="badge (\w+)">\1</span> (\d+) of (\d+) figures judged'
+                       r' \(([^)]*)\): (\d+) regressions?((?:, \d+ \w+)*) — system')
 
 
 def test_the_headline_counts_are_the_verdict_files(report: Path) -> None:
-    counts = json.loads((report.parent.parent / "verdict.json").read_text())["counts"]
-    verdict, judged, total, failed, rest = _HEADLINE.search(report.read_text()).groups()
+    verdict_file = json.loads((report.parent.parent / "verdict.json").read_text())
+    counts = verdict_file["counts"]
+    verdict, judged, total, against, failed, rest = _HEADLINE.search(report.read_text()).groups()
     assert verdict == "FAIL"
     assert (int(judged), int(total)) == (counts["PASS"] + counts["FAIL"], sum(counts.values()))
-    assert int(failed or 0) == counts["FAIL"] > 0
+    assert int(failed) == counts["FAIL"] > 0
+    # what judged them: the one reference, and the failed points and invalid records
+    referenced = sum(f["reference"] is not None and f["verdict"] in ("PASS", "FAIL")
+                     for f in verdict_file["figures"])
+    assert against == (f"{referenced} against references, {int(judged) - referenced} from "
+                       "failed points or records") and referenced > 0
     named = {name.upper(): int(n) for n, name in re.findall(r", (\d+) (\w+)", rest)}
     assert named == {name: counts[name] for name in ("NEW", "NOISY", "MISSING", "UNJUDGED")
                      if counts[name]}
     # the page's header, next to its badge, says it too
     header = re.search(r"<header>.*?</header>", report.read_text(), re.S).group(0)
-    assert f" points · {judged} of {total} judged" in header
+    assert f" points · {judged} of {total} figures judged ({against})" in header
 
 
 def test_a_benchmark_points_to_its_skipped_points_only_when_there_are_any(

@@ -93,7 +93,7 @@ def test_allow_unjudged_accepts_a_run_that_judged_nothing(summary: Path, refs: P
                            "--table-out", str(tmp_path / "verdict.txt"))
     assert (code, err) == (0, "")
     lines = out.splitlines()
-    assert lines[0] == (f"hpcmem: UNJUDGED: 0 of {FIGURES} judged, "
+    assert lines[0] == (f"hpcmem: UNJUDGED: 0 of {FIGURES} figures judged: 0 regressions, "
                         f"{FIGURES} unjudged (system s:p, run {_run_ids(summary)})")
     assert sum(line.startswith("  UNJUDGED collectives/") for line in lines) == 3
     assert lines[4] == f"  ... and {FIGURES - 3} more UNJUDGED (see the full table)"
@@ -169,8 +169,8 @@ def test_the_report_shows_unjudged_figures_with_the_verdict_files_counts(
     page = report.read_text()
     counts = json.loads((tmp_path / "verdict.json").read_text())["counts"]
     assert counts["UNJUDGED"] == sum(counts.values())
-    assert (f'<span class="badge UNJUDGED">UNJUDGED</span> 0 of {counts["UNJUDGED"]} judged, '
-            f'{counts["UNJUDGED"]} unjudged — system') in page
+    assert (f'<span class="badge UNJUDGED">UNJUDGED</span> 0 of {counts["UNJUDGED"]} figures '
+            f'judged: 0 regressions, {counts["UNJUDGED"]} unjudged — system') in page
     assert "Failures, noisy, missing and unjudged figures" in page
     assert page.count('<span class="badge UNJUDGED">UNJUDGED</span>') == 1 + 2 * FIGURES + 1
 

@@ -165,7 +165,8 @@ def test_table_out_keeps_the_table_and_prints_a_short_summary(tmp_path: Path,
                       "--table-out", str(table))
     assert code == 1 and " FAIL " in verdict_row(table.read_text())
     assert out.splitlines() == [
-        "hpcmem: FAIL: 2 of 2 judged (1 failed) (system lab:p, run slow)",
+        "hpcmem: FAIL: 2 of 2 figures judged (2 against history): 1 regression "
+        "(system lab:p, run slow)",
         f"  FAIL {FIGURE}: slower than the history (above the upper bound): +99% vs median "
         "(p=0.0091, 3 against 9 samples)",
         f"hpcmem: verdict {table} (every figure)"]
@@ -203,7 +204,8 @@ def test_the_terminal_summary_stays_short() -> None:
                            "figures": figures, "system": "s:p", "run_id": "r"},
                           report="/r.html", table="/v.txt")
     assert len(lines) <= 20 and lines[0].startswith(
-        "hpcmem: FAIL: 100 of 200 judged (100 failed), 100 noisy")
+        "hpcmem: FAIL: 100 of 200 figures judged (100 from failed points or records): "
+        "100 regressions, 100 noisy")
     assert "... and 94 more FAIL" in "\n".join(lines) and max(map(len, lines)) < 140
 
 

@@ -27,15 +27,23 @@ from hpcmem.record.provenance import slurm_job_order, utc_now
 from hpcmem.results.native_comparison import container_section
 from hpcmem.results.registry import REPORTS
 from hpcmem.results.summary import Summary, benchmark_points
-from hpcmem.results.verdict import headline
+from hpcmem.results.verdict import CONCLUSIVE, headline
 from hpcmem.results.virtual import split, vm_section
 
 __all__ = ["render_report", "write_report"]
 
+def _run_badge(verdict: dict[str, Any]) -> str:
+    """The run's verdict badge; a grey NEW BASELINE for a pass that judged no figure."""
+    counts = verdict.get("counts", {})
+    if verdict.get("verdict") == "PASS" and not any(counts.get(v) for v in CONCLUSIVE):
+        return badge("NEW", "NEW BASELINE")
+    return badge(verdict.get("verdict"))
+
+
 def _verdict_section(verdict: dict[str, Any]) -> str:
     rows = verdict.get("figures", [])
-    summary = headline(verdict.get("counts", {}))
-    top = (f'<p>{badge(verdict.get("verdict"))} {html.escape(summary)} — system '
+    summary = headline(verdict.get("counts", {}), rows)
+    top = (f'<p class="headline">{_run_badge(verdict)} {html.escape(summary)} — system '
            f'<code>{html.escape(str(verdict.get("system")))}</code>, checked '
            f'{html.escape(str(verdict.get("checked_at")))}.</p>')
 
@@ -162,11 +170,12 @@ def render_report(summary: Summary, verdict: dict[str, Any] | None = None,
     parts.append(_problems_section(summary))
     parts.append(_metadata_section(summary, jobs))
     runs = ", ".join(summary.metadata.get("run_ids") or []) or "no valid records"
-    judged = f" · {headline(verdict.get('counts', {}))}" if verdict else ""
+    judged = (f" · {headline(verdict.get('counts', {}), verdict.get('figures', []))}"
+              if verdict else "")
     return PAGE.substitute(
         version=html.escape(__version__),
         title="hpcmem report",
-        badge=badge(verdict.get("verdict")) if verdict else "",
+        badge=_run_badge(verdict) if verdict else "",
         subtitle=html.escape(f"run {runs} · {len(points)} points{judged} · generated "
                              f"{utc_now()}"),
         body="\n".join(parts),

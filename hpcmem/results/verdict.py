@@ -27,8 +27,8 @@ from hpcmem.record.samples import NOISY_SPREAD, finite_number
 from hpcmem.textfiles import TextFileError, read_text
 
 __all__ = ["JUDGED", "MAX_LISTED", "RUN_VERDICTS", "VERDICTS", "CheckError", "CheckResult",
-           "Row", "VerdictError", "format_table", "headline", "read_verdict", "summary_lines",
-           "tally", "verdict_document", "write_document", "write_table"]
+           "Row", "VerdictError", "format_table", "headline", "judged_against", "read_verdict",
+           "summary_lines", "tally", "verdict_document", "write_document", "write_table"]
 
 #: the verdicts of a figure: a FAIL fails the run, and so does having no judged figure
 VERDICTS = ("PASS", "FAIL", "NOISY", "NEW", "MISSING", "UNJUDGED")
@@ -109,22 +109,49 @@ def tally(counts: Mapping[str, int]) -> str:
 CONCLUSIVE = ("PASS", "FAIL")
 
 
-def headline(counts: Mapping[str, int]) -> str:
+def judged_against(figures: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """How many judged figures (:data:`CONCLUSIVE`) each side judged: ``references`` (a
+    reference's bounds applied), ``history`` (the history's band applied; a figure judged
+    against both counts in both) and ``failed points or records`` (FAIL rows of a failed
+    point or an invalid record, judged against neither)."""
+    judged = [f for f in figures if f.get("verdict") in CONCLUSIVE]
+    references = [f.get("reference") is not None for f in judged]
+    history = [f.get("history_lower_bound") is not None
+               or f.get("history_upper_bound") is not None for f in judged]
+    return {"references": sum(references), "history": sum(history),
+            "failed points or records": sum(not (r or h) for r, h in
+                                            zip(references, history, strict=True))}
+
+
+def headline(counts: Mapping[str, int], figures: Iterable[Mapping[str, Any]] = ()) -> str:
     """How much of a run was judged, as the report and the terminal say it first: judged
-    (PASS or FAIL) of all figures, then, where there are any, the failed, new, noisy,
-    missing and unjudged ones.
+    (PASS or FAIL) of all figures, against what (from ``figures``, the verdict file's), the
+    regressions (FAIL), then the new, noisy, missing and unjudged ones where there are any.
+    A run that judged nothing and has new figures is a new baseline.
 
     >>> headline({"PASS": 6, "FAIL": 0, "NOISY": 0, "NEW": 106, "MISSING": 0, "UNJUDGED": 0})
-    '6 of 112 judged, 106 new'
-    >>> headline({"PASS": 3, "FAIL": 1, "NOISY": 2, "UNJUDGED": 1})
-    '4 of 7 judged (1 failed), 2 noisy, 1 unjudged'
+    '6 of 112 figures judged: 0 regressions, 106 new'
+    >>> headline({"PASS": 3, "FAIL": 1, "NOISY": 2},
+    ...          [{"verdict": "FAIL", "reference": 1.0}, {"verdict": "PASS", "reference": 2.0},
+    ...           {"verdict": "PASS", "history_lower_bound": 0.5}, {"verdict": "PASS"}])
+    '4 of 6 figures judged (2 against references, 1 against history, 1 from failed points \
+or records): 1 regression, 2 noisy'
+    >>> headline({"NEW": 120})
+    'new baseline: none of 120 figures judged (nothing to compare with yet), 120 new'
     """
     judged = sum(counts.get(name, 0) for name in CONCLUSIVE)
-    failed = f" ({counts['FAIL']} failed)" if counts.get("FAIL") else ""
+    total = sum(counts.values())
     rest = [f"{counts[name]} {name.lower()}" for name in ("NEW", "NOISY", "MISSING", "UNJUDGED")
             if counts.get(name)]
-    return ", ".join([f"{judged} of {sum(counts.values())} judged{failed}", *rest])
-
+    if not judged and counts.get("NEW"):
+        return ", ".join([f"new baseline: none of {total} figures judged (nothing to compare "
+                          "with yet)", *rest])
+    sides = [f"{n} against {side}" if side in ("references", "history") else f"{n} from {side}"
+             for side, n in judged_against(figures).items() if n]
+    against = f" ({', '.join(sides)})" if sides else ""
+    failed = counts.get("FAIL", 0)
+    regressions = f"{failed} regression{'' if failed == 1 else 's'}"
+    return ", ".join([f"{judged} of {total} figures judged{against}: {regressions}", *rest])
 
 
 class VerdictError(HpcmemError, ValueError):
@@ -284,7 +311,7 @@ def summary_lines(verdict: dict[str, Any], *, report: str | None = None,
     (:func:`headline`), up to :data:`MAX_LISTED` failing and noisy
     figures each and half as many unjudged ones, and where the report and the full verdict
     table are."""
-    counts = headline(verdict.get("counts") or {})
+    counts = headline(verdict.get("counts") or {}, verdict.get("figures") or [])
     lines = [f"hpcmem: {verdict.get('verdict')}: {counts} (system {verdict.get('system')}, "
              f"run {verdict.get('run_id')})"]
     rows = verdict.get("figures") or []
