@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -279,11 +280,24 @@ def test_bad_summary_and_options_exit_2(summary: Path, tmp_path: Path) -> None:
     assert code == 2 and "not a usable history store (file is not a database)" in err
 
 
-def test_shipped_references_parse_and_match_the_local_sweep(summary: Path) -> None:
-    code, out, err = run_check(summary, REPO / "config" / "references.yaml")
-    assert err == ""
-    assert "PASS" in row_of(out, f"{HBW8}/latency_us.avg")  # 1.00 us against 1.3 -75%/+900%
-    assert code == 0
+def test_shipped_references_leave_collectives_to_the_history(summary: Path,
+                                                             tmp_path: Path) -> None:
+    """No band for every machine: a first run is new, and the history's band catches a 2x
+    slowdown once it holds history.min_runs runs."""
+    shipped = REPO / "config" / "references.yaml"
+    code, out, err = run_check(summary, shipped)
+    assert err == "" and code == 0
+    assert row_of(out, f"{HBW8}/latency_us.avg").endswith(" NEW")
+    assert re.search(r"^# PASS: 0 pass, 0 fail, 0 noisy, \d+ new, 0 missing", out, re.M)
+    for day in range(1, 4):
+        run_check(_run_with_scale(tmp_path, f"run{day}", 1.0 + day / 100, day), shipped,
+                  "--history", str(tmp_path / "history"))
+    code, out, _ = run_check(_run_with_scale(tmp_path, "slow", 2.0, 4), shipped,
+                             "--history", str(tmp_path / "history"))
+    slower = [line for line in out.splitlines() if "slower than the history" in line]
+    assert code == 1 and slower and all(" FAIL " in line or " NOISY " in line
+                                        for line in slower)
+    assert sum(" FAIL " in line for line in slower) >= len(slower) // 2, out
 
 
 def test_a_nan_latency_is_a_failure_not_a_vanished_point(tmp_path: Path) -> None:
