@@ -44,10 +44,10 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _launch(world: int, tmp_path: Path, **config) -> list[subprocess.CompletedProcess]:
-    """Run ``world`` ranks of ``tests/um_ranks.py`` with ``config``; their results."""
+def _launch(world: int, tmp_path: Path, cases: list[dict]) -> list[subprocess.CompletedProcess]:
+    """Run ``world`` ranks of ``tests/um_ranks.py`` on ``cases``; their results."""
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"cases": CASES, **config}))
+    path.write_text(json.dumps({"cases": cases}))
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
            "WORLD_SIZE": str(world), "OMP_NUM_THREADS": "1"}
     ranks = [subprocess.Popen([sys.executable, str(RANKS_SCRIPT), str(path), str(tmp_path)],
@@ -74,7 +74,7 @@ def _relative(ours, reference) -> float:
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_ranks_train_as_one_rank_on_the_global_batch(world, one_rank, tmp_path):
-    launched = _launch(world, tmp_path)
+    launched = _launch(world, tmp_path, CASES)
     for rank, result in enumerate(launched):
         assert result.returncode == 0, f"rank {rank}: {result.stderr[-2000:]}"
     for rank in range(world):
@@ -95,22 +95,19 @@ def test_ranks_train_as_one_rank_on_the_global_batch(world, one_rank, tmp_path):
             assert stats["bytes_communicated"] == 0
 
 
-def test_mismatched_budgets_are_refused_in_one_line(tmp_path):
-    launched = _launch(2, tmp_path, budget_step=2**20)
+def test_what_several_ranks_cannot_run_is_refused_in_one_line(tmp_path):
+    refusals = {
+        "data parallel gpu_budget: rank 1 has 1074790400, rank 0 has 1073741824; every rank "
+        "needs the same": {"budget_step": 2**20},
+        "offload strategy: 'streamed' (asked) runs one rank, not world size 2; accepted with "
+        "data parallelism: host_optimizer": {"strategy": "streamed"},
+        "process_group backend: 'gloo' cannot reduce cuda tensors; accepted: nccl":
+            {"device": "cuda"},
+    }
+    launched = _launch(2, tmp_path, list(refusals.values()))
     for result in launched:
         assert result.returncode == 2, result.stderr[-2000:]
-        assert result.stderr.strip().splitlines() == [
-            f"error: data parallel gpu_budget: rank 1 has {2**30 + 2**20}, rank 0 has {2**30}; "
-            "every rank needs the same"]
-
-
-def test_the_streamed_strategy_refuses_several_ranks(tmp_path):
-    launched = _launch(2, tmp_path, strategy="streamed")
-    for result in launched:
-        assert result.returncode == 2, result.stderr[-2000:]
-        assert result.stderr.strip().splitlines() == [
-            "error: offload strategy: 'streamed' (asked) runs one rank, not world size 2; "
-            "accepted with data parallelism: host_optimizer"]
+        assert result.stderr.strip().splitlines() == [f"error: {line}" for line in refusals]
 
 
 def test_shards_are_equal_and_aligned():

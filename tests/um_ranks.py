@@ -3,10 +3,11 @@
 environment, gloo between the ranks, the host-optimizer strategy over the CPU transport.
 
 ``python tests/um_ranks.py CONFIG OUT``: trains :class:`um_functions.Net` on this rank's
-slice of each global batch as :func:`train` does, for each case of the JSON ``CONFIG``
-(``{"cases": [{"micro_batches": 1}, ...], "budget_step": 0, "strategy": ...}``), and writes
-``OUT/rank<R>.pt``: per case the losses averaged over the ranks, the strategy's stats and
-the parameters after ``close()``. A refusal exits 2 with one line on stderr.
+slice of each global batch as :func:`train` does, for each of the JSON ``CONFIG``'s
+``cases`` (:func:`train`'s keywords; ``budget_step``: rank ``r``'s budget is ``r`` steps
+above the first's), and writes ``OUT/rank<R>.pt``: per case the losses averaged over the
+ranks, the strategy's stats and the parameters after ``close()``. A refused case writes
+one line on stderr, and the rank exits 2 once every case has run.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from um_functions import VOCAB, Net, make_optimizer
 
 from hpcmem.errors import HpcmemError
 from hpcmem.um.budget.offload import offload_named
+from hpcmem.um.budget.parallel import data_parallel
 
 #: The global batch: rows of tokens, split between the ranks (rows divisible by 1, 2, 4).
 ROWS, LENGTH = 4, 64
@@ -32,10 +34,13 @@ BUCKET_BYTES = 64 * 1024
 
 
 def train(world: int, rank: int, *, steps: int = 4, micro_batches: int = 1,
-          budget: int = BUDGET, strategy: str = "host_optimizer",
+          budget: int = BUDGET, strategy: str = "host_optimizer", device: str = "cpu",
           process_group: Any = None) -> tuple[list[float], dict[str, Any], list[Any]]:
     """Per step, this rank's mean loss over its rows of each micro-batch (summed over the
-    micro-batches); the strategy's stats; the parameters after ``close()``."""
+    micro-batches); the strategy's stats; the parameters after ``close()``. ``device``
+    other than the CPU: only the group's check for it (the CPU transport is the CPU's)."""
+    if device != "cpu":
+        data_parallel(process_group, torch.device(device))
     torch.manual_seed(0)
     model = Net()
     optimizer = make_optimizer(model, groups=True)
@@ -68,14 +73,17 @@ def main(config_path: str, out: str) -> None:
     torch.set_num_threads(1)  # four ranks share two cores
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo")
+    refused = False
     try:
-        config = json.loads(Path(config_path).read_text())
         results = []
-        for case in config["cases"]:
-            budget = BUDGET + rank * config.get("budget_step", 0)
-            losses, stats, params = train(world, rank, budget=budget,
-                                          strategy=config.get("strategy", "host_optimizer"),
-                                          **case)
+        for case in json.loads(Path(config_path).read_text())["cases"]:
+            budget = BUDGET + rank * case.pop("budget_step", 0)
+            try:
+                losses, stats, params = train(world, rank, budget=budget, **case)
+            except HpcmemError as error:
+                print(f"error: {error}", file=sys.stderr)
+                refused = True
+                continue
             mean = torch.tensor(losses, dtype=torch.float64)
             dist.all_reduce(mean)
             results.append({"losses": (mean / world).tolist(), "stats": stats,
@@ -83,11 +91,9 @@ def main(config_path: str, out: str) -> None:
         torch.save(results, Path(out) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
+    if refused:
+        sys.exit(2)
 
 
 if __name__ == "__main__":
-    try:
-        main(*sys.argv[1:])
-    except HpcmemError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+    main(*sys.argv[1:])
