@@ -310,8 +310,9 @@ class HostOptimizer:
         """Spend the budget's room above what a step held on buckets the GPU steps:
         streamed when the CPU optimizer outlasts backward, kept on the device with the rest
         of the room (:mod:`.split`)."""
-        if self.transport.device.type != "cuda" and self.offload.gpu_share is None:
-            return  # the CPU computes the model too: nothing to balance
+        if self.exchange is not None or (self.transport.device.type != "cuda"
+                                         and self.offload.gpu_share is None):
+            return  # several ranks (:mod:`.exchange`), or the CPU computes the model too
         held = max(self.probe_bytes or 0,
                    self.transport.resident_peak_bytes() + self.transport.outside_bytes())
         states = self.host.state_count()
