@@ -52,16 +52,17 @@ def _draw_budgets(axes: Any, group: pd.DataFrame) -> None:
         for _, point in curve.iterrows():
             axes.annotate(f"{point['gpu_budget'] / GiB:.1f}",
                           (point[MEMORY] / GiB, point[STEP]), textcoords="offset points",
-                          xytext=(4, 4), fontsize=7)
+                          xytext=(4, 4), fontsize=8)
     for index, (policy, rows_) in enumerate(others.groupby("policy", sort=True)):
         axes.plot(rows_[MEMORY] / GiB, rows_[STEP], "s", markersize=7,
                   color=PALETTE[1 + index % (len(PALETTE) - 1)], label=policy)
     axes.set_xscale("log", base=2)
     axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
-    axes.set_xlabel("GPU memory held (GiB); hpcmem points labelled with their budget (GiB)")
+    axes.set_xlabel("GPU memory held (GiB)")
     axes.set_ylabel("step time (ms)")
     log_value_axis(axes)
-    axes.legend(fontsize=7)
+    # beside the panel, outside its data: its variants are the panel's own
+    axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
 
 
 def budget_figure(points: pd.DataFrame) -> str | None:
@@ -70,5 +71,5 @@ def budget_figure(points: pd.DataFrame) -> str | None:
         budget_points(points), MODEL, _draw_budgets, title=model_title, most_columns=2,
         size=(5.6, 4.2), alt="budget curve: step time against GPU memory held",
         caption="Median step time (ms) against the GPU memory each variant held: hpcmem at "
-                "its peak GPU-resident bytes under each budget (the line), the others at "
-                "PyTorch's peak reserved bytes.")
+                "its peak GPU-resident bytes under each budget (the line, each point labelled "
+                "with its budget in GiB), the others at PyTorch's peak reserved bytes.")

@@ -27,6 +27,18 @@ def _color(policy: str) -> str:
     return PALETTE[index % len(PALETTE)]
 
 
+def _wrapped(policy: str, width: int = 8) -> str:
+    """A policy's name broken after an underscore into lines of about ``width``
+    characters, so that the names of neighbouring bars never run into each other."""
+    lines = [""]
+    for part in policy.split("_"):
+        if lines[-1] and len(lines[-1]) + 1 + len(part) > width:
+            lines.append(part)
+        else:
+            lines[-1] = f"{lines[-1]}_{part}" if lines[-1] else part
+    return "_\n".join(lines)
+
+
 def _draw_policies(axes: Any, group: pd.DataFrame) -> None:
     """One model point's panel: a bar per policy, its p10-p90 whiskers and ratio to ``um``."""
     import pandas as pd
@@ -44,6 +56,7 @@ def _draw_policies(axes: Any, group: pd.DataFrame) -> None:
         axes.annotate(text, (x, top), textcoords="offset points", xytext=(0, 4),
                       ha="center", va="bottom", fontsize=8)
     axes.margins(y=0.2)
+    axes.set_xticks(range(len(policies)), [_wrapped(p) for p in policies])
     axes.set_ylabel("step time (ms)")
     axes.set_xlabel("memory policy")
     axes.grid(True, axis="y", alpha=0.3)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from hpcmem.units import format_count, format_size
+from hpcmem.units import format_count
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,8 +44,8 @@ def model_title(key: tuple[Any, ...]) -> str:
     model, params, batch, _seq_len, dtype, accumulate, *budget = key
     micro = "" if pd.isna(accumulate) or accumulate == 1 else f" x {accumulate} micro-batches"
     title = f"{model}, {format_count(params)} params, batch {batch}{micro}, {dtype}"
-    if budget and not pd.isna(budget[0]):
-        title += f", budget {format_size(float(budget[0]))}"
+    if budget and not pd.isna(budget[0]):  # on a line of its own: the panels are narrow
+        title += f",\nbudget {float(budget[0]) / 2**30:.3g} GiB"
     return title + variant_label(*budget[1:3]) if len(budget) == 3 else title
 
 

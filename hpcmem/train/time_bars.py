@@ -60,14 +60,13 @@ def _draw_parts(axes: Any, group: pd.DataFrame) -> None:
     axes.set_xlabel("GPU budget")
     axes.set_ylabel("ms per step")
     axes.grid(True, axis="y", alpha=0.3)
-    axes.legend(fontsize=7)
 
 
 def time_figure(points: pd.DataFrame) -> str | None:
     """One panel per budgeted model: per budget, the step beside its parts, bound and floor."""
     return grouped_panels(
         time_parts(points), MODEL, _draw_parts, title=model_title, most_columns=2,
-        size=(5.6, 4.2), alt="where a budgeted step's time goes",
+        size=(5.6, 4.2), legend="", alt="where a budgeted step's time goes",
         caption="Per budget: the median step beside compute (forward to end of backward), "
                 "each copy direction's busy time and the CPU optimizer, all per step; the "
                 "bound they allow overlapped perfectly; and the PCIe floor (working weights "
