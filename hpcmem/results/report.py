@@ -169,7 +169,10 @@ def render_report(summary: Summary, verdict: dict[str, Any] | None = None,
     parts.extend(extra)
     parts.append(_problems_section(summary))
     parts.append(_metadata_section(summary, jobs))
-    runs = ", ".join(summary.metadata.get("run_ids") or []) or "no valid records"
+    run_ids = summary.metadata.get("run_ids") or []
+    runs = ", ".join(run_ids) or "no valid records"
+    if len(run_ids) > 3:  # all of them under "Machine and run"
+        runs = f"{run_ids[0]} … {run_ids[-1]} ({len(run_ids)} runs)"
     judged = (f" · {headline(verdict.get('counts', {}), verdict.get('figures', []))}"
               if verdict else "")
     return PAGE.substitute(
