@@ -50,8 +50,7 @@ def _boxes(figure: Any) -> dict[str, Any]:
     panels = [axes for axes in figure.axes if axes.get_visible()]
     legends = [*figure.legends, *(a.get_legend() for a in panels if a.get_legend())]
     titles = [(axes.title, axes) for axes in panels if axes.get_title()]
-    if figure._suptitle is not None:
-        titles.append((figure._suptitle, None))
+    titles += [(text, None) for text in (figure._suptitle, figure._supxlabel) if text]
     texts = [t for t in figure.findobj(Text) if t.get_visible() and t.get_text().strip()]
     return {
         "size": tuple(round(v * figure.dpi) for v in figure.get_size_inches()),

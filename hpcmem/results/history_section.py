@@ -29,6 +29,8 @@ MOST_DRAWN = 12
 #: report's width
 COLUMNS = 3
 PANEL = (3.6, 2.9)
+#: run numbers on a panel's x axis at most
+MOST_TICKS = 10
 #: the verdicts of a figure drawn over its history, in the order drawn
 TIMELINE_VERDICTS = ("FAIL", "NOISY", "PASS")
 _MARKS = {"FAIL": ("x", "#c44e52"), "NOISY": ("o", "#dd8452")}
@@ -114,6 +116,8 @@ def _value_limits(values: Sequence[float]) -> tuple[float, float]:
 
 def _draw(rows: Sequence[dict[str, Any]], timelines: Mapping[str, Sequence[PastFigure]]
           ) -> str:
+    from matplotlib.ticker import MaxNLocator
+
     runs = _runs([timelines[row["figure"]] for row in rows])
     number = {run: index + 1 for index, run in enumerate(runs)}
     figure, panels = panel_grid(len(rows), COLUMNS, *PANEL)
@@ -137,12 +141,15 @@ def _draw(rows: Sequence[dict[str, Any]], timelines: Mapping[str, Sequence[PastF
                           mew=1.8)
         axes.set_title(_title(row["figure"]), fontsize=10)
         axes.set_xlim(0.5, len(runs) + 0.5)
-        axes.set_xticks(range(1, len(runs) + 1))
+        if len(runs) <= MOST_TICKS:
+            axes.set_xticks(range(1, len(runs) + 1))
+        else:  # a long history: a few whole run numbers, never crowded
+            axes.xaxis.set_major_locator(MaxNLocator(MOST_TICKS, integer=True))
         axes.tick_params(labelsize=10)
         axes.ticklabel_format(axis="y", useOffset=False)
         axes.set_ylabel(row["unit"], fontsize=10)
         axes.grid(True, axis="y", alpha=0.3)
-    figure.supxlabel("run, oldest first (numbered as listed below the figure)", fontsize=10)
+    figure.supxlabel("run number, oldest first", fontsize=10)
     listed = ", ".join(f"{index} = {run}" for index, run in enumerate(runs, 1))
     return embed(figure, "judged figures over their last runs",
                  "Each judged figure over its last runs, oldest left, on an axis around its "
