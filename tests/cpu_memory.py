@@ -54,6 +54,7 @@ class CpuMemory(PassThroughMemory):
                offload: Offload | None = None, process_group: Any = None) -> None:
         self.events.append("attach")
         if self.gpu_budget is not None:
+            self._chunk_loss(model, offload or Offload())
             self._strategy = make_strategy(
                 model, optimizer, offload=offload or Offload(), transport=CpuTransport(),
                 budget=self.gpu_budget, priority=self.policy.priority,
@@ -64,7 +65,7 @@ class CpuMemory(PassThroughMemory):
         """The managed implementation's keys a record reads; nothing escapes on the CPU."""
         stats: dict[str, Any] = {"policy": "hpcmem", "managed": False, "escaped_bytes": 0}
         if self.strategy:
-            stats["offload"] = self.strategy.stats()
+            stats["offload"] = self._offload_stats()
             stats["peak_gpu_resident_bytes"] = stats["offload"]["peak_gpu_resident_bytes"]
         return stats
 

@@ -68,9 +68,13 @@ def test_under_a_budget_it_trains_as_the_plain_trainer(tmp_path, reference):
     assert trainer.accelerator.device_placement is False
     offload = trainer.memory_stats["offload"]
     assert (offload["strategy"], offload["micro_batches"]) == ("host_optimizer", MICRO_BATCHES)
+    assert offload["chunked_loss"]["applied"]
     assert losses == pytest.approx(reference[0], rel=1e-4)
+    # the loss in chunks sums in another order (its gradients within 1e-6 of the plain
+    # ones, relative to their largest); AdamW's division by the root of the second moment
+    # lifts such noise in gradients near zero to about 1e-6 of a weight
     for ours, plain in zip(weights, reference[1], strict=True):
-        torch.testing.assert_close(ours, plain, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(ours, plain, rtol=1e-4, atol=1e-5)
 
 
 def test_without_a_budget_the_model_is_moved_inside_the_params_scope(tmp_path, reference):

@@ -209,6 +209,7 @@ class ManagedMemory(MemoryScopes):
             from hpcmem.um.strategy import make_strategy
 
             transport = CudaTransport(self.device, self._native, self._leftover_gpu)
+            self._chunk_loss(model, offload or Offload())
             self._strategy = make_strategy(
                 model, optimizer, offload=offload or Offload(), transport=transport,
                 budget=self.gpu_budget, priority=self.policy.priority,
@@ -328,7 +329,7 @@ class ManagedMemory(MemoryScopes):
                                  - self._reserved_baseline),
         }
         if self._strategy is not None:
-            stats["offload"] = self._strategy.stats()
+            stats["offload"] = self._offload_stats()
         return stats
 
     def _counters(self, type_name: str) -> dict[str, int]:

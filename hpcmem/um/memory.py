@@ -34,6 +34,7 @@ from hpcmem.um.guard import oversubscription_allowed
 from hpcmem.um.policy import Policy, load_policy
 
 if TYPE_CHECKING:
+    from hpcmem.um.budget.causal_lm import ChunkedLoss
     from hpcmem.um.budget.offload import Offload
     from hpcmem.um.budget.protocol import BudgetStrategy
 
@@ -64,6 +65,7 @@ class MemoryScopes(ABC):
         self.headroom_bytes = headroom_bytes
         self.device_index = device
         self._strategy: BudgetStrategy | None = None
+        self._loss: ChunkedLoss | None = None
         self._closed = False
 
     @property
@@ -99,6 +101,20 @@ class MemoryScopes(ABC):
         """The budget strategy that took the attached model over (None: no budget, or
         nothing attached yet); ``strategy.replan()`` plans again from the last step."""
         return self._strategy
+
+    def _chunk_loss(self, model: Any, offload: Offload) -> None:
+        """Under a budget, the loss of a Hugging Face causal LM in chunks where it applies
+        (:class:`~hpcmem.um.budget.causal_lm.ChunkedLoss`); ``close()`` takes it off."""
+        from hpcmem.um.budget.causal_lm import ChunkedLoss
+
+        assert self.gpu_budget is not None
+        self._loss = ChunkedLoss(model, offload.chunked_loss, self.gpu_budget)
+
+    def _offload_stats(self) -> dict[str, Any]:
+        """The strategy's stats, with the chunked loss's record as ``chunked_loss``."""
+        assert self._strategy is not None
+        loss = self._loss.record if self._loss is not None else None
+        return {**self._strategy.stats(), "chunked_loss": loss}
 
     @abstractmethod
     def stage(self, batch: Any) -> Any:
@@ -136,6 +152,8 @@ class MemoryScopes(ABC):
         """End routing and remove hooks. Pools stay alive until their tensors are freed."""
         if not self._closed:
             self._release()
+            if self._loss is not None:
+                self._loss.close()
             self._closed = True
 
     @abstractmethod

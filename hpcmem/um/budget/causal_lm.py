@@ -1,0 +1,242 @@
+"""The chunked loss (:mod:`hpcmem.um.budget.chunked_loss`) installed on a Hugging Face causal LM.
+
+At ``attach`` under a budget, a model that looks like one (``lm_head`` a ``torch.nn.Linear``,
+a base model behind ``get_decoder()`` or ``base_model``, ``config.vocab_size`` its width,
+a forward that takes ``labels`` and a ``loss_function``) gets three instance attributes,
+none of its code changed:
+
+* ``model.forward``: given ``labels``, runs the model's own forward with the loss in chunks
+  and returns its output with ``loss`` set and ``logits=None``; without labels, unchanged;
+* ``lm_head.forward``: in such a forward, computes the summed loss in chunks from its input
+  (the hidden states) and its weight, and returns an empty stand-in for the logits;
+* ``model.loss_function``: divides that sum as HF's ``ForCausalLMLoss`` does (by the tokens
+  whose label is not ``ignore_index``, or by ``num_items_in_batch`` when given).
+
+The model's own forward runs, not its base model and then the loss, so each model keeps
+its own arguments and what it adds to the loss (a mixture of experts' router loss). The loss
+runs inside ``lm_head``'s call, where a strategy that binds a module's parameters for its
+forward (the streamed one) has bound the weight. Whatever the model's forward does to the
+logits after ``lm_head`` other than ``.float()`` or ``.contiguous()`` is refused when it does
+it, naming the operation; heads known to do so (logit soft-capping, scaled logits) are
+skipped at ``attach``, with the reason in the record. ``close()`` gives back what was there.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from hpcmem.um.budget.chunked_loss import chunk_rows, linear_cross_entropy
+from hpcmem.um.errors import BudgetError
+
+__all__ = ["CHUNK_SHARE", "MAX_CHUNK_BYTES", "ChunkedLoss", "chunk_bytes", "unsupported"]
+
+#: The share of the budget a chunk's fp32 logits may take, and the most they take.
+CHUNK_SHARE = 1 / 64
+MAX_CHUNK_BYTES = 256 * 2**20
+#: Config fields whose value changes the logits between ``lm_head`` and the loss, and the
+#: value at which they do not (Gemma 2 and 3 soft-cap; Cohere and Granite scale).
+HEAD_CONFIG = {"final_logit_softcapping": None, "logit_scale": None, "logits_scaling": 1}
+_MISSING = object()
+
+
+def chunk_bytes(budget: int) -> int:
+    """Bytes of a chunk's fp32 logits under ``budget``: ``CHUNK_SHARE`` of it, at most
+    ``MAX_CHUNK_BYTES`` (a chunk of a few hundred rows already keeps the GPU busy)."""
+    return min(MAX_CHUNK_BYTES, int(budget * CHUNK_SHARE))
+
+
+def unsupported(model: Any) -> str | None:
+    """Why the chunked loss cannot stand in for ``model``'s head and loss (None: it can)."""
+    head = getattr(model, "lm_head", None)
+    if head is None:
+        return "no lm_head"
+    if type(head) is not torch.nn.Linear:
+        return f"lm_head is a {type(head).__name__}, not a torch.nn.Linear"
+    base = model.get_decoder() if hasattr(model, "get_decoder") else None
+    if base is None or base is model:
+        base = getattr(model, "base_model", None)
+    if base is None or base is model:
+        return "no base model behind get_decoder() or base_model"
+    config = getattr(model, "config", None)
+    vocab = getattr(config, "vocab_size", None)
+    if vocab != head.out_features:
+        return f"config.vocab_size {vocab} is not lm_head's {head.out_features} outputs"
+    if "labels" not in inspect.signature(model.forward).parameters:
+        return "its forward takes no labels"
+    if not hasattr(model, "loss_function"):
+        return "no loss_function"
+    for name, neutral in HEAD_CONFIG.items():
+        value = getattr(config, name, neutral)
+        if value not in (neutral, None):
+            return f"config.{name}={value} changes the logits after lm_head"
+    return None
+
+
+@dataclass
+class _Call:
+    """One forward with labels: the targets, and the summed loss once ``lm_head`` made it."""
+
+    labels: Any
+    shifted: bool  # the labels are the targets already (``shift_labels``)
+    ignore_index: int
+    total: Any = None
+    count: Any = None
+    done: bool = False
+
+
+class ChunkedLoss:
+    """The chunked loss on ``model`` where it applies and ``enabled`` (None: wherever it
+    applies; True: refused where it does not), rows per chunk from ``budget``."""
+
+    def __init__(self, model: Any, enabled: bool | None, budget: int) -> None:
+        self.model = model
+        self.reason = "off (chunked_loss=False)" if enabled is False else unsupported(model)
+        if enabled and self.reason:
+            raise BudgetError(f"offload chunked_loss: True does not apply to "
+                              f"{type(model).__name__}: {self.reason}")
+        self.chunk_bytes = chunk_bytes(budget)
+        self.rows = 0
+        self._call: _Call | None = None
+        self._saved: list[tuple[Any, str, Any, Any]] = []
+        self._on = self.reason is None  # until close()
+        if self._on:
+            self.rows = chunk_rows(model.config.vocab_size, self.chunk_bytes)
+            self._install()
+
+    @property
+    def applied(self) -> bool:
+        return self.reason is None
+
+    @property
+    def record(self) -> dict[str, Any]:
+        """Whether it runs, why not, and its chunks."""
+        return {"applied": self.applied, "reason": self.reason,
+                "chunk_bytes": self.chunk_bytes if self.applied else None,
+                "chunk_rows": self.rows if self.applied else None}
+
+    # -- installing -----------------------------------------------------------------------
+    def _install(self) -> None:
+        model, head = self.model, self.model.lm_head
+        self._set(model, "forward", self._forward(model.forward))
+        self._set(head, "forward", self._head(head.forward))
+        self._set(model, "_loss_function", self._loss(model.loss_function))  # its setter's
+
+    def _set(self, owner: Any, name: str, value: Any) -> None:
+        self._saved.append((owner, name, owner.__dict__.get(name, _MISSING), value))
+        setattr(owner, name, value)
+
+    def close(self) -> None:
+        """Give back each attribute that is still the one installed (one set over it since,
+        such as a trainer's wrapper, stays, and what was installed under it passes through)."""
+        for owner, name, before, installed in self._saved:
+            if owner.__dict__.get(name) is installed:
+                if before is _MISSING:
+                    delattr(owner, name)
+                else:
+                    setattr(owner, name, before)
+        self._saved.clear()
+        self._on = False
+
+    # -- the three stand-ins ----------------------------------------------------------------
+    def _forward(self, forward: Any) -> Any:
+        signature = inspect.signature(forward)
+
+        @functools.wraps(forward)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            labels = signature.bind_partial(*args, **kwargs).arguments.get("labels")
+            if labels is None or not self._on or self._call is not None:
+                return forward(*args, **kwargs)
+            shifted = kwargs.get("shift_labels")
+            self._call = _Call(labels if shifted is None else shifted, shifted is not None,
+                               kwargs.get("ignore_index", -100))
+            try:
+                output = forward(*args, **kwargs)
+                call = self._call
+            finally:
+                self._call = None
+            if not call.done:
+                raise BudgetError(
+                    f"chunked_loss: {type(self.model).__name__}'s forward did not compute its "
+                    "loss from lm_head's output through loss_function; attach with "
+                    "chunked_loss=False")
+            return _without_logits(output)
+
+        return run
+
+    def _head(self, forward: Any) -> Any:
+        def run(hidden: Any) -> Any:
+            call = self._call
+            if call is None or call.total is not None:
+                return forward(hidden)
+            targets = call.labels.to(hidden.device)
+            if not call.shifted:  # position t predicts label t + 1, as ForCausalLMLoss
+                targets = torch.nn.functional.pad(targets, (0, 1), value=call.ignore_index)
+                targets = targets[..., 1:]
+            flat = hidden.reshape(-1, hidden.shape[-1])
+            targets = targets.reshape(-1)
+            if targets.numel() != flat.shape[0]:
+                raise BudgetError(f"chunked_loss: labels hold {targets.numel()} tokens, "
+                                  f"lm_head's input {flat.shape[0]}")
+            head = self.model.lm_head
+            call.total = linear_cross_entropy(flat, head.weight, head.bias, targets,
+                                              ignore_index=call.ignore_index, rows=self.rows)
+            call.count = (targets != call.ignore_index).sum()
+            return NoLogits.standing_for(hidden, self.model)
+
+        return run
+
+    def _loss(self, loss_function: Any) -> Any:
+        @functools.wraps(loss_function)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            call = self._call
+            logits = args[0] if args else kwargs.get("logits")
+            if call is None or not isinstance(logits, NoLogits):
+                return loss_function(*args, **kwargs)
+            divisor = kwargs.get("num_items_in_batch")
+            if divisor is None:
+                divisor = call.count
+            elif torch.is_tensor(divisor):
+                divisor = divisor.to(call.total.device)
+            call.done = True
+            return call.total / divisor
+
+        return run
+
+
+class NoLogits(torch.Tensor):
+    """An empty stand-in for the logits the chunked loss never made: ``.float()`` and
+    ``.contiguous()`` give it back, reading its shape works, any other use is refused."""
+
+    _model: str = ""
+
+    @classmethod
+    def standing_for(cls, hidden: Any, model: Any) -> NoLogits:
+        out = hidden.new_empty((*hidden.shape[:-1], 0)).as_subclass(cls)
+        out._model = type(model).__name__
+        return out
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None):
+        name = getattr(func, "__name__", repr(func))
+        if name in ("float", "contiguous"):
+            return args[0]
+        if name in ("__get__", "__repr__", "__format__"):
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **(kwargs or {}))
+        model = next((a._model for a in args if isinstance(a, NoLogits)), "the model")
+        raise BudgetError(
+            f"chunked_loss: {model}'s forward applies {name} to the logits after lm_head, "
+            "which the chunked loss cannot reproduce; attach with chunked_loss=False")
+
+
+def _without_logits(output: Any) -> Any:
+    """``output`` without the stand-in: ``logits=None`` in a model output, left out of a
+    tuple (as a tuple leaves out what is None)."""
+    if isinstance(output, tuple):
+        return tuple(x for x in output if not isinstance(x, NoLogits))
+    return type(output)(**{k: v for k, v in output.items() if k != "logits"})
