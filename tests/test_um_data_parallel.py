@@ -35,7 +35,9 @@ LOSS_TOLERANCE = 1e-6
 #: rate whichever way its rounding goes: weights are compared in units of the learning rate
 #: (measured: 2.7e-6 at most).
 WEIGHT_TOLERANCE = 1e-5
-CASES = [{"micro_batches": 1}, {"micro_batches": 2}]
+#: plain steps, accumulation, and clipping by the norm over every rank (it clips: the
+#: gradients' norm is about 0.5)
+CASES = [{"micro_batches": 1}, {"micro_batches": 2}, {"max_grad_norm": 0.05}]
 
 
 def _free_port() -> int:
@@ -93,6 +95,8 @@ def test_ranks_train_as_one_rank_on_the_global_batch(world, one_rank, tmp_path):
             # one reduce-scatter of the gradients, one all-gather of the weights, per step
             assert offload["bytes_communicated"] == 2 * offload["working_bytes"]
             assert stats["bytes_communicated"] == 0
+            if "max_grad_norm" in case:
+                assert abs(offload["clip"]["grad_norm"] / stats["clip"]["grad_norm"] - 1) < 1e-5
 
 
 def test_what_several_ranks_cannot_run_is_refused_in_one_line(tmp_path):

@@ -42,7 +42,7 @@ from hpcmem.um.strategy import make_strategy, planned, working_bytes  # noqa: E4
 BUDGET = 2**30
 def _train(offload=None, steps=5, micro_batches=1, kind="AdamW", groups=False, bf16=False,
            bucket_bytes=64 * 1024, lr_at=None, state_first=False, closure=False,
-           budget=BUDGET):
+           budget=BUDGET, clip=None):
     torch.manual_seed(0)
     model = Net()
     optimizer = make_optimizer(model, kind, groups)
@@ -85,6 +85,8 @@ def _train(offload=None, steps=5, micro_batches=1, kind="AdamW", groups=False, b
                 assert optimizer.step(forward_backward).item() == losses[-1]
             else:
                 forward_backward()
+        if clip is not None and engine is None:  # the reference: clipped by PyTorch
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         if not closure:
             optimizer.step()
         optimizer.zero_grad()
@@ -248,8 +250,7 @@ def test_a_value_is_made_from_a_strategy_name_and_fields():
     assert record["strategy"] == "host_optimizer" and record["gpu_share"] == 0.5
     assert offload_named(**record) == HostOptimizerOffload(gpu_share=0.5)
     assert Offload().to_record() == {"strategy": None, "working_dtype": None,
-                                     "micro_batches": 1, "recompute": None,
-                                     "chunked_loss": None}
+                                     "micro_batches": 1, "recompute": None}
 
 
 def test_an_optimizer_the_host_cannot_step_is_refused():
@@ -269,6 +270,36 @@ def test_fp32_training_agrees_with_the_plain_optimizer(kind):
     weights = _close(engine, model)
     for a, b in zip(weights, ref_model.parameters(), strict=True):
         torch.testing.assert_close(a, b.detach(), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["AdamW", "SGD"])
+def test_clipping_by_global_norm_agrees_with_pytorchs(kind):
+    reference, ref_model, *_ = _train(kind=kind, groups=True, clip=0.05)
+    ours, model, _, engine = _train({"max_grad_norm": 0.05}, kind=kind, groups=True, clip=0.05)
+    _agree(ours, reference, 1e-4)
+    clip = engine.stats()["clip"]
+    assert clip["grad_norm"] > 0.05 and clip["skipped_steps"] == 0  # it did clip
+    for a, b in zip(_close(engine, model), ref_model.parameters(), strict=True):
+        torch.testing.assert_close(a, b.detach(), rtol=1e-4, atol=1e-6)
+
+
+def test_a_step_whose_norm_is_not_finite_is_skipped():
+    _, model, optimizer, engine = _train({"max_grad_norm": 1.0}, steps=1)
+    before = [p.detach().clone() for p in model.parameters()]
+    with engine.scope():
+        (model(torch.arange(8)) * float("inf")).backward()
+    optimizer.step()
+    assert engine.stats()["clip"]["skipped_steps"] == 1
+    for a, b in zip(model.parameters(), before, strict=True):
+        assert torch.equal(a.detach(), b)
+
+
+def test_clipping_refuses_what_steps_during_backward():
+    with pytest.raises(BudgetError, match=r"^offload max_grad_norm: 1.0 cannot go with "
+                       r"delayed_update=True \(the norm needs every gradient"):
+        HostOptimizerOffload(max_grad_norm=1.0, delayed_update=True)
+    with pytest.raises(BudgetError, match=r"^offload max_grad_norm: 0 must be a positive"):
+        HostOptimizerOffload(max_grad_norm=0)
 
 
 @pytest.mark.parametrize(("kind", "asked", "kernel", "wire"), [

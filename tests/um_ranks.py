@@ -35,7 +35,8 @@ BUCKET_BYTES = 64 * 1024
 
 def train(world: int, rank: int, *, steps: int = 4, micro_batches: int = 1,
           budget: int = BUDGET, strategy: str = "host_optimizer", device: str = "cpu",
-          process_group: Any = None) -> tuple[list[float], dict[str, Any], list[Any]]:
+          max_grad_norm: float | None = None, process_group: Any = None
+          ) -> tuple[list[float], dict[str, Any], list[Any]]:
     """Per step, this rank's mean loss over its rows of each micro-batch (summed over the
     micro-batches); the strategy's stats; the parameters after ``close()``. ``device``
     other than the CPU: only the group's check for it (the CPU transport is the CPU's)."""
@@ -45,7 +46,8 @@ def train(world: int, rank: int, *, steps: int = 4, micro_batches: int = 1,
     model = Net()
     optimizer = make_optimizer(model, groups=True)
     memory = CpuMemory(gpu_budget=budget)
-    fields = {"bucket_bytes": BUCKET_BYTES} if strategy == "host_optimizer" else {}
+    fields = ({"bucket_bytes": BUCKET_BYTES, "max_grad_norm": max_grad_norm}
+              if strategy == "host_optimizer" else {})
     memory.attach(model, optimizer, offload_named(strategy, micro_batches=micro_batches,
                                                   **fields), process_group=process_group)
     generator = torch.Generator().manual_seed(1)

@@ -74,11 +74,6 @@ class Offload:
     micro_batches : backward passes per optimizer step; gradients accumulate until the last
         one.
     recompute : recompute repeated blocks in backward (None: unless everything fits).
-    chunked_loss : for a Hugging Face causal LM given ``labels``, the output projection and
-        cross-entropy in chunks of tokens, never the whole logits
-        (:mod:`hpcmem.um.budget.causal_lm`; the output's ``logits`` is then None). None: on
-        where it applies, skipped with the reason in the stats elsewhere; True: refused
-        where it does not apply; False: off.
     """
 
     #: the strategy's name in records and on command lines (None: planned)
@@ -87,13 +82,9 @@ class Offload:
     working_dtype: str | None = None
     micro_batches: int = 1
     recompute: bool | None = None
-    chunked_loss: bool | None = None
 
     def __post_init__(self) -> None:
         _one_of("working_dtype", self.working_dtype, DTYPES)
-        if self.chunked_loss is not None and not isinstance(self.chunked_loss, bool):
-            raise BudgetError(f"offload chunked_loss: {self.chunked_loss!r} is not true, false "
-                              "or null")
         if self.micro_batches < 1:
             raise BudgetError(f"offload micro_batches: {self.micro_batches} must be >= 1")
 
@@ -133,6 +124,10 @@ class HostOptimizerOffload(Offload):
         instead of 28 and the state takes half the host memory; the trajectory is close to,
         not the same as, fp32 state's. Buckets the GPU steps keep fp32 state; ``close()``
         gives fp32 state back.
+    max_grad_norm : clip the gradients to this global L2 norm (over every rank) before the
+        host steps them, as ``torch.nn.utils.clip_grad_norm_`` does; a step whose norm is
+        not finite is skipped (None: no clipping). The norm needs every gradient, so the
+        host steps the buckets after backward instead of during it.
     """
 
     strategy: ClassVar[str | None] = "host_optimizer"
@@ -143,6 +138,7 @@ class HostOptimizerOffload(Offload):
     host_kernel: str | None = None
     delayed_update: bool = False
     state_dtype: str | None = None
+    max_grad_norm: float | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -154,6 +150,15 @@ class HostOptimizerOffload(Offload):
             raise BudgetError(f"offload gpu_share: {self.gpu_share} is not between 0 and 1")
         _one_of("host_kernel", self.host_kernel, HOST_KERNELS)
         _one_of("state_dtype", self.state_dtype, STATE_DTYPES)
+        if self.max_grad_norm is not None:
+            if not 0 < self.max_grad_norm < float("inf"):
+                raise BudgetError(f"offload max_grad_norm: {self.max_grad_norm} must be a "
+                                  "positive finite number")
+            if self.delayed_update or self.gpu_share:
+                other = "delayed_update" if self.delayed_update else "gpu_share"
+                raise BudgetError(f"offload max_grad_norm: {self.max_grad_norm} cannot go with "
+                                  f"{other}={getattr(self, other)!r} (the norm needs every "
+                                  "gradient before any bucket steps); accepted: their defaults")
 
     @property
     def narrow_state(self) -> bool:

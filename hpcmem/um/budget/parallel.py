@@ -68,6 +68,15 @@ class Ranks:
         self.all_gather(full).wait()
         return full if shard.device == full.device else full.to(shard.device)
 
+    def total(self, value: float) -> float:
+        """``value`` summed over the ranks (a gradient norm's square)."""
+        import torch
+        import torch.distributed as dist
+
+        summed = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(summed, group=self.group)
+        return float(summed.item())
+
     def broadcast(self, tensors: Iterable[Any]) -> None:
         """Rank 0's values into ``tensors`` on every rank (as DDP starts)."""
         import torch.distributed as dist

@@ -3,10 +3,9 @@
 :class:`HostOptimizer` takes over a model and its optimizer when the job's offload value is
 a :class:`~hpcmem.um.budget.offload.HostOptimizerOffload`, given or planned:
 
-* set-up: the trained parameters are laid out in buckets (:mod:`.buckets`); each bucket's
-  fp32 master weights, gradient and optimizer state move to host memory (:mod:`.host`),
-  its working weights (the autocast dtype) to plain device memory (:mod:`.placement`;
-  every copy's device end is plain memory: :mod:`.staging` says why);
+* set-up (:mod:`.parts`): the trained parameters are laid out in buckets; each bucket's
+  fp32 master weights, gradient and optimizer state move to host memory, its working
+  weights to plain device memory (:mod:`.staging` says why);
 * backward: on the last micro-batch of a step, each gradient is copied into the out ring
   (:class:`.staging.OutRing`) in the dtype the bucket kernel reads (:mod:`.kernel`: the
   working dtype for hpcmem's Adam, fp32 for PyTorch's kernel) as soon as autograd has
@@ -30,9 +29,9 @@ a bucket's job is waited for, and its weights uploaded, when the bucket's gradie
 next backward are complete, so forward and backward run on weights one update behind while
 the CPU steps.
 
-Under data parallelism (``ranks``, ZeRO-2's layout) each rank's host holds one shard of
-every bucket: a complete bucket's gradients are reduce-scattered into it, and the updated
-shards all-gathered into every rank's working weights after the step (:mod:`.exchange`).
+Under data parallelism (``ranks``) each rank's host holds a shard of every bucket, its
+gradients reduce-scattered and its weights all-gathered (:mod:`.exchange`). Clipping by
+global norm (:mod:`.clip`) steps the buckets after backward, scaled.
 
 The first step is the probe: it measures the device bytes one step needs, everything
 outside the managed pools included (:meth:`Transport.outside_bytes`); a budget below them
@@ -53,10 +52,12 @@ from hpcmem.um.budget.phases import Phase
 from hpcmem.um.budget.recompute import Recompute, repeated_blocks
 from hpcmem.um.budget.transport import BANDWIDTH_PROBE_BYTES, Transport
 from hpcmem.um.errors import BudgetError
+from hpcmem.um.host_optimizer.clip import Clip
 from hpcmem.um.host_optimizer.device_step import DeviceStep
 from hpcmem.um.host_optimizer.host import check_supported
 from hpcmem.um.host_optimizer.ledger import Ledger, StepTimes, median_times
 from hpcmem.um.host_optimizer.parts import make_parts
+from hpcmem.um.host_optimizer.placement import PlainMemory
 from hpcmem.um.host_optimizer.split import PLAN_AFTER, ROOM_MARGIN, Split, plan_split
 from hpcmem.um.host_optimizer.worker import Stepped
 from hpcmem.um.tensors import tensor_bytes
@@ -96,8 +97,7 @@ class HostOptimizer:
         if transport.device.type == "cuda":
             torch.cuda.empty_cache()  # the probe's buffers are not this job's to keep
         self._base_bytes = transport.live_bytes()
-        self.plain_bytes = 0
-        self._plain_scope = plain_scope
+        self._plain = PlainMemory(transport.device, plain_scope)
         parts = make_parts(model, optimizer, transport=transport, budget=budget,
                            offload=offload, ranks=ranks, device_scope=device_scope,
                            plain=self._plain)
@@ -106,6 +106,7 @@ class HostOptimizer:
         self.flats, self.worker, self.ring, self.exchange = (
             parts.flats, parts.worker, parts.ring, parts.exchange)
         optimizer.state.clear()  # the host holds it now
+        self.clip = offload.max_grad_norm and Clip(offload.max_grad_norm, ranks)
         self._where = {id(p): (b.index, i) for b in self.buckets for i, p in enumerate(b.params)}
         self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad)
                        for p in parts.trained]
@@ -129,16 +130,10 @@ class HostOptimizer:
         self._begin_step()
         transport.reset_peak()
 
-    # -- set-up -------------------------------------------------------------------------
-    @contextmanager
-    def _plain(self) -> Iterator[None]:
-        """Allocations in plain device memory, their bytes added to ``plain_bytes``."""
-        torch, device = self._torch, self.transport.device
-        on_gpu = device.type == "cuda"
-        with self._plain_scope():
-            before = torch.cuda.memory_reserved(device) if on_gpu else 0
-            yield
-            self.plain_bytes += (torch.cuda.memory_reserved(device) if on_gpu else 0) - before
+    @property
+    def plain_bytes(self) -> int:
+        """Device bytes of the copies' buffers and working weights (plain device memory)."""
+        return self._plain.bytes
 
     # -- forward and backward ---------------------------------------------------------------
     @contextmanager
@@ -222,10 +217,12 @@ class HostOptimizer:
                 self._to_worker(reduced, landed, [], None)
 
     def _to_worker(self, index: int, landed: Any, missing: list[int], before: Any) -> None:
-        """Bucket ``index``'s gradient lands with ``landed``: the worker steps it."""
-        released = None if self._delayed else self.transport.mark()
-        self.worker.submit(index, landed, released, missing, parity=self._parity,
-                           before=before)
+        """Bucket ``index``'s gradient lands with ``landed``: the worker steps (or measures) it."""
+        if self.clip:
+            self.worker.measure(index, landed, missing, parity=self._parity)
+        else:
+            self.worker.submit(index, landed, None if self._delayed else self.transport.mark(),
+                               missing, parity=self._parity, before=before)
         self.ledger.d2h += tensor_bytes(self.host.grads[0][index]) if self.exchange else 0
         self.ledger.h2d += tensor_bytes(self.host.upload_source(index))
 
@@ -264,6 +261,10 @@ class HostOptimizer:
             self._submit(bucket.index, missing)
         for index, landed in self.exchange.drain() if self.exchange else ():
             self._to_worker(index, landed, [], None)
+        if self.clip:  # every gradient is in: each bucket steps scaled (none: not finite)
+            scale = self.clip.scale(self.worker.squares())
+            for index in range(len(self.buckets)) if scale is not None else ():
+                self.worker.submit(index, None, self.transport.mark(), [], scale=scale)
         done = self._finish_delayed() if self._delayed else self._finish()
         times = self.ledger.stepped(done, self._first_grad)
         phase, self._steps = self.phase, self._steps + 1
@@ -279,8 +280,7 @@ class HostOptimizer:
 
     def _finish(self) -> list[Stepped]:
         """The step's jobs done and their weights up: the next forward reads them, and the
-        gradients held for their copies are free again (the device is idle until then in
-        any case)."""
+        gradients held for their copies are free again (the device is idle until then)."""
         done = (self.exchange.gather(self.worker, self.flats) if self.exchange
                 else self.worker.drain())
         self.transport.synchronize()
@@ -310,9 +310,9 @@ class HostOptimizer:
         """Spend the budget's room above what a step held on buckets the GPU steps:
         streamed when the CPU optimizer outlasts backward, kept on the device with the rest
         of the room (:mod:`.split`)."""
-        if self.exchange is not None or (self.transport.device.type != "cuda"
-                                         and self.offload.gpu_share is None):
-            return  # several ranks (:mod:`.exchange`), or the CPU computes the model too
+        if self.exchange or self.clip or (self.transport.device.type != "cuda"
+                                          and self.offload.gpu_share is None):
+            return  # several ranks, clipping, or the CPU computes the model too
         held = max(self.probe_bytes or 0,
                    self.transport.resident_peak_bytes() + self.transport.outside_bytes())
         states = self.host.state_count()
@@ -363,13 +363,13 @@ class HostOptimizer:
             "split": self.split.to_record() if self.split is not None else None,
             "host_bytes": self.arena.reserved_bytes,
             "host_optimizer_bytes": self.host.held_bytes(),
+            "clip": self.clip.to_record() if self.clip else None,
             **(self.exchange.stats(self.ledger.steps) if self.exchange else
                {"world_size": 1, "bytes_communicated": 0}),
         }
 
     def replan(self) -> dict[str, int]:
-        """The device bytes the mode keeps: working weights and the copies' buffers (fixed
-        at set-up; nothing to plan again)."""
+        """The device bytes kept: working weights and the copies' buffers (fixed at set-up)."""
         working = sum(tensor_bytes(f) for f in self.flats)
         return {"working": working, "staging": self.plain_bytes - working}
 

@@ -175,12 +175,23 @@ class HostBuckets:
                      if isinstance(v, self._torch.Tensor))]
         return sum(t.numel() * t.element_size() for t in tensors)
 
-    def step_bucket(self, index: int, missing: list[int], parity: int = 0) -> None:
-        """Step bucket ``index`` from the gradient landed in its buffer ``parity`` (the
-        positions in ``missing`` had none: stepped with a zero gradient)."""
+    def square(self, index: int, missing: list[int], parity: int = 0) -> float:
+        """The squared L2 norm of bucket ``index``'s gradient in its buffer ``parity``, the
+        positions in ``missing`` zeroed first (they had none)."""
         bucket, grad = self.buckets[index], self.grads[parity][index]
         for position in missing:
             bucket.slot(grad, position).zero_()
+        return float(self._torch.linalg.vector_norm(grad, dtype=self._torch.float32)) ** 2
+
+    def step_bucket(self, index: int, missing: list[int], parity: int = 0,
+                    scale: float = 1.0) -> None:
+        """Step bucket ``index`` from the gradient landed in its buffer ``parity`` (the
+        positions in ``missing`` had none: stepped with a zero gradient), times ``scale``."""
+        bucket, grad = self.buckets[index], self.grads[parity][index]
+        for position in missing:
+            bucket.slot(grad, position).zero_()
+        if scale != 1.0:
+            grad.mul_(scale)
         out = self.outs[index] if self.outs else None
         self.kernel.step(self.optimizers[index], self.masters[index], grad, out)
 

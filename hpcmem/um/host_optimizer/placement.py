@@ -8,6 +8,8 @@ every copied byte crosses (:mod:`.staging`).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from hpcmem.um.budget.offload import staging_bytes
@@ -16,7 +18,25 @@ from hpcmem.um.host_optimizer.buckets import Bucket
 from hpcmem.um.host_optimizer.host import HostBuckets
 from hpcmem.um.host_optimizer.staging import OutRing
 
-__all__ = ["device_buffers", "place_model"]
+__all__ = ["PlainMemory", "device_buffers", "place_model"]
+
+
+class PlainMemory:
+    """Allocations in plain device memory on ``device`` (``scope()`` takes them out of every
+    pool), their bytes added to ``bytes``."""
+
+    def __init__(self, device: Any, scope: Callable[[], AbstractContextManager[None]]) -> None:
+        self.device, self.scope, self.bytes = device, scope, 0
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        import torch
+
+        on_gpu = self.device.type == "cuda"
+        with self.scope():
+            before = torch.cuda.memory_reserved(self.device) if on_gpu else 0
+            yield
+            self.bytes += (torch.cuda.memory_reserved(self.device) if on_gpu else 0) - before
 
 
 def device_buffers(buckets: list[Bucket], host: HostBuckets, working_dtype: Any,

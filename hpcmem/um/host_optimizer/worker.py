@@ -58,6 +58,7 @@ class Worker:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hpcmem-host-step",
                                         initializer=self._start)
         self._jobs: dict[int, Future[Stepped]] = {}  # by bucket, in the order submitted
+        self._squares: list[Future[float]] = []  # the step's gradient norms, squared
 
     def _start(self) -> None:
         """On the worker's thread, before its first step: its CPUs, its thread count."""
@@ -69,18 +70,33 @@ class Worker:
             torch.set_num_threads(self.threads)
 
     def submit(self, index: int, landed: Any, released: Any, missing: list[int], *,
-               parity: int = 0, before: Any = None) -> None:
-        """Step bucket ``index`` from its gradient buffer ``parity`` once ``landed`` (its
-        last gradient copy) and ``before`` (the last copy reading its weights) are done, and
-        copy it up once ``released`` (the compute work that read the old weights) is; None:
-        the caller uploads it (:meth:`upload`) after :meth:`wait`."""
+               parity: int = 0, before: Any = None, scale: float = 1.0) -> None:
+        """Step bucket ``index`` from its gradient buffer ``parity`` (times ``scale``) once
+        ``landed`` (its last gradient copy) and ``before`` (the last copy reading its
+        weights) are done, and copy it up once ``released`` (the compute work that read the
+        old weights) is; None: the caller uploads it (:meth:`upload`) after :meth:`wait`."""
         if index in self._jobs:
             raise RuntimeError(f"host optimizer: bucket {index} submitted twice")
         self._jobs[index] = self._pool.submit(self._run, index, landed, released, missing,
-                                              parity, before)
+                                              parity, before, scale)
+
+    def measure(self, index: int, landed: Any, missing: list[int], parity: int = 0) -> None:
+        """Take bucket ``index``'s squared gradient norm once ``landed`` is done (clipping:
+        :meth:`squares`)."""
+        self._squares.append(self._pool.submit(self._square, index, landed, missing, parity))
+
+    def _square(self, index: int, landed: Any, missing: list[int], parity: int) -> float:
+        if landed is not None:
+            self.transport.settle(landed)
+        return self.host.square(index, missing, parity)
+
+    def squares(self) -> list[float]:
+        """Wait for every squared norm measured since the last call; their values."""
+        futures, self._squares = self._squares, []
+        return [future.result() for future in futures]
 
     def _run(self, index: int, landed: Any, released: Any, missing: list[int], parity: int,
-             before: Any) -> Stepped:
+             before: Any, scale: float) -> Stepped:
         import torch
 
         for token in (before, landed):
@@ -88,7 +104,7 @@ class Worker:
                 self.transport.settle(token)
         start = time.perf_counter()
         with torch.no_grad():
-            self.host.step_bucket(index, missing, parity)
+            self.host.step_bucket(index, missing, parity, scale)
         cpu_ms = (time.perf_counter() - start) * 1e3
         uploaded = None if released is None else self.upload(index, released)
         return Stepped(index, cpu_ms, uploaded)
