@@ -250,7 +250,8 @@ def test_a_value_is_made_from_a_strategy_name_and_fields():
     assert record["strategy"] == "host_optimizer" and record["gpu_share"] == 0.5
     assert offload_named(**record) == HostOptimizerOffload(gpu_share=0.5)
     assert Offload().to_record() == {"strategy": None, "working_dtype": None,
-                                     "micro_batches": 1, "recompute": None}
+                                     "micro_batches": 1, "recompute": None,
+                                     "chunked_loss": None}
 
 
 def test_an_optimizer_the_host_cannot_step_is_refused():

@@ -74,6 +74,11 @@ class Offload:
     micro_batches : backward passes per optimizer step; gradients accumulate until the last
         one.
     recompute : recompute repeated blocks in backward (None: unless everything fits).
+    chunked_loss : for a Hugging Face causal LM given ``labels``, the output projection and
+        cross-entropy in chunks of tokens, never the whole logits
+        (:mod:`hpcmem.um.budget.causal_lm`; the output's ``logits`` is then None). None: on
+        where it applies, skipped with the reason in the stats elsewhere; True: refused
+        where it does not apply; False: off.
     """
 
     #: the strategy's name in records and on command lines (None: planned)
@@ -82,9 +87,13 @@ class Offload:
     working_dtype: str | None = None
     micro_batches: int = 1
     recompute: bool | None = None
+    chunked_loss: bool | None = None
 
     def __post_init__(self) -> None:
         _one_of("working_dtype", self.working_dtype, DTYPES)
+        if self.chunked_loss is not None and not isinstance(self.chunked_loss, bool):
+            raise BudgetError(f"offload chunked_loss: {self.chunked_loss!r} is not true, false "
+                              "or null")
         if self.micro_batches < 1:
             raise BudgetError(f"offload micro_batches: {self.micro_batches} must be >= 1")
 
