@@ -99,6 +99,23 @@ def test_ranks_train_as_one_rank_on_the_global_batch(world, one_rank, tmp_path):
                 assert abs(offload["clip"]["grad_norm"] / stats["clip"]["grad_norm"] - 1) < 1e-5
 
 
+def test_a_group_of_one_rank_runs_the_collectives(one_rank):
+    """A group given with one rank reduces and gathers (the GPU test runs NCCL so); without
+    one, a default group of one rank runs none."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0,
+                            world_size=1)
+    try:
+        losses, stats, _ = train(1, 0, process_group=dist.group.WORLD)
+        _, single, _ = train(1, 0, steps=1)
+    finally:
+        dist.destroy_process_group()
+    assert losses == one_rank[0][0]  # one rank's average is its own gradient, bit for bit
+    assert stats["world_size"] == 1 and stats["bytes_communicated"] == 2 * stats["working_bytes"]
+    assert single["bytes_communicated"] == 0
+
+
 def test_what_several_ranks_cannot_run_is_refused_in_one_line(tmp_path):
     refusals = {
         "data parallel gpu_budget: rank 1 has 1074790400, rank 0 has 1073741824; every rank "

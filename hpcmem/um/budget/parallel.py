@@ -109,18 +109,19 @@ def _gather() -> Any:
 
 
 def data_parallel(process_group: Any, device: Any) -> Ranks | None:
-    """The ranks a job on ``device`` trains over: ``process_group``, or (None) the default
-    group when ``torch.distributed`` is initialised; None for a single rank. A group whose
-    backend cannot reduce tensors on ``device`` is refused."""
+    """The ranks a job on ``device`` trains over: those of ``process_group``, even one (its
+    collectives then run, as on several); with None, those of the default group when
+    ``torch.distributed`` is initialised with several, else None (one rank, no collective).
+    A group whose backend cannot reduce tensors on ``device`` is refused."""
     import torch.distributed as dist
 
     if process_group is None:
         if not (dist.is_available() and dist.is_initialized()):
             return None
+        if dist.get_world_size() == 1:
+            return None
         process_group = dist.group.WORLD
     size = dist.get_world_size(process_group)
-    if size == 1:
-        return None
     wanted = BACKENDS.get(device.type)
     backend = str(dist.get_backend(process_group))
     if wanted is None or wanted not in backend:
