@@ -94,12 +94,14 @@ def _chunks(hidden: Any, weight: Any, bias: Any | None, targets: Any, ignore_ind
     grad_hidden = torch.empty_like(hidden) if need[0] else None
     grad_weight = torch.zeros_like(weight) if need[1] else None
     grad_bias = torch.zeros_like(bias, dtype=torch.float32) if need[2] else None
+    del weight  # a wider copy than ``w`` is freed here (streamed fp32 weights under autocast)
     for start in range(0, hidden.shape[0], rows):
         h = hidden[start:start + rows].detach().to(dtype)
         target = targets[start:start + rows]
         logits = (torch.addmm(b, h, w.t()) if b is not None else h @ w.t()).float()
         kept = target != ignore_index
-        picked = logits.gather(1, torch.where(kept, target, 0).unsqueeze(1)).squeeze(1)
+        column = torch.where(kept, target, 0).unsqueeze(1)  # an ignored row's: any valid one
+        picked = logits.gather(1, column).squeeze(1)
         top = logits.amax(dim=1, keepdim=True)
         probs = logits.sub_(top).exp_()  # in place: the chunk's fp32 logits are reused
         sums = probs.sum(dim=1)
@@ -107,8 +109,7 @@ def _chunks(hidden: Any, weight: Any, bias: Any | None, targets: Any, ignore_ind
         if not any(need):
             continue
         probs.div_(sums.unsqueeze(1))  # softmax, less the one-hot: d(loss)/d(logits)
-        index = kept.nonzero().squeeze(1)
-        probs[index, target[index]] -= 1
+        probs.scatter_add_(1, column, kept.unsqueeze(1).to(probs.dtype).neg())  # no host sync
         probs.mul_(kept.unsqueeze(1))
         if grad_bias is not None:
             grad_bias += probs.sum(dim=0)
