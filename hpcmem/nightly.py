@@ -5,7 +5,8 @@ and the verdict ``could not run`` of a night that produced none.
 --history DIR -- SNAKEMAKE_ARGS...`` checks each value the script turns into a path, as
 the workflow's config schema accepts it, reads the profile's files and the
 ``--configfile`` files of SNAKEMAKE_ARGS as Snakemake would (:mod:`hpcmem.workflow.config`),
-probes (leaving nothing) that the run's and the history's folders can be written, and
+probes (leaving nothing) that the run's and the history's folders can be written, checks
+the push to a dashboard the environment asks for (``HPCMEM_EXPORT_TO`` ...), and
 prints the profile's folder (a name looked up as :mod:`hpcmem.workflow.profiles` says,
 whatever the current folder holds). A refused value is one line naming its environment
 variable or option, exit 2, and nothing is created; so is a run id whose run folder
@@ -13,7 +14,9 @@ another run of the workflow holds, saying to set another HPCMEM_RUN_ID.
 
 ``python -m hpcmem.nightly could-not-run FOLDER RUN_ID REASON`` writes ``verdict.json``
 and ``verdict.txt`` there atomically; an unwritable folder is one line, exit 2, so that
-the script never names a verdict it did not write.
+the script never names a verdict it did not write. ``python -m hpcmem.nightly summary
+VERDICT`` prints the verdict's short summary (at most about 20 lines), which the workflow
+prints into the night's log.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from hpcmem.errors import BadInputError, clip
@@ -31,7 +36,8 @@ from hpcmem.outputs import OutputPathError, check_output_dir, write_errors
 from hpcmem.record.jsonl import atomic_open
 from hpcmem.workflow.profiles import ProfileChoice
 
-__all__ = ["INSIDE_PATH", "RUN_ID", "check_settings", "main", "write_could_not_run"]
+__all__ = ["INSIDE_PATH", "PUSH_SETTINGS", "RUN_ID", "check_push_settings", "check_settings",
+           "main", "verdict_summary", "write_could_not_run"]
 
 #: a run id as workflow/schemas/config.schema.yaml accepts it (``run_id``)
 RUN_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -84,6 +90,30 @@ def check_settings(run_id: str, profile: str, workdir: str, output_dir: str,
     return choice
 
 
+#: the nightly's push settings: the option of ``hpcmem export --to`` each stands for
+PUSH_SETTINGS = {"--to": "HPCMEM_EXPORT_TO", "--format": "HPCMEM_EXPORT_FORMAT",
+                 "--database": "HPCMEM_EXPORT_DATABASE", "--org": "HPCMEM_EXPORT_ORG",
+                 "--bucket": "HPCMEM_EXPORT_BUCKET"}
+
+
+def check_push_settings(env: Mapping[str, str]) -> None:
+    """The push ``env`` asks for (``HPCMEM_EXPORT_TO`` and its settings), checked as
+    ``hpcmem export --to`` checks its options, before the sweep rather than after it;
+    BadInputError names the variables."""
+    from hpcmem.results.export.destination import destination
+
+    if not env.get(PUSH_SETTINGS["--to"]):
+        return
+    given = {option: env.get(variable) or None for option, variable in PUSH_SETTINGS.items()}
+    try:
+        destination(str(given["--to"]), given["--format"] or "influx",
+                    database=given["--database"], org=given["--org"], bucket=given["--bucket"])
+    except BadInputError as error:
+        named = re.sub(r"--(to|format|database|org|bucket)\b",
+                       lambda option: PUSH_SETTINGS[option[0]], str(error))
+        raise BadInputError(named) from None
+
+
 def write_could_not_run(folder: Path, run_id: str, reason: str) -> None:
     """``verdict.json`` and ``verdict.txt`` in ``folder``: the night could not run, and why."""
     verdict = {"verdict": "could not run", "run_id": run_id, "reason": reason,
@@ -95,6 +125,16 @@ def write_could_not_run(folder: Path, run_id: str, reason: str) -> None:
     for name, text in texts.items():
         with write_errors(folder / name), atomic_open(folder / name) as handle:
             handle.write(text)
+
+
+def verdict_summary(path: str) -> list[str]:
+    """The short summary of the verdict at ``path``; BadInputError when it is unreadable."""
+    from hpcmem.results.verdict import VerdictError, read_verdict, summary_lines
+
+    try:
+        return summary_lines(read_verdict(path))
+    except VerdictError as error:
+        raise BadInputError(str(error)) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -110,6 +150,8 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("snakemake_args", nargs="*", metavar="-- SNAKEMAKE_ARGS",
                        help="what the nightly passes on to snakemake (its --configfile files "
                        "are read)")
+    summary = commands.add_parser("summary", help="print a verdict's short summary")
+    summary.add_argument("verdict", help="the run's check/verdict.json")
     verdict = commands.add_parser("could-not-run", help="write the verdict `could not run`")
     verdict.add_argument("folder", type=Path, help="the run's check folder")
     verdict.add_argument("run_id")
@@ -124,9 +166,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "check":
             choice = check_settings(args.run_id, args.profile, args.workdir,
                                     args.output_dir, args.history, args.snakemake_args)
+            check_push_settings(os.environ)
             if choice.note:
                 print(f"nightly: note: {choice.note}", file=sys.stderr)
             print(choice.folder)
+        elif args.command == "summary":
+            print("\n".join(verdict_summary(args.verdict)))
         else:
             write_could_not_run(args.folder, args.run_id, args.reason)
     except BadInputError as error:

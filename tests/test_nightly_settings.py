@@ -1,6 +1,6 @@
 """tools/nightly.sh given settings it cannot use: each value that becomes a path (run id,
-output and history folders, working directory, profile) is checked before anything is
-made: one line naming the variable, exit 2, nothing created anywhere (not two levels up
+output and history folders, working directory, profile), and the push to a dashboard
+(HPCMEM_EXPORT_*), is checked before anything is made: one line naming the variable, exit 2, nothing created anywhere (not two levels up
 for HPCMEM_RUN_ID=../../escape). A read-only output folder is named, and no verdict is
 claimed that was not written. A run id whose run a workflow still runs is refused naming
 HPCMEM_RUN_ID (not the workflow's run_id). No cluster: all of this happens before
@@ -75,9 +75,15 @@ def test_the_patterns_are_the_workflow_schemas() -> None:
                                            "(accepted: an existing folder"),
     ({"HPCMEM_PROFILE": "{site}/nowhere"}, "HPCMEM_PROFILE: '{site}/nowhere' is not a profile "
                                            "(accepted: a folder holding config.yaml"),
+    ({"HPCMEM_EXPORT_TO": "http://influx:8086", "HPCMEM_EXPORT_DATABASE": "a b"},
+     "HPCMEM_EXPORT_DATABASE: 'a b' is not a name (accepted: 1 to 64 letters"),
+    ({"HPCMEM_EXPORT_TO": "http://influx:8086"},
+     "HPCMEM_EXPORT_DATABASE, HPCMEM_EXPORT_BUCKET: neither is given (accepted: "
+     "HPCMEM_EXPORT_DATABASE for InfluxDB 1.x, or HPCMEM_EXPORT_ORG and HPCMEM_EXPORT_BUCKET "
+     "for InfluxDB 2.x)"),
 ], ids=["run-id-escape", "run-id-unicode-digit", "run-id-shell", "run-id-long",
         "output-escape", "output-absolute", "output-shell", "history-escape", "workdir",
-        "profile"])  # fmt: skip
+        "profile", "push-database", "push-no-database"])  # fmt: skip
 def test_a_setting_it_cannot_use_is_one_line_naming_the_variable(
     site: Path, env: dict[str, str], line: str
 ) -> None:

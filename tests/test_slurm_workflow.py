@@ -26,6 +26,7 @@ import json
 import os
 import re
 import signal
+import socket
 import sqlite3
 import subprocess
 import time
@@ -35,6 +36,7 @@ from typing import Any
 
 import pytest
 import yaml
+from influxdb_server import InfluxDB
 from slurm_cluster import SlurmCluster
 from slurm_site import (
     BIN,
@@ -127,11 +129,11 @@ class Workflow:
         return {"HPCMEM_PROFILE": str(self.profile), "HPCMEM_WORKDIR": str(self.workdir),
                 "HPCMEM_RUN_ID": "e2e"}
 
-    def nightly(self, *extra: str) -> subprocess.CompletedProcess:
-        """tools/nightly.sh on the site profile, for run e2e."""
+    def nightly(self, *extra: str, **env: str) -> subprocess.CompletedProcess:
+        """tools/nightly.sh on the site profile, for run e2e, with ``env`` on top."""
         return subprocess.run([str(REPO / "tools" / "nightly.sh"), *extra],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env={**self.env(), **self.nightly_env()}, timeout=300)
+                              env={**self.env(), **self.nightly_env(), **env}, timeout=300)
 
 
 def fingerprint(paths: list[Path]) -> dict[Path, tuple[int, str]]:
@@ -360,29 +362,52 @@ def history_runs(folder: Path) -> set[tuple[str, str, str]]:
 
 
 @pytest.fixture(scope="module")
-def calm_nightly(flow: Workflow, rerun: dict) -> subprocess.CompletedProcess:
-    """The nightly of run e2e, on the sweep the ad-hoc runs measured."""
-    return flow.nightly()
+def dashboard_down() -> str:
+    """The URL of an InfluxDB that is down: a port nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
 
 
-def test_the_nightly_keeps_its_own_history_and_prints_where_the_report_is(
-    flow: Workflow, calm_nightly: subprocess.CompletedProcess
+@pytest.fixture(scope="module")
+def calm_nightly(flow: Workflow, rerun: dict, dashboard_down: str
+                 ) -> subprocess.CompletedProcess:  # fmt: skip
+    """The nightly of run e2e, on the sweep the ad-hoc runs measured, pushing its figures to
+    a dashboard that is down."""
+    return flow.nightly(HPCMEM_EXPORT_TO=dashboard_down, HPCMEM_EXPORT_DATABASE="hpcmem")
+
+
+def test_the_nightly_keeps_its_own_history_and_ends_in_its_summary(
+    flow: Workflow, calm_nightly: subprocess.CompletedProcess, dashboard_down: str
 ) -> None:
-    assert calm_nightly.returncode == 0, calm_nightly.stdout
+    # within tolerance, but the push failed: exit 4, the server's answer in the summary
+    assert calm_nightly.returncode == 4, calm_nightly.stdout
     lines = calm_nightly.stdout.splitlines()
-    assert lines[-3:] == [f"nightly: report  {flow.workdir / RUN}/report/report.html",
-                          f"nightly: verdict {flow.workdir / RUN}/check/verdict.txt",
-                          "nightly: run e2e within tolerance"]
+    log = flow.workdir / RUN / "logs" / "nightly.log"
+    assert len(lines) < 40, calm_nightly.stdout
+    assert lines[1] == f"nightly: log     {log} (snakemake's output)"
+    assert lines[2].startswith("hpcmem: PASS: ")  # the verdict's summary
+    assert lines[-5:] == [
+        f"nightly: PUSH FAILED (exit 4): --to: InfluxDB 1.x database 'hpcmem' at "
+        f"{dashboard_down}: cannot reach the server ([Errno 111] Connection refused); nothing "
+        "was pushed",
+        f"nightly: log     {log}",
+        f"nightly: report  {flow.workdir / RUN}/report/report.html",
+        f"nightly: verdict {flow.workdir / RUN}/check/verdict.txt",
+        f"nightly: run e2e within tolerance, but its figures did not reach {dashboard_down}"]
+    assert "rule run_collectives:" in log.read_text()  # Snakemake's output, in the log
     results = flow.workdir / "results"
     assert history_runs(results / "history") == {("e2e", "hpcmem:hbm", "PASS")}  # ad hoc
     assert history_runs(results / "nightly-history") == {("e2e", "hpcmem:hbm", "PASS")}
 
 
 @pytest.fixture(scope="module")
-def terminated(flow: Workflow, calm_nightly: subprocess.CompletedProcess) -> dict:
+def terminated(flow: Workflow, calm_nightly: subprocess.CompletedProcess,
+               influxdb: InfluxDB) -> dict:
     """The nightly with two more points, SIGTERM'd (all its processes, as Slurm does at a
     time limit or scancel) while a new point runs; then the next nightly, which is also
-    checked against strict references (a regression)."""
+    checked against strict references (a regression) and pushes its figures to a fresh
+    InfluxDB."""
     (flow.workdir / "config" / "more.yaml").write_text(yaml.safe_dump(MORE))
     configs = ("--configfile", str(flow.profile / "sweep.yaml"),
                str(flow.workdir / "config" / "more.yaml"))
@@ -406,7 +431,8 @@ def terminated(flow: Workflow, calm_nightly: subprocess.CompletedProcess) -> dic
     (flow.workdir / "config" / "strict.yaml").write_text(
         yaml.safe_dump({"check": {"references": "config/strict-references.yaml"}})
     )
-    following = flow.nightly(*configs, str(flow.workdir / "config" / "strict.yaml"))
+    following = flow.nightly(*configs, str(flow.workdir / "config" / "strict.yaml"),
+                             HPCMEM_EXPORT_TO=influxdb.url, HPCMEM_EXPORT_DATABASE="nightly")
     return {"rc": nightly.returncode, "output": output, "took": took, "queued": queued,
             "locks": locks, "verdict": verdict, "next": following}
 
@@ -418,6 +444,7 @@ def test_sigterm_ends_the_nightly_cleanly(flow: Workflow, terminated: dict) -> N
     assert terminated["queued"] == [] and terminated["locks"] == []
     assert terminated["verdict"]["verdict"] == "could not run"
     assert "SIGTERM" in terminated["verdict"]["reason"]
+    assert len(output.splitlines()) < 40, output
     assert output.splitlines()[-2:] == [
         "nightly: to redo what did not finish, rerun the nightly with HPCMEM_RUN_ID=e2e (same "
         "profile and arguments)", f"nightly: verdict {flow.workdir / RUN}/check/verdict.txt"]
@@ -427,13 +454,21 @@ def test_sigterm_ends_the_nightly_cleanly(flow: Workflow, terminated: dict) -> N
     assert "rerun the same command with --config" not in output
 
 
-def test_the_next_nightly_runs_without_unlock_and_exits_1_on_a_regression(
-    flow: Workflow, terminated: dict
+def test_the_next_nightly_runs_without_unlock_exits_1_on_a_regression_and_pushes(
+    flow: Workflow, terminated: dict, influxdb: InfluxDB
 ) -> None:
     following = terminated["next"]
     assert following.returncode == 1, following.stdout
     assert "LockException" not in following.stdout
     assert "nightly: REGRESSION in run e2e" in following.stdout
+    # its figures reached the dashboard, FAIL included (the database created by the push)
+    pushed = re.search(r"^nightly: pushed (\d+) figures to InfluxDB 1\.x database 'nightly' "
+                       r"at \S+ \(created by this push\)$", following.stdout, re.M)
+    assert pushed, following.stdout
+    failed = influxdb.query("nightly", """SELECT count("value") FROM "hpcmem"
+        WHERE "verdict" = 'FAIL' AND "run" = 'e2e'""")
+    assert failed and failed[0]["count"] >= 1
+    assert len(following.stdout.splitlines()) < 40, following.stdout
     verdict = json.loads((flow.workdir / RUN / "check" / "verdict.json").read_text())
     assert verdict["verdict"] == "FAIL"
     assert "FAIL" in (flow.workdir / RUN / "check" / "verdict.txt").read_text()
