@@ -29,7 +29,7 @@ def _transformer():
 
 
 def _train(torch, build, *, budget=None, bf16=True, offload=None, micro_batches=1,
-           **options):
+           process_group=None, **options):
     """``STEPS`` AdamW steps from a model built on the host; the losses and ``um.stats()``."""
     from hpcmem.um import UnifiedMemory
     from hpcmem.um.budget.offload import offload_named
@@ -45,7 +45,7 @@ def _train(torch, build, *, budget=None, bf16=True, offload=None, micro_batches=
         um.attach(model, optimizer, offload=offload_named(
             offload, working_dtype="bfloat16" if bf16 else None, micro_batches=micro_batches,
             **options,
-        ) if budget else None)
+        ) if budget else None, process_group=process_group)
         for step in range(STEPS):
             for _ in range(micro_batches):
                 tokens = um.stage(torch.randint(8192, (8, 257), generator=generator))
@@ -94,6 +94,37 @@ def test_fp32_agrees_within_1e_4(torch):
                               offload="host_optimizer", gpu_share=0)
     assert losses == pytest.approx(reference, rel=1e-4)
     _check_budget(stats, BUDGET)
+
+
+def test_one_nccl_rank_trains_as_the_single_process_strategy(torch):
+    """The data-parallel path on NCCL, one rank: every bucket reduce-scattered, its shard
+    (the whole bucket) stepped, the weights all-gathered, the clipping norm all-reduced, on
+    the GPU's streams; the same steps as without a group, inside the budget."""
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+                            world_size=1, device_id=torch.device("cuda", 0))
+    try:
+        # NCCL's own buffers count in the budget too (outside the pools): 3 GiB
+        options = {"budget": 3 * 2**30, "bf16": False, "offload": "host_optimizer",
+                   "max_grad_norm": 1.0}
+        reference, single = _train(torch, _transformer, **options)  # one rank: no group
+        losses, stats = _train(torch, _transformer, process_group=dist.group.WORLD, **options)
+    finally:
+        dist.destroy_process_group()
+    assert losses == pytest.approx(reference, rel=1e-6)
+    _check_budget(stats, 3 * 2**30)
+    offload = stats["offload"]
+    assert single["offload"]["world_size"] == 1 and single["offload"]["bytes_communicated"] == 0
+    assert offload["world_size"] == 1
+    assert offload["bytes_communicated"] == 2 * offload["working_bytes"]  # fp32 on the wire
+    assert offload["clip"]["grad_norm"] == pytest.approx(single["offload"]["clip"]["grad_norm"],
+                                                         rel=1e-6)
 
 
 def test_micro_batches_accumulate_on_the_gpu(torch):
