@@ -262,3 +262,30 @@ def test_the_loss_reads_the_streamed_head_once_while_bound():
             return memory.strategy.counters.fetched_on_demand
 
     assert fetched(StreamedOffload()) == fetched(StreamedOffload(chunked_loss=False))
+
+
+class _Wrapper(torch.nn.Module):
+    """A trainer's module holding a Hugging Face model (as a LightningModule does)."""
+
+    def __init__(self, *models):
+        super().__init__()
+        self.models = torch.nn.ModuleList(models)
+
+    def forward(self, tokens, labels):
+        return self.models[0](input_ids=tokens, labels=labels).loss
+
+
+def test_the_one_causal_lm_inside_an_attached_module_gets_it():
+    wrapper = _Wrapper(_llama())
+    tokens, labels = _batches(4096)[0]
+    plain = wrapper(tokens, labels)
+    with CpuMemory(gpu_budget=BUDGET) as memory:
+        memory.attach(wrapper, torch.optim.AdamW(wrapper.parameters()))
+        assert memory.stats()["offload"]["chunked_loss"]["applied"]
+        with memory.activations():
+            assert wrapper(tokens, labels).item() == pytest.approx(plain.item(), rel=1e-6)
+            assert wrapper.models[0](input_ids=tokens, labels=labels).logits is None
+    with CpuMemory(gpu_budget=BUDGET) as memory:
+        two = _Wrapper(_llama(), _gpt2())
+        memory.attach(two, torch.optim.AdamW(two.parameters()))
+        assert memory.stats()["offload"]["chunked_loss"]["reason"] == "2 causal LMs inside _Wrapper"

@@ -2,8 +2,9 @@
 
 At ``attach`` under a budget, a model that looks like one (``lm_head`` a ``torch.nn.Linear``,
 a base model behind ``get_decoder()`` or ``base_model``, ``config.vocab_size`` its width,
-a forward that takes ``labels`` and a ``loss_function``) gets three instance attributes,
-none of its code changed:
+a forward that takes ``labels`` and a ``loss_function``), or the one such module inside the
+model attached (a LightningModule's), gets three instance attributes, none of its code
+changed:
 
 * ``model.forward``: given ``labels``, runs the model's own forward with the loss in chunks
   and returns its output with ``loss`` set and ``logits=None``; without labels, unchanged;
@@ -33,7 +34,8 @@ import torch
 from hpcmem.um.budget.chunked_loss import chunk_rows, linear_cross_entropy
 from hpcmem.um.errors import BudgetError
 
-__all__ = ["CHUNK_SHARE", "MAX_CHUNK_BYTES", "ChunkedLoss", "chunk_bytes", "unsupported"]
+__all__ = ["CHUNK_SHARE", "MAX_CHUNK_BYTES", "ChunkedLoss", "causal_lm", "chunk_bytes",
+           "unsupported"]
 
 #: The share of the budget a chunk's fp32 logits may take, and the most they take.
 CHUNK_SHARE = 1 / 64
@@ -77,6 +79,19 @@ def unsupported(model: Any) -> str | None:
     return None
 
 
+def causal_lm(model: Any) -> tuple[Any | None, str | None]:
+    """The causal LM in ``model`` the chunked loss stands in for, or why none: ``model``
+    itself, else the one module inside it that is one (a trainer's wrapper, such as a
+    LightningModule holding a Hugging Face model)."""
+    reason = unsupported(model)
+    if reason is None:
+        return model, None
+    found = [m for m in model.modules() if m is not model and unsupported(m) is None]
+    if len(found) > 1:
+        return None, f"{len(found)} causal LMs inside {type(model).__name__}"
+    return (found[0], None) if found else (None, reason)
+
+
 @dataclass
 class _Call:
     """One forward with labels: the targets, and the summed loss once ``lm_head`` made it."""
@@ -90,12 +105,13 @@ class _Call:
 
 
 class ChunkedLoss:
-    """The chunked loss on ``model`` where it applies and ``enabled`` (None: wherever it
-    applies; True: refused where it does not), rows per chunk from ``budget``."""
+    """The chunked loss on ``model``, or the one causal LM inside it (:func:`causal_lm`),
+    where it applies and ``enabled`` (None: wherever it applies; True: refused where it does
+    not), rows per chunk from ``budget``."""
 
     def __init__(self, model: Any, enabled: bool | None, budget: int) -> None:
-        self.model = model
-        self.reason = "off (chunked_loss=False)" if enabled is False else unsupported(model)
+        self.model, self.reason = causal_lm(model) if enabled is not False else (
+            None, "off (chunked_loss=False)")
         if enabled and self.reason:
             raise BudgetError(f"offload chunked_loss: True does not apply to "
                               f"{type(model).__name__}: {self.reason}")
@@ -105,7 +121,7 @@ class ChunkedLoss:
         self._saved: list[tuple[Any, str, Any, Any]] = []
         self._on = self.reason is None  # until close()
         if self._on:
-            self.rows = chunk_rows(model.config.vocab_size, self.chunk_bytes)
+            self.rows = chunk_rows(self.model.config.vocab_size, self.chunk_bytes)
             self._install()
 
     @property
