@@ -1,10 +1,10 @@
 """tools/nightly.sh given settings it cannot use: each value that becomes a path (run id,
 output and history folders, working directory, profile), and the push to a dashboard
-(HPCMEM_EXPORT_*), is checked before anything is made: one line naming the variable, exit 2, nothing created anywhere (not two levels up
-for HPCMEM_RUN_ID=../../escape). A read-only output folder is named, and no verdict is
-claimed that was not written. A run id whose run a workflow still runs is refused naming
-HPCMEM_RUN_ID (not the workflow's run_id). No cluster: all of this happens before
-snakemake starts."""
+(HPCMEM_EXPORT_*), is checked before anything is made: one line naming the variable,
+exit 2, nothing created anywhere (not two levels up for HPCMEM_RUN_ID=../../escape). A
+read-only output folder is named, and no verdict is claimed that was not written. A run id
+whose run a workflow still runs is refused naming HPCMEM_RUN_ID (not the workflow's
+run_id). No cluster: all of this happens before snakemake starts."""
 
 from __future__ import annotations
 
