@@ -65,9 +65,14 @@ def _launch(world: int, tmp_path: Path, cases: list[dict]) -> list[subprocess.Co
 
 @pytest.fixture(scope="module")
 def one_rank():
-    """The cases trained by one process, no process group: the reference."""
+    """The cases trained by one process, no process group: the reference (one thread, as
+    each rank has; the tests after it get their threads back)."""
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    return [train(1, 0, **case) for case in CASES]
+    try:
+        yield [train(1, 0, **case) for case in CASES]
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _relative(ours, reference) -> float:

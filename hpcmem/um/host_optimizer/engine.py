@@ -106,7 +106,7 @@ class HostOptimizer:
         self.flats, self.worker, self.ring, self.exchange = (
             parts.flats, parts.worker, parts.ring, parts.exchange)
         optimizer.state.clear()  # the host holds it now
-        self.clip = offload.max_grad_norm and Clip(offload.max_grad_norm, ranks)
+        self.clip = Clip(offload.max_grad_norm, ranks) if offload.max_grad_norm else None
         self._where = {id(p): (b.index, i) for b in self.buckets for i, p in enumerate(b.params)}
         self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad)
                        for p in parts.trained]

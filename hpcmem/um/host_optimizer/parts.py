@@ -78,7 +78,8 @@ def make_parts(
     with plain():
         flats, ring, through = device_buffers(buckets, host, working_dtype, transport, budget,
                                               ring=ranks is None)
-        exchange = ranks and ShardExchange(ranks, transport, buckets, kernel.grad_dtype)
+        exchange = (ShardExchange(ranks, transport, buckets, kernel.grad_dtype)
+                    if ranks is not None else None)
     with device_scope():
         rest = place_model(model, buckets, flats, working_dtype, transport.device)
     shards = [flat[start:end] for flat, (start, end) in zip(flats, host.ranges, strict=True)]
