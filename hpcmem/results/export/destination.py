@@ -5,7 +5,7 @@ sent (BadInputError naming the option, the value and what is accepted)."""
 from __future__ import annotations
 
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hpcmem.inputs import InputError, matching, refused
 
@@ -28,7 +28,7 @@ class Destination:
     database: str | None = None
     bucket: str | None = None
     org: str | None = None
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)
 
     @property
     def what(self) -> str:

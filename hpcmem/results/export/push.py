@@ -120,7 +120,8 @@ def push(destination: Destination, rows: Iterable[ExportRow]) -> str:
     for request in _requests(destination, figures):
         try:
             answer = post(url, request.body, headers)
-            if not pushed and not destination.bucket and _database_missing(answer):
+            if (not pushed and destination.format == "influx" and not destination.bucket
+                    and _database_missing(answer)):
                 _create_database(destination, headers)
                 created = " (created by this push)"
                 answer = post(url, request.body, headers)
