@@ -180,6 +180,9 @@ OK = {"variant": "cuda", "model": "m", "batch": 8, "seq_len": 1024, "status": "o
      "variant='zero': one of cuda, deepspeed, deepspeed3, zenflow, fsdp2, torchao, "
      "megatrain, hpcmem is accepted"),
     (json.dumps({**OK, "batch": 0}), "batch=0: a whole number, at least 1, is accepted"),
+    (json.dumps({**OK, "world_size": 0}), "world_size=0: a whole number, at least 1, is accepted"),
+    (json.dumps({**OK, "ranks": [1]}),
+     "ranks=[1]: a list of each rank's figures (objects), or null, is accepted"),
     (json.dumps({**OK, "seq_len": "1024"}), "seq_len='1024': a whole number"),
     (json.dumps({**OK, "step_ms": {"median": 0}}), "step_ms={'median': 0}: an ok record's "
                                                    "step_ms with a median above 0 ms"),

@@ -9,7 +9,9 @@ accepted (aggregate lists the line in ``rejected.csv`` with its file and line nu
 the record comes back with the contract's fields: ``benchmark`` ``peers``, ``timestamp`` the
 run's ``date``, ``git_sha`` its ``git``, ``run_id`` ``hf_offload-<commit>``, the host,
 version and binding unknown. The defaults hf_offload.py leaves out are written in (``dtype``
-bf16, one micro-batch, each variant's own checkpointing), hpcmem's per-step accounting
+bf16, one micro-batch, each variant's own checkpointing, one GPU: ``world_size`` 1; a
+data-parallel run's record, merged by its rank 0, has ``world_size``, ``ranks`` and
+``host_peak_bytes``), hpcmem's per-step accounting
 (``memory.offload``) is lifted to the top level under the names ``hpcmem train`` records use,
 and the loss curve gives ``final_loss`` (its last step's) and ``loss_steps`` (its length).
 """
@@ -31,8 +33,9 @@ NAME = "peers"
 #: the GPU memory a run held at most: PyTorch's allocated and reserved peaks, NVML's
 #: per-process peak, and that with hpcmem's managed bytes on the GPU
 PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "nvml_peak_bytes", "held_peak_bytes")
-#: a record's optional byte counts: a number at least 0, or null
-BYTE_FIELDS = ("gpu_budget", *PEAKS)
+#: a record's optional byte counts: a number at least 0, or null (``host_peak_bytes``: the
+#: largest resident host memory of a data-parallel run's ranks)
+BYTE_FIELDS = ("gpu_budget", *PEAKS, "host_peak_bytes")
 #: hpcmem's per-step accounting (``memory.offload``) the record carries at its top level
 ACCOUNTING = ("bytes_h2d", "bytes_d2h", "pcie_transfer_ms", "compute_ms", "backward_ms",
               "h2d_busy_ms", "d2h_busy_ms", "cpu_optimizer_ms", "step_bound_ms",
@@ -78,14 +81,18 @@ def check(record: Mapping[str, Any]) -> None:
         raise _refuse("variant", record.get("variant"), f"one of {', '.join(VARIANTS)}")
     if not isinstance(record.get("model"), str) or not record["model"]:
         raise _refuse("model", record.get("model"), "a model's name")
-    for field in ("batch", "seq_len", "accumulate"):
-        value = record.get(field, 1 if field == "accumulate" else None)
+    for field in ("batch", "seq_len", "accumulate", "world_size"):
+        value = record.get(field, None if field in ("batch", "seq_len") else 1)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise _refuse(field, value, "a whole number, at least 1,")
     for field in BYTE_FIELDS:
         value = record.get(field)
         if value is not None and not (_is_number(value) and value >= 0):
             raise _refuse(field, value, "a number of bytes, or null,")
+    ranks = record.get("ranks")
+    if ranks is not None and not (isinstance(ranks, list)
+                                  and all(isinstance(rank, dict) for rank in ranks)):
+        raise _refuse("ranks", ranks, "a list of each rank's figures (objects), or null,")
     if not isinstance(record.get("dtype", "bf16"), str):
         raise _refuse("dtype", record["dtype"], "a dtype's name")
     if record.get("checkpointing") is not None and not isinstance(record["checkpointing"], bool):
@@ -159,6 +166,7 @@ def adopt(record: Mapping[str, Any]) -> dict[str, Any] | None:
         "reason": None if ok else str(record.get("reason") or "no reason recorded"),
         "dtype": record.get("dtype", "bf16"),
         "accumulate": record.get("accumulate", 1),
+        "world_size": record.get("world_size", 1),
         "checkpointing": (record["variant"] in CHECKPOINTED if record.get("checkpointing") is None
                           else record["checkpointing"]),
         **_accounting(record),

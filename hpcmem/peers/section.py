@@ -3,13 +3,16 @@
 For each work per step, step time against the GPU memory each variant held (hpcmem's
 budgets joined by a line, every peer a point), then the table of
 :func:`hpcmem.peers.tables.rows`, what its step figure is and which peer tool was fastest,
-and hpcmem's per-step accounting.
+and hpcmem's per-step accounting. Where a work per GPU ran on several GPU counts, tokens/s
+against GPUs, one line per variant, and its tables add each rank's host memory and the
+scaling from one GPU.
 """
 
 from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from hpcmem.draw.html import table
@@ -26,13 +29,16 @@ HEADERS = ("variant", "checkpointing", "budget GiB", "step ms", "each repeat", "
            "allocated GiB", "reserved GiB", "NVML GiB", "held GiB", "vs fastest ZeRO-Offload",
            "vs fastest peer", "vs cuda", "last loss vs cuda (steps)")
 KINDS = ("text", "text", *["num"] * (len(HEADERS) - 2))
+#: a data-parallel work's columns after those
+PARALLEL_HEADERS = ("host GiB (largest rank)", "vs 1 GPU")
 
 
 def _number(value: float | None, form: str, scale: float = 1, unit: str = "") -> str | None:
     return shown(value, form, scale, unit, missing=None)
 
 
-def _cells(row: Row) -> list[Any]:
+def _cells(row: Row, parallel: bool) -> list[Any]:
+    extra = [_number(row.host, ".2f", GIB), _number(row.scaling, ".0%")] if parallel else []
     return [row.label, "yes" if row.checkpointing else "no", _number(row.budget, ".2f", GIB),
             _number(row.step_ms, ".1f"), ", ".join(f"{ms:.1f}" for ms in row.each_ms),
             _number(row.tokens_per_s, ",.0f"),
@@ -40,7 +46,42 @@ def _cells(row: Row) -> list[Any]:
               for value in (row.allocated, row.reserved, row.nvml, row.held)),
             _number(row.vs_zero, ".2f", unit="x"), _number(row.vs_best, ".2f", unit="x"),
             _number(row.vs_cuda, ".2f", unit="x"),
-            loss_shown(row, missing=None)]
+            loss_shown(row, missing=None), *extra]
+
+
+def _color(variant: str) -> str:
+    """hpcmem's colour, or one per peer tool."""
+    return PALETTE[0 if variant == "hpcmem" else (1 + VARIANTS.index(variant)) % len(PALETTE)]
+
+
+def scaling_figure(tables: Mapping[Work, Sequence[Row]]) -> str | None:
+    """Tokens/s over all GPUs against the GPU count, one panel per work per GPU measured on
+    more than one count, one line per variant and settings."""
+    lines: dict[Work, dict[tuple[str, str], list[tuple[int, float]]]] = {}
+    for work, measured in tables.items():
+        for row in measured:
+            if row.tokens_per_s:
+                lines.setdefault(replace(work, world_size=1), {}).setdefault(
+                    (row.variant, row.label), []).append((work.world_size, row.tokens_per_s))
+    drawn = {work: found for work, found in lines.items()
+             if len({gpus for points in found.values() for gpus, _ in points}) > 1}
+    if not drawn:
+        return None
+    figure, panels = panel_grid(len(drawn), 2, 5.6, 4.2)
+    for axes, (work, found) in zip(panels, drawn.items(), strict=True):
+        for (variant, label), points in found.items():
+            points.sort()
+            axes.plot([gpus for gpus, _ in points], [rate for _, rate in points], "-o",
+                      color=_color(variant), label=label)
+        axes.set_xscale("log", base=2)
+        axes.set_xlabel("GPUs (one rank each)")
+        axes.set_ylabel("tokens/s over all GPUs")
+        axes.set_title(work.title().replace(" per step", " per GPU per step"), fontsize=9)
+        axes.legend(fontsize=6)
+    return embed(figure, "peers: tokens/s against GPUs",
+                 "Tokens/s over all GPUs (each GPU trains the same batch per step) against "
+                 "the number of GPUs, one rank each; each table gives the scaling from one "
+                 "GPU (the step on one GPU over the step on N).")
 
 
 def peers_figure(tables: Mapping[Work, Sequence[Row]]) -> str | None:
@@ -66,9 +107,8 @@ def peers_figure(tables: Mapping[Work, Sequence[Row]]) -> str | None:
                               xytext=(4, 4), fontsize=7)
         for row in measured:
             if row.variant != "hpcmem":  # a colour per tool; a diamond where it recomputed nothing
-                color = PALETTE[(1 + VARIANTS.index(row.variant)) % len(PALETTE)]
                 axes.plot(row.gpu_bytes / GIB, row.step_ms, "s" if row.checkpointing else "D",
-                          markersize=7, color=color, label=row.label)
+                          markersize=7, color=_color(row.variant), label=row.label)
         axes.set_xscale("log", base=2)
         axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
         axes.set_xlabel("GPU memory held (GiB)")
@@ -92,10 +132,13 @@ def section(points: pd.DataFrame) -> str:
     tables = rows(points)
     parts = ['<p class="note">Each variant ran in its own process '
              "(benchmarks/gpu/hf_offload.py); medians over its repeats.</p>",
-             peers_figure(tables) or ""]
+             peers_figure(tables) or "", scaling_figure(tables) or ""]
     for work, table_rows in tables.items():
+        parallel = work.world_size > 1
+        headers = (*HEADERS, *PARALLEL_HEADERS) if parallel else HEADERS
+        kinds = (*KINDS, "num", "num") if parallel else KINDS
         parts += [f"<h3>{html.escape(work.title())}</h3>",
-                  table(HEADERS, [_cells(row) for row in table_rows], KINDS),
+                  table(headers, [_cells(row, parallel) for row in table_rows], kinds),
                   f'<p class="note">{html.escape(basis_note(table_rows))}</p>']
         parts += [f'<p class="note">{html.escape(f"{row.label}: {row.accounting}")}</p>'
                   for row in table_rows if row.accounting]

@@ -3,16 +3,21 @@
 A point is one variant of ``benchmarks/gpu/hf_offload.py`` (a peer tool, hpcmem under a
 budget, or plain ``cuda``) training one work per step: model, dtype, batch, micro-batches
 per step and sequence length. Its key reads
-``peers/<model>/<dtype>/batch=<n>[/accum=<n>]/seq=<n>/<variant>/ckpt=<True|False>/budget=<bytes|none>``
-(the budget to a hundredth of a GiB) followed, for hpcmem, by the Offload settings asked
-for where set: ``share=`` (the GPU's share of the optimizer step), ``kernel=`` (the host
-optimizer's kernel), ``delayed=True``, ``state=bfloat16`` (Adam's moments) and ``threads=``.
+``peers/<model>/<dtype>/batch=<n>[/accum=<n>]/seq=<n>[/gpus=<n>]/<variant>/ckpt=<True|False>/budget=<bytes|none>``
+(``gpus``: the ranks of a data-parallel run, one GPU each, where more than one; ``batch``
+per GPU; the budget per GPU, to a hundredth of a GiB) followed, for hpcmem, by the Offload
+settings asked for where set: ``share=`` (the GPU's share of the optimizer step),
+``kernel=`` (the host optimizer's kernel), ``delayed=True``, ``state=bfloat16`` (Adam's
+moments) and ``threads=``.
 The median step time is checked in every run, the mean step (total time over the timed
 steps) where the records have it, and so are hpcmem's step over the fastest ZeRO-Offload
 run's at the same work (``vs_zero_offload``) and over the fastest peer tool's
 (``vs_best_peer``), derived across the points by :func:`hpcmem.peers.tables.derive` on the
 mean step where every run of the work timed it, else the median;
-``config/references.yaml`` bounds both.
+``config/references.yaml`` bounds both. A data-parallel point also has its tokens/s over
+all ranks, its largest host memory per rank and its ``scaling_efficiency``: the same
+variant's step on one GPU over its step on N (each GPU trains the same batch, so N times
+the tokens in that step), derived across GPU counts by :func:`hpcmem.peers.tables.derive`.
 """
 
 from __future__ import annotations
@@ -22,9 +27,9 @@ from typing import Any
 
 from hpcmem.peers.record import ACCOUNTING, NAME, PEAKS, adopt
 from hpcmem.peers.variants import VARIANTS
-from hpcmem.record.spec import LOWER, NONNEGATIVE, Benchmark, Coordinate, Metric
+from hpcmem.record.spec import HIGHER, LOWER, NONNEGATIVE, Benchmark, Coordinate, Metric
 
-__all__ = ["GIB", "LOSS_VS_CUDA", "PEERS", "VS_BEST", "VS_CUDA", "VS_ZERO"]
+__all__ = ["GIB", "LOSS_VS_CUDA", "PEERS", "SCALING", "VS_BEST", "VS_CUDA", "VS_ZERO"]
 
 #: step time over the fastest ZeRO-Offload run's (``deepspeed``, with or without
 #: checkpointing) at the same work, and over ``cuda``'s
@@ -34,6 +39,9 @@ VS_ZERO, VS_CUDA = "vs_zero_offload", "vs_cuda"
 VS_BEST = "vs_best_peer"
 #: the relative distance of the last step's loss from ``cuda``'s after as many steps
 LOSS_VS_CUDA = "loss_vs_cuda"
+#: a point's tokens/s on N GPUs over N times its tokens/s on one: its step on one GPU over
+#: its step on N, each GPU training the same batch (weak scaling)
+SCALING = "scaling_efficiency"
 #: a figure some runs lack: a number at least 0, or null
 NULLABLE = {"type": ["number", "null"], "minimum": 0}
 GIB = 2**30
@@ -70,6 +78,8 @@ PEERS = Benchmark(
         Coordinate("batch", "batch", integer=True),
         Coordinate("accumulate", "accum", integer=True, implied=1),
         Coordinate("seq_len", "seq", integer=True),
+        # the ranks of a data-parallel run, one GPU each (1: a single process, as before)
+        Coordinate("world_size", "gpus", integer=True, implied=1),
         Coordinate("variant"),
         Coordinate("checkpointing", "ckpt"),
         Coordinate("gpu_budget", "budget", missing="none", integer=True, nullable=True,
@@ -96,6 +106,11 @@ PEERS = Benchmark(
         Metric("final_loss", "loss", None, required=False, schema={"type": "number"}),
         Metric("loss_steps", "steps", None, required=False),
         *(Metric(name, "bytes", LOWER, required=False, schema=NULLABLE) for name in PEAKS),
+        # data parallel: the largest resident host memory of a rank, tokens/s over all
+        # ranks, and (derived across GPU counts) the scaling from one GPU
+        Metric("host_peak_bytes", "bytes", LOWER, required=False, schema=NULLABLE),
+        Metric("tokens_per_s", "tokens/s", HIGHER, required=False),
+        Metric(SCALING, "ratio", HIGHER, required=False),
         # hpcmem's per-step accounting, named as in `hpcmem train` records
         *(Metric(name, "ms" if name.endswith("_ms") else UNITS.get(name, "bytes"),
                  None if name in UNITS else LOWER, required=False)
@@ -114,6 +129,8 @@ PEERS = Benchmark(
             "batch": {"type": "integer", "minimum": 1},
             "accumulate": {"type": "integer", "minimum": 1},
             "seq_len": {"type": "integer", "minimum": 1},
+            "world_size": {"type": "integer", "minimum": 1},
+            "ranks": {"type": ["array", "null"], "items": {"type": "object"}},
             "dtype": {"type": "string"},
             "checkpointing": {"type": "boolean"},
             "gpu_budget": NULLABLE,

@@ -1,19 +1,20 @@
 """The peers' figures across points, their rows and their tables, from the summary.
 
 A work is what one optimizer step does (model, dtype, batch, micro-batches per step,
-sequence length): the variants of one table did the same. Its points are compared on one
-step figure (:func:`compared`): each run's mean step, total time over the timed steps (what
-a user pays for, and what tokens/s is), where every run of the work timed it, else each
-run's median step (records made before the mean); the median over repeats either way. A
-tool that does an expensive step every few steps (ZenFlow's ``update_interval``) has a
-median step that leaves those out.
+sequence length, GPUs: the batch is per GPU): the variants of one table did the same. Its
+points are compared on one step figure (:func:`compared`): each run's mean step, total time
+over the timed steps (what a user pays for, and what tokens/s is), where every run of the
+work timed it, else each run's median step (records made before the mean); the median over
+repeats either way. A tool that does an expensive step every few steps (ZenFlow's
+``update_interval``) has a median step that leaves those out.
 
 :func:`derive` puts each point's step over the fastest ZeRO-Offload point's of its work
 (``deepspeed``, with or without checkpointing), over the fastest peer tool's
 (:data:`~hpcmem.peers.variants.TOOLS`) and over ``cuda``'s into the summary; :func:`rows`
 reads each point as the report and the Markdown show it, :func:`step_time_table` is the
 table ``hpcmem aggregate`` writes (``peers_step_time.csv``) and :func:`markdown` prints the
-rows (``benchmarks/gpu/hf_table.py``).
+rows (``benchmarks/gpu/hf_table.py``). Across GPU counts, :func:`derive` also puts each
+point's :data:`~hpcmem.peers.spec.SCALING` against the same variant's point on one GPU.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hpcmem.peers.spec import GIB, LOSS_VS_CUDA, VS_BEST, VS_CUDA, VS_ZERO
+from hpcmem.peers.spec import GIB, LOSS_VS_CUDA, SCALING, VS_BEST, VS_CUDA, VS_ZERO
 from hpcmem.peers.variants import CHECKPOINTED, LABELS, TOOLS, VARIANTS
 from hpcmem.record.samples import read_samples
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["BASES", "GIB", "WORK", "Row", "Work", "basis_note", "compared", "derive",
-           "loss_shown", "markdown", "rows", "shown", "step_time_table"]
+           "loss_shown", "markdown", "rows", "scaling", "shown", "step_time_table"]
 
 STEP, MEAN = "step_ms.median", "step_ms.mean"
 #: a work's step figure: the metric each basis reads. "mixed": some of the work's runs
@@ -41,7 +42,7 @@ BASES = {"mean": MEAN, "median": STEP, "mixed": STEP}
 #: peer tool's point key and step at the work
 COMPARED = ["step_basis", "step_ms", "fastest_peer", "fastest_peer_ms"]
 #: the summary's columns of a work, in :class:`Work`'s order
-WORK = ["model", "dtype", "batch", "seq_len", "accumulate"]
+WORK = ["model", "dtype", "batch", "seq_len", "accumulate", "world_size"]
 #: the columns that set a point apart within its work, in the key's order
 SETTINGS = ["variant", "checkpointing", "gpu_budget", "gpu_share", "host_kernel",
             "delayed_update", "state_dtype", "threads"]
@@ -56,15 +57,19 @@ class Work:
     batch: int
     seq_len: int
     accumulate: int
+    world_size: int = 1  # GPUs, one rank each; the batch is per GPU
 
     @property
     def tokens(self) -> int:
-        """Tokens per optimizer step."""
-        return self.batch * self.seq_len * self.accumulate
+        """Tokens per optimizer step, over every GPU."""
+        return self.batch * self.seq_len * self.accumulate * self.world_size
 
     def title(self) -> str:
         micro = f" x {self.accumulate} micro-batches" if self.accumulate > 1 else ""
-        return f"{self.model}, {self.dtype}, {self.batch} x {self.seq_len} tokens{micro} per step"
+        tokens = f"{self.model}, {self.dtype}, {self.batch} x {self.seq_len} tokens{micro}"
+        if self.world_size == 1:
+            return f"{tokens} per step"
+        return f"{tokens} per GPU per step, {self.world_size} GPUs"
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,8 @@ class Row:
     loss_vs_cuda: float | None  # the last loss's relative distance from cuda's
     loss_steps: float | None  # the steps the losses compared ran
     accounting: str | None  # hpcmem's per-step accounting
+    host: float | None = None  # the largest resident host memory of a rank (data parallel)
+    scaling: float | None = None  # against the same variant on one GPU
 
     @property
     def gpu_bytes(self) -> float | None:
@@ -143,15 +150,17 @@ def compared(points: pd.DataFrame) -> pd.DataFrame:
 def derive(points: pd.DataFrame) -> pd.DataFrame:
     """Each point's step over the fastest ZeRO-Offload point's of its work, over the
     fastest peer tool's and over ``cuda``'s (without checkpointing), on the work's basis,
-    and its last loss's relative distance from ``cuda``'s after as many steps: the columns
-    :data:`VS_ZERO`, :data:`VS_BEST`, :data:`VS_CUDA` and :data:`LOSS_VS_CUDA` on
-    ``points``' index, NaN where the work has no such point."""
+    its last loss's relative distance from ``cuda``'s after as many steps, and its
+    :func:`scaling` from one GPU: the columns :data:`VS_ZERO`, :data:`VS_BEST`,
+    :data:`VS_CUDA`, :data:`LOSS_VS_CUDA` and :data:`SCALING` on ``points``' index, NaN
+    where the work has no such point."""
     import pandas as pd
 
-    derived = pd.DataFrame(index=points.index, columns=[VS_ZERO, VS_BEST, VS_CUDA, LOSS_VS_CUDA],
-                           dtype=float)
+    derived = pd.DataFrame(index=points.index,
+                           columns=[VS_ZERO, VS_BEST, VS_CUDA, LOSS_VS_CUDA, SCALING], dtype=float)
     table = compared(points)
     derived[VS_BEST] = table["step_ms"].astype(float) / table["fastest_peer_ms"].astype(float)
+    derived[SCALING] = scaling(points, table["step_ms"].astype(float))
     for _, work in points.groupby(WORK, sort=False, dropna=False):
         steps = table.loc[work.index, "step_ms"].astype(float)
         zero = steps[work["variant"] == "deepspeed"].min()
@@ -166,6 +175,25 @@ def derive(points: pd.DataFrame) -> pd.DataFrame:
         derived.loc[work.index, LOSS_VS_CUDA] = gap.where(
             work["loss_steps"] == reference["loss_steps"])
     return derived
+
+
+def scaling(points: pd.DataFrame, steps: pd.Series) -> pd.Series:
+    """Each point's step on one GPU over its ``steps`` on its GPU count (1 on one GPU): the
+    one-GPU point of the same variant, settings and work per GPU, of the nearest budget (a
+    budget taken from another run's peak differs with the GPU count); NaN without one."""
+    import pandas as pd
+
+    alike = [c for c in (*WORK, *SETTINGS) if c not in ("world_size", "gpu_budget")]
+    found = pd.Series(math.nan, index=points.index, dtype=float)
+    budgets = pd.to_numeric(points["gpu_budget"], errors="coerce").fillna(0)
+    for _, same in points.groupby(alike, sort=False, dropna=False):
+        ones = same.index[pd.to_numeric(same["world_size"], errors="coerce") == 1]
+        if ones.empty:
+            continue
+        for index in same.index:
+            nearest = (budgets[ones] - budgets[index]).abs().idxmin()
+            found[index] = steps[nearest] / steps[index]
+    return found
 
 
 def _label(point: Mapping[str, Any]) -> str:
@@ -231,6 +259,7 @@ def _row(point: Mapping[str, Any], work: Work, fastest: str | None) -> Row:
         vs_cuda=_number(point[VS_CUDA]),
         loss_vs_cuda=_number(point[LOSS_VS_CUDA]), loss_steps=_number(point["loss_steps"]),
         accounting=accounting(point) if point["variant"] == "hpcmem" else None,
+        host=_number(point.get("host_peak_bytes")), scaling=_number(point.get(SCALING)),
     )
 
 
@@ -247,18 +276,19 @@ def rows(points: pd.DataFrame) -> dict[Work, list[Row]]:
 
 
 def _work(point: Mapping[str, Any]) -> Work:
+    gpus = _number(point.get("world_size"))
     return Work(point["model"], point["dtype"], int(point["batch"]), int(point["seq_len"]),
-                int(point["accumulate"]))
+                int(point["accumulate"]), int(gpus) if gpus else 1)
 
 
 def step_time_table(points: pd.DataFrame) -> pd.DataFrame:
     """Per work and point: the median and mean step, the step compared and its basis, the
     number of repeats, the ratios to ZeRO-Offload, to the fastest peer tool (with its point)
-    and to ``cuda``, the loss's distance from ``cuda``'s and the GPU memory held
-    (``peers_step_time.csv``)."""
+    and to ``cuda``, the loss's distance from ``cuda``'s, the GPU memory held, the host
+    memory of the largest rank and the scaling from one GPU (``peers_step_time.csv``)."""
     columns = [*WORK, *SETTINGS, STEP, MEAN, "step_basis", "step_ms", "repeats", VS_ZERO,
                VS_BEST, "fastest_peer", VS_CUDA, LOSS_VS_CUDA, "held_peak_bytes",
-               "peak_reserved_bytes"]
+               "peak_reserved_bytes", "host_peak_bytes", SCALING]
     table = points.join(compared(points).drop(columns="fastest_peer_ms"))
     return table[columns].sort_values(WORK, kind="stable").reset_index(drop=True)
 
@@ -306,21 +336,23 @@ def markdown(tables: Mapping[Work, Iterable[Row]]) -> str:
     lines: list[str] = []
     for work, table in tables.items():
         table = list(table)
+        parallel = work.world_size > 1  # a rank's host memory and the scaling from one GPU
         lines += [f"## {work.title()}", "",
                   f"| variant | checkpointing | budget GiB | step ms, {_word(table[0].basis)} "
                   "(repeats) | tokens/s | GiB allocated / reserved | NVML GiB | held GiB | "
                   "vs fastest ZeRO-Offload | vs fastest peer | vs cuda | "
-                  "last loss vs cuda (steps) |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "last loss vs cuda (steps) |" + (" host GiB | vs 1 GPU |" if parallel else ""),
+                  "|---" * (14 if parallel else 12) + "|"]
         for row in table:
             each = ", ".join(_ms(ms) for ms in row.each_ms)
+            extra = (f" {_gib(row.host)} | {shown(row.scaling, '.0%')} |" if parallel else "")
             lines.append(
                 f"| {row.label} | {row.checkpointing} | {_gib(row.budget)} | "
                 f"**{_ms(row.step_ms)}** ({each}) | {shown(row.tokens_per_s, ',.0f')} | "
                 f"{_gib(row.allocated)} / {_gib(row.reserved)} | {_gib(row.nvml)} | "
                 f"{_gib(row.held)} | {shown(row.vs_zero, '.2f', unit='x')} | "
                 f"{shown(row.vs_best, '.2f', unit='x')} | "
-                f"{shown(row.vs_cuda, '.2f', unit='x')} | {loss_shown(row)} |")
+                f"{shown(row.vs_cuda, '.2f', unit='x')} | {loss_shown(row)} |" + extra)
         notes = [f"{row.label} at {_gib(row.budget)} GiB, {row.accounting}"
                  for row in table if row.accounting]
         lines += ["", basis_note(table), *(["", *notes] if notes else []), ""]
