@@ -37,6 +37,23 @@
 #               (5, 3) the timed and warm-up steps (multiples of ZenFlow's update_interval, 4, put
 #               its whole update cycles into the records' mean step): "HPCMEM_HF_VARIANTS='cuda hpcmem'
 #               HPCMEM_HF_STEPS=200 HPCMEM_HF_WARMUP=0" is the loss check (hf.md's last column)
+#   hf-offload-dp  (asked for by name) the same variants data-parallel, one rank per GPU, each
+#               point its own `torchrun --standalone --nproc-per-node N` (hf-dp.jsonl, hf-dp.md):
+#               per model (HPCMEM_HF_MODELS, default "llama-3b qwen2-7b": two families, ~3B and
+#               ~7B; llama-7b and qwen2-3b too), per GPU count (HPCMEM_DP_GPUS, default 1, every
+#               GPU nvidia-smi -L lists, then the powers of two between: a call cut short has
+#               both ends of the scaling), per HPCMEM_HF_ACCUMULATE (default "1 8"), the variants
+#               interleaved (HPCMEM_HF_VARIANTS, default "deepspeed zenflow fsdp2
+#               hpcmem@deepspeed,zenflow cuda": ZeRO-2 + offload_optimizer cpu with and without
+#               ZenFlow, FSDP2 + CPUOffloadPolicy, hpcmem at the least of what ZeRO-Offload and
+#               ZenFlow reserved per GPU, DDP last, where it fits; zenflow runs at 1 micro-batch
+#               only), 8 x 1024 tokens per GPU per micro-batch, HPCMEM_HF_STEPS and
+#               HPCMEM_HF_WARMUP (4, 4) steps. Each point is capped at HPCMEM_DP_POINT_SECONDS
+#               (300) and by the benchmark part's end, so that its record (rank 0's, every rank
+#               merged) is written; a point without one is named in bench.log. The one call
+#               on a node of several GPUs (docs/gpu-budget.md#data-parallelism):
+#                 HPCMEM_GIT_SHA=<commit> HPCMEM_DEEPSPEED_SDIST=.dist/deepspeed-0.19.8.tar.gz \
+#                   HPCMEM_BENCH_GROUPS=hf-offload-dp HPCMEM_BENCH_SECONDS=420 benchmarks/gpu/run.sh bench
 # HPCMEM_GPU_TESTS (tests/test_*.py) picks the test files, HPCMEM_TEST_SECONDS (300) caps them; HPCMEM_BENCH_SECONDS (480) the benchmark part; HPCMEM_BENCH_REPEATS (2) the repeats;
 # HPCMEM_BUDGETS the budget fractions of the 0.35B group; HPCMEM_FSDP and HPCMEM_FSDP_1_3B the
 # FSDP2 variants of the budget groups (plain, activations; empty: none).
@@ -55,7 +72,7 @@ OUT=${OUT:-benchmarks/results/gpu-$(date -u +%Y%m%d)}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 unset HPCMEM_ALLOW_OVERSUBSCRIPTION
 # every record names its commit: from the checkout, or passed in where the copy has no .git
 export HPCMEM_GIT_SHA=${HPCMEM_GIT_SHA:-$(git rev-parse --verify -q HEAD 2>/dev/null)}
@@ -87,7 +104,8 @@ GROUPS_WANTED=" ${HPCMEM_BENCH_GROUPS:-primitives budget budget-1.3B pinned cnn 
 want() { [[ $GROUPS_WANTED == *" $1 "* ]]; }
 : >"$OUT/bench.log"
 ds_compile=
-if [[ $MODE != tests ]] && want hf-offload && [[ -n ${HPCMEM_DEEPSPEED_SDIST:-} ]]; then
+if [[ $MODE != tests ]] && { want hf-offload || want hf-offload-dp; } &&
+   [[ -n ${HPCMEM_DEEPSPEED_SDIST:-} ]]; then
   # benchmark only, never a dependency of hpcmem; its CPU Adam (ZeRO-Offload's and ZenFlow's)
   # compiles beside hpcmem's build, so no variant's first run pays for it
   if DS_BUILD_OPS=0 "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile \
@@ -163,6 +181,17 @@ fi
 want 0.35B && bench 80 "${TRANSFORMER[@]}" --params 350000000 --batch 16 --repeats 3
 want 1.3B && bench 90 "${TRANSFORMER[@]}" --params 1300000000 --batch 8 --repeats 3
 want cnn && bench 80 --model cnn --batch 256 --dtype fp32 --steps 8 --warmup 2 --repeats 3
+hf_args() {  # hf_args TOKEN: the variant (hf_variant) and options (hf_extra) a token names
+  local base=${1%%@*} from
+  hf_variant=${base%%+*}; hf_variant=${hf_variant%-nockpt}; hf_extra=()
+  [[ ${base%%+*} == *-nockpt ]] && hf_extra=(--no-checkpointing)
+  [[ $base == *+delayed* ]] && hf_extra+=(--delayed-update)
+  [[ $base == *+bf16state* ]] && hf_extra+=(--state-dtype bfloat16)
+  if [[ $1 == hpcmem*@* ]]; then
+    from=${1#*@}; hf_extra+=(--budget-from "${from%%\**}")
+    [[ $from == *\** ]] && hf_extra+=(--budget-scale "${from#*\*}")
+  elif [[ $hf_variant == hpcmem ]]; then hf_extra+=(--budget-from deepspeed --budget-gib 9.6); fi
+}
 if want hf-offload; then
   for repeat in $(seq 1 "${HPCMEM_HF_REPEATS:-1}"); do
     for model in ${HPCMEM_HF_MODELS:-gpt2-large}; do
@@ -170,24 +199,52 @@ if want hf-offload; then
         for token in ${HPCMEM_HF_VARIANTS:-cuda deepspeed hpcmem}; do
           cap=$(( DEADLINE - SECONDS - 10 )); (( cap > 240 )) && cap=240
           (( cap > 20 )) || { echo "skipped (out of time): hf $model $token" | tee -a "$OUT/bench.log"; status=1; continue; }
-          base=${token%%@*}; variant=${base%%+*}; variant=${variant%-nockpt}; extra=()
-          [[ ${base%%+*} == *-nockpt ]] && extra=(--no-checkpointing)
-          [[ $base == *+delayed* ]] && extra+=(--delayed-update)
-          [[ $base == *+bf16state* ]] && extra+=(--state-dtype bfloat16)
-          if [[ $token == hpcmem*@* ]]; then
-            from=${token#*@}; extra+=(--budget-from "${from%%\**}")
-            [[ $from == *\** ]] && extra+=(--budget-scale "${from#*\*}")
-          elif [[ $variant == hpcmem ]]; then extra+=(--budget-from deepspeed --budget-gib 9.6); fi
-          timeout "$cap" "$PY" benchmarks/gpu/hf_offload.py --variant "$variant" --repeat "$repeat" \
+          hf_args "$token"
+          timeout "$cap" "$PY" benchmarks/gpu/hf_offload.py --variant "$hf_variant" --repeat "$repeat" \
             --model "$model" --accumulate "$accumulate" \
             --steps "${HPCMEM_HF_STEPS:-5}" --warmup "${HPCMEM_HF_WARMUP:-3}" \
-            --out "$OUT/hf.jsonl" "${extra[@]}" 2>&1 |
+            --out "$OUT/hf.jsonl" "${hf_extra[@]}" 2>&1 |
             relative | tee -a "$OUT/bench.log" | grep -v -E "^\s|Warning|warn" | tail -3
         done
       done
     done
   done
   [[ -s $OUT/hf.jsonl ]] && "$PY" benchmarks/gpu/hf_table.py "$OUT/hf.jsonl" | tee "$OUT/hf.md"
+fi
+lines() { if [[ -f $1 ]]; then wc -l <"$1"; else echo 0; fi; }  # records in a file
+if want hf-offload-dp; then
+  all=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  counts=1; (( all > 1 )) && counts+=" $all"
+  for ((n = 2; n < all; n *= 2)); do counts+=" $n"; done  # 1, all, then the powers of two between
+  counts=${HPCMEM_DP_GPUS:-$counts}
+  echo "data parallel: GPU counts $counts of $all" | tee -a "$OUT/bench.log"
+  for repeat in $(seq 1 "${HPCMEM_HF_REPEATS:-1}"); do
+    for model in ${HPCMEM_HF_MODELS:-llama-3b qwen2-7b}; do
+      for gpus in $counts; do
+        for accumulate in ${HPCMEM_HF_ACCUMULATE:-1 8}; do
+          for token in ${HPCMEM_HF_VARIANTS:-deepspeed zenflow fsdp2 hpcmem@deepspeed,zenflow cuda}; do
+            hf_args "$token"
+            # DeepSpeed takes ZenFlow's accumulation from its update_interval (hf_offload.py)
+            [[ $hf_variant == zenflow && $accumulate != 1 ]] && continue
+            point="hf $model $token, $gpus GPUs, $accumulate micro-batches"
+            cap=$(( DEADLINE - SECONDS - 10 )); (( cap > ${HPCMEM_DP_POINT_SECONDS:-300} )) && cap=${HPCMEM_DP_POINT_SECONDS:-300}
+            (( cap > 30 )) || { echo "skipped (out of time): $point" | tee -a "$OUT/bench.log"; status=1; continue; }
+            before=$(lines "$OUT/hf-dp.jsonl")
+            timeout --kill-after=15 "$cap" "$PY" -m torch.distributed.run --standalone \
+              --nproc-per-node "$gpus" benchmarks/gpu/hf_offload.py --world-size "$gpus" \
+              --variant "$hf_variant" --repeat "$repeat" --model "$model" --accumulate "$accumulate" \
+              --steps "${HPCMEM_HF_STEPS:-4}" --warmup "${HPCMEM_HF_WARMUP:-4}" \
+              --out "$OUT/hf-dp.jsonl" "${hf_extra[@]}" 2>&1 |
+              relative | tee -a "$OUT/bench.log" | grep -E "^[a-z0-9.-]+ .* rep [0-9]+ " | tail -1
+            ended=${PIPESTATUS[0]}
+            (( $(lines "$OUT/hf-dp.jsonl") > before )) ||
+              { echo "no record (ended with $ended, cap $cap s): $point" | tee -a "$OUT/bench.log"; status=1; }
+          done
+        done
+      done
+    done
+  done
+  [[ -s $OUT/hf-dp.jsonl ]] && "$PY" benchmarks/gpu/hf_table.py "$OUT/hf-dp.jsonl" | tee "$OUT/hf-dp.md"
 fi
 if [[ -s $OUT/train.jsonl ]]; then
   echo "== summary"

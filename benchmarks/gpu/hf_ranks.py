@@ -1,0 +1,215 @@
+"""Data parallelism for ``hf_offload.py``: the ranks a launcher started, what they may run,
+and one record merged from theirs.
+
+``torchrun --nproc-per-node N benchmarks/gpu/hf_offload.py --world-size N ...`` starts one
+rank per GPU (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` in
+the environment); under ``srun`` with ``--world-size`` the ranks come from Slurm's
+``SLURM_PROCID``, ``SLURM_LOCALID`` and ``SLURM_NTASKS`` (``MASTER_ADDR`` and
+``MASTER_PORT`` exported by the job). Each rank initialises the default NCCL group on its
+GPU, trains on its own tokens (the batch is per GPU) and, at the end, hands its result to
+rank 0 over a gloo group (:func:`gather`); rank 0 alone writes the record, :func:`merge`'s
+fields in it.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hf_steps import step_ms
+
+__all__ = ["PEAKS", "Launch", "gather", "host_peak_bytes", "launch_of", "least_reserved",
+           "merge", "nvml_index", "refused_parallel", "start", "stop"]
+
+#: each launcher's variables: rank, local rank, world size
+LAUNCHERS = {"torchrun": ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
+             "srun": ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS")}
+#: where the ranks meet
+RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")
+#: a rank's memory peaks: PyTorch's, NVML's, with hpcmem's managed bytes, and its host RSS
+PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "nvml_peak_bytes", "held_peak_bytes",
+         "host_peak_bytes")
+#: the variants that run one process only, and why
+ONE_PROCESS = {"torchao": "torchao's CPUOffloadOptimizer steps one process's parameters, "
+                          "with no data-parallel form"}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """This process's place among the ranks ``launcher`` started."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    launcher: str
+
+    def command(self) -> str:
+        """How the run was started, as its record says."""
+        if self.launcher == "torchrun":
+            return f"torchrun --nproc-per-node {self.world_size}"
+        return f"srun --ntasks {self.world_size}"
+
+
+def launch_of(asked: int | None, environ: Mapping[str, str]) -> Launch | None:
+    """The ranks of this run: torchrun's variables where ``WORLD_SIZE`` is set, else Slurm's
+    where ``asked`` (``--world-size``) is given; None (one process) with neither. A
+    ValueError says why the environment cannot be the ranks ``asked`` for."""
+    if "WORLD_SIZE" in environ:
+        launcher = "torchrun"
+    elif asked is not None and "SLURM_NTASKS" in environ:
+        launcher = "srun"
+    elif asked is None:
+        return None
+    else:
+        raise ValueError(f"--world-size {asked}: no ranks were started (neither torchrun's "
+                         "RANK, LOCAL_RANK, WORLD_SIZE nor srun's SLURM_PROCID, "
+                         f"SLURM_LOCALID, SLURM_NTASKS); run it under torchrun "
+                         f"--nproc-per-node {asked}")
+    values = []
+    for name in LAUNCHERS[launcher]:
+        text = environ.get(name, "")
+        if not text.isdigit():
+            raise ValueError(f"{name}={text!r}: a whole number is accepted, as {launcher} "
+                             "sets it")
+        values.append(int(text))
+    rank, local_rank, world = values
+    if not rank < world:
+        raise ValueError(f"{LAUNCHERS[launcher][0]}={rank}: a rank below the world size "
+                         f"({world}) is accepted")
+    if asked is not None and asked != world:
+        raise ValueError(f"--world-size {asked}: {launcher} started {world} ranks "
+                         f"({LAUNCHERS[launcher][2]}={world})")
+    for name in RENDEZVOUS:
+        if not environ.get(name):
+            raise ValueError(f"{name} is unset: the ranks meet at MASTER_ADDR:MASTER_PORT "
+                             "(torchrun sets them; under srun export the first node's "
+                             "address and a free port)")
+    return Launch(rank, local_rank, world, launcher)
+
+
+def refused_parallel(variant: str, launch: Launch, *, trace: bool, delayed_update: bool,
+                     gpu_share: float | None) -> str | None:
+    """Why ``variant`` cannot run over ``launch``'s ranks, or None."""
+    if variant in ONE_PROCESS:
+        return (f"--variant {variant} runs one process, not {launch.world_size} ranks: "
+                f"{ONE_PROCESS[variant]}")
+    if trace:
+        return f"--trace profiles one process, not {launch.world_size} ranks"
+    if launch.world_size > 1 and variant == "hpcmem":
+        asked = "--delayed-update" if delayed_update else (
+            "--gpu-share" if gpu_share is not None else None)
+        if asked:
+            return (f"{asked} runs with one rank, not {launch.world_size}: hpcmem's data "
+                    "parallelism steps every shard on the host")
+    return None
+
+
+def start(launch: Launch) -> tuple[int, Any]:
+    """Initialise the default NCCL group on this rank's GPU (the launcher's variables
+    exported for DeepSpeed, which reads them); the GPU's index and a gloo group for the
+    results."""
+    import torch
+    import torch.distributed as dist
+
+    for name, value in zip(LAUNCHERS["torchrun"],
+                           (launch.rank, launch.local_rank, launch.world_size), strict=True):
+        os.environ.setdefault(name, str(value))
+    index = launch.local_rank % torch.cuda.device_count()  # srun may show one GPU a task
+    device = torch.device("cuda", index)
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", rank=launch.rank, world_size=launch.world_size,
+                            device_id=device)
+    return index, dist.new_group(backend="gloo")
+
+
+def stop() -> None:
+    """Leave the process group (every rank, after :func:`gather`)."""
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+
+
+def nvml_index(device: int) -> int:
+    """NVML's index of the CUDA device ``device`` (``CUDA_VISIBLE_DEVICES`` renumbers CUDA's,
+    not NVML's); ``device`` itself where PyTorch cannot tell."""
+    import torch
+
+    try:
+        return torch.cuda._get_nvml_device_index(device)
+    except (AttributeError, RuntimeError):
+        return device
+
+
+def host_peak_bytes() -> int:
+    """This process's peak resident host memory (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def gather(result: Mapping[str, Any], group: Any) -> list[dict[str, Any]]:
+    """Every rank's ``result``, in rank order, on every rank (over ``group``: gloo, so that
+    a rank whose NCCL work failed still reports)."""
+    import torch.distributed as dist
+
+    every: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(every, dict(result), group=group)
+    return every
+
+
+def _largest(values: Sequence[Any]) -> Any:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def _over_budget(result: Mapping[str, Any], budget: int | None) -> bool:
+    peaks = [result.get(name) for name in ("peak_reserved_bytes", "nvml_peak_bytes",
+                                           "held_peak_bytes")]
+    return budget is not None and any(p is not None and p > budget for p in peaks)
+
+
+def merge(results: Sequence[Mapping[str, Any]], *, warmup: int, tokens_per_step: int,
+          budget: int | None) -> dict[str, Any]:
+    """One record's fields from every rank's result (``rank``, ``status``, ``reason``,
+    ``times`` in ms, ``losses`` and :data:`PEAKS`), in rank order: ``world_size``; the
+    status (failed where any rank failed, each failed rank's reason); ``step_ms_all``, each
+    step's time on its slowest rank; ``losses``, each step's mean over the ranks (each its
+    own tokens: the global batch's); each of :data:`PEAKS`, its largest over the ranks;
+    ``tokens_per_s`` over all ranks on the mean timed step; ``budget_exceeded_ranks``, the
+    ranks whose reserved, NVML or held peak passed ``budget``; and ``ranks``, each rank's
+    own step and peaks."""
+    failed = [r for r in results if r["status"] != "ok"]
+    steps = min((len(r["times"]) for r in results), default=0)
+    slowest = [max(r["times"][i] for r in results) for i in range(steps)]
+    losses = [r.get("losses") or [] for r in results]
+    merged: dict[str, Any] = {
+        "world_size": len(results), "status": "failed" if failed else "ok",
+        "step_ms_all": slowest,
+        "losses": ([statistics.fmean(step) for step in zip(*losses, strict=True)]
+                   if losses and len({len(x) for x in losses}) == 1 and losses[0] else None),
+        **{name: _largest([r.get(name) for r in results]) for name in PEAKS},
+        "budget_exceeded_ranks": [r["rank"] for r in results if _over_budget(r, budget)],
+        "ranks": [{"rank": r["rank"], "status": r["status"],
+                   "step_ms": step_ms(r["times"], warmup),
+                   **{name: r.get(name) for name in PEAKS}} for r in results],
+    }
+    timed = step_ms(slowest, warmup)
+    if timed is not None:
+        merged["tokens_per_s"] = len(results) * tokens_per_step / timed["mean"] * 1e3
+    if failed:
+        merged["reason"] = "; ".join(f"rank {r['rank']}: {r.get('reason')}"
+                                     for r in failed)[:2000]
+    return merged
+
+
+def least_reserved(record: Mapping[str, Any]) -> int | None:
+    """The GPU memory a run reserved on its least-reserving rank (its own peak for a
+    single process): a per-GPU budget no larger than it is no larger on any rank."""
+    ranks = record.get("ranks")
+    if isinstance(ranks, list) and ranks:
+        held = [r["peak_reserved_bytes"] for r in ranks
+                if r.get("peak_reserved_bytes") is not None]
+        return min(held) if held else None
+    return record.get("peak_reserved_bytes")
