@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = ["DPI", "PALETTE", "embed", "grouped_panels", "log_size_axis", "log_value_axis",
-           "new_figure", "outside_legend", "panel_grid"]
+           "new_figure", "outside_legend", "panel_grid", "panels"]
 
 DPI = 100
 #: colours of the lines and bars of one figure, in order
@@ -58,27 +58,37 @@ def outside_legend(figure: Figure, panels: Sequence[Any], *, columns: int = 5,
                       title_fontsize=10, frameon=False)
 
 
+def panels(groups: Sequence[tuple[Any, Any]], draw: Callable[[Any, Any], None], *,
+           title: Callable[[Any], str], most_columns: int, size: tuple[float, float], alt: str,
+           caption: str, heading: str | None = None, legend: str | None = None,
+           title_size: int = 10) -> str:
+    """One panel per ``(key, group)`` of ``groups``, in their order, ``size`` inches each, at
+    most ``most_columns`` to a row: ``draw(axes, group)`` fills it and ``title(key)`` names it
+    (``title_size`` points). ``heading``: the figure's title above its panels; ``legend``: the
+    title of one legend below the panels (:func:`outside_legend`) instead of one in each. The
+    figure embedded (:func:`embed`)."""
+    figure, grid = panel_grid(len(groups), most_columns, *size)
+    for axes, (key, group) in zip(grid, groups, strict=True):
+        draw(axes, group)
+        axes.set_title(title(key), fontsize=title_size)
+    if heading:
+        figure.suptitle(heading, fontsize=12)
+    if legend is not None:
+        outside_legend(figure, grid, title=legend or None)
+    return embed(figure, alt, caption)
+
+
 def grouped_panels(table: pd.DataFrame, by: str | Sequence[str],
                    draw: Callable[[Any, pd.DataFrame], None], *, title: Callable[[Any], str],
                    most_columns: int, size: tuple[float, float], alt: str, caption: str,
                    heading: str | None = None, legend: str | None = None) -> str | None:
-    """One panel per group of ``table`` by ``by`` (sorted, a missing value a group of its
-    own), ``size`` inches each, at most ``most_columns`` to a row: ``draw(axes, group)``
-    fills it and ``title(key)`` names it. ``heading``: the figure's title above its panels;
-    ``legend``: the title of one legend below the panels (:func:`outside_legend`) instead of
-    one in each. The figure embedded (:func:`embed`), or None for an empty table."""
+    """:func:`panels` of ``table`` grouped by ``by`` (sorted, a missing value a group of its
+    own), or None for an empty table."""
     if table.empty:
         return None
-    groups = list(table.groupby(by, sort=True, dropna=False))
-    figure, panels = panel_grid(len(groups), most_columns, *size)
-    for axes, (key, group) in zip(panels, groups, strict=True):
-        draw(axes, group)
-        axes.set_title(title(key), fontsize=10)
-    if heading:
-        figure.suptitle(heading, fontsize=12)
-    if legend is not None:
-        outside_legend(figure, panels, title=legend or None)
-    return embed(figure, alt, caption)
+    return panels(list(table.groupby(by, sort=True, dropna=False)), draw, title=title,
+                  most_columns=most_columns, size=size, alt=alt, caption=caption,
+                  heading=heading, legend=legend)
 
 
 def embed(figure: Figure, alt: str, caption: str) -> str:

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from hpcmem.draw.html import table
-from hpcmem.draw.plots import PALETTE, embed, log_value_axis, panel_grid
+from hpcmem.draw.plots import PALETTE, log_value_axis, panels
 from hpcmem.peers.tables import GIB, Row, Work, basis_note, loss_shown, rows, shown
 from hpcmem.peers.variants import LABELS, VARIANTS
 
@@ -31,6 +31,8 @@ HEADERS = ("variant", "checkpointing", "budget GiB", "step ms", "each repeat", "
 KINDS = ("text", "text", *["num"] * (len(HEADERS) - 2))
 #: a data-parallel work's columns after those
 PARALLEL_HEADERS = ("host GiB (largest rank)", "vs 1 GPU")
+#: both figures' panels: two to a row, 5.6 x 4.2 inches, titles in 9 points
+PANELS = {"most_columns": 2, "size": (5.6, 4.2), "title_size": 9}
 
 
 def _number(value: float | None, form: str, scale: float = 1, unit: str = "") -> str | None:
@@ -67,8 +69,8 @@ def scaling_figure(tables: Mapping[Work, Sequence[Row]]) -> str | None:
              if len({gpus for points in found.values() for gpus, _ in points}) > 1}
     if not drawn:
         return None
-    figure, panels = panel_grid(len(drawn), 2, 5.6, 4.2)
-    for axes, (work, found) in zip(panels, drawn.items(), strict=True):
+
+    def draw(axes: Any, found: dict[tuple[str, str], list[tuple[int, float]]]) -> None:
         for (variant, label), points in found.items():
             points.sort()
             axes.plot([gpus for gpus, _ in points], [rate for _, rate in points], "-o",
@@ -76,12 +78,14 @@ def scaling_figure(tables: Mapping[Work, Sequence[Row]]) -> str | None:
         axes.set_xscale("log", base=2)
         axes.set_xlabel("GPUs (one rank each)")
         axes.set_ylabel("tokens/s over all GPUs")
-        axes.set_title(work.title().replace(" per step", " per GPU per step"), fontsize=9)
         axes.legend(fontsize=6)
-    return embed(figure, "peers: tokens/s against GPUs",
-                 "Tokens/s over all GPUs (each GPU trains the same batch per step) against "
-                 "the number of GPUs, one rank each; each table gives the scaling from one "
-                 "GPU (the step on one GPU over the step on N).")
+
+    return panels(list(drawn.items()), draw, **PANELS,
+                  title=lambda work: work.title().replace(" per step", " per GPU per step"),
+                  alt="peers: tokens/s against GPUs",
+                  caption="Tokens/s over all GPUs (each GPU trains the same batch per step) "
+                  "against the number of GPUs, one rank each; each table gives the scaling "
+                  "from one GPU (the step on one GPU over the step on N).")
 
 
 def peers_figure(tables: Mapping[Work, Sequence[Row]]) -> str | None:
@@ -93,8 +97,8 @@ def peers_figure(tables: Mapping[Work, Sequence[Row]]) -> str | None:
     drawn = {work: measured for work, measured in drawn.items() if measured}
     if not drawn:
         return None
-    figure, panels = panel_grid(len(drawn), 2, 5.6, 4.2)
-    for axes, (work, measured) in zip(panels, drawn.items(), strict=True):
+
+    def draw(axes: Any, measured: list[Row]) -> None:
         ours = sorted((r for r in measured if r.variant == "hpcmem"), key=lambda r: r.gpu_bytes)
         if ours:
             axes.plot([r.gpu_bytes / GIB for r in ours], [r.step_ms for r in ours], "-o",
@@ -114,14 +118,15 @@ def peers_figure(tables: Mapping[Work, Sequence[Row]]) -> str | None:
         axes.set_xlabel("GPU memory held (GiB)")
         axes.set_ylabel("step time (ms)")
         log_value_axis(axes)
-        axes.set_title(work.title(), fontsize=9)
         axes.legend(fontsize=6)
-    return embed(figure, "peers: step time against GPU memory held",
-                 "Step time (ms; each table's note says whether each run's mean or median "
-                 "step) against the GPU memory each variant held: all the "
-                 "process held where measured (NVML's per-process figure and hpcmem's managed "
-                 "bytes on the GPU), else PyTorch's peak reserved bytes. hpcmem's points are "
-                 "labelled with their budget and the options they asked for.")
+
+    return panels(list(drawn.items()), draw, **PANELS, title=lambda work: work.title(),
+                  alt="peers: step time against GPU memory held",
+                  caption="Step time (ms; each table's note says whether each run's mean or "
+                  "median step) against the GPU memory each variant held: all the process "
+                  "held where measured (NVML's per-process figure and hpcmem's managed bytes "
+                  "on the GPU), else PyTorch's peak reserved bytes. hpcmem's points are "
+                  "labelled with their budget and the options they asked for.")
 
 
 def section(points: pd.DataFrame) -> str:
