@@ -38,6 +38,21 @@ MODELS = {
                                  "num_hidden_layers": 28, "num_attention_heads": 28,
                                  "num_key_value_heads": 4, "vocab_size": 152064,
                                  "tie_word_embeddings": False, "max_position_embeddings": 1024}),
+    # the families between 1B and 3B: Qwen2 1.5B's (a 152k vocabulary, tied), Phi-2's
+    # (parallel blocks, partial rotary, biases) and Gemma 2B's (a 256k vocabulary, MQA)
+    "qwen2-1.5b": ("Qwen2Config", {"hidden_size": 1536, "intermediate_size": 8960,
+                                   "num_hidden_layers": 28, "num_attention_heads": 12,
+                                   "num_key_value_heads": 2, "vocab_size": 151936,
+                                   "tie_word_embeddings": True,
+                                   "max_position_embeddings": 1024}),
+    "phi-2.7b": ("PhiConfig", {"hidden_size": 2560, "intermediate_size": 10240,
+                               "num_hidden_layers": 32, "num_attention_heads": 32,
+                               "partial_rotary_factor": 0.4, "vocab_size": 51200,
+                               "max_position_embeddings": 2048}),
+    "gemma-2b": ("GemmaConfig", {"hidden_size": 2048, "intermediate_size": 16384,
+                                 "num_hidden_layers": 18, "num_attention_heads": 8,
+                                 "num_key_value_heads": 1, "head_dim": 256,
+                                 "vocab_size": 256000, "max_position_embeddings": 1024}),
     # more families, below 0.7B: each brings a layout the two above lack
     "qwen2-0.5b": ("Qwen2Config", {"hidden_size": 896, "intermediate_size": 4864,  # tied, qkv bias
                                    "num_hidden_layers": 24, "num_attention_heads": 14,
