@@ -11,8 +11,8 @@ from typing import Any
 from hf_models import transformer_blocks
 from hf_steps import plain_step, timed
 
-__all__ = ["LEARNING_RATE", "WEIGHT_DECAY", "ZENFLOW", "ZERO", "run", "torchao_settings",
-           "zero_config"]
+__all__ = ["LEARNING_RATE", "WEIGHT_DECAY", "ZENFLOW", "ZERO", "hpcmem_offload", "run",
+           "torchao_settings", "zero_config"]
 
 LEARNING_RATE = 1e-4
 WEIGHT_DECAY = 0.01
@@ -166,23 +166,31 @@ def run_fsdp2(args: argparse.Namespace, model: Any) -> dict[str, Any]:
                                "mp_policy": "param bfloat16, reduce float32"}}
 
 
+def hpcmem_offload(args: argparse.Namespace) -> Any:
+    """The offload value ``attach`` gets: the plan's strategy unless a host-optimizer option
+    names that one."""
+    from hpcmem.um import offload_named
+
+    working = "bfloat16" if args.dtype == "bf16" else "float32"
+    return offload_named(None, working_dtype=working, micro_batches=args.accumulate,
+                         threads=args.host_threads, gpu_share=args.gpu_share,
+                         host_kernel=args.host_kernel, delayed_update=args.delayed_update,
+                         state_dtype=args.state_dtype)
+
+
 def run_hpcmem(args: argparse.Namespace, model: Any, budget: int) -> dict[str, Any]:
     """``attach`` under ``gpu_budget=budget`` on this process's GPU; over the ranks, the
     default NCCL group's data parallelism (given even with one rank: its collectives run)."""
     import torch
     import torch.distributed as dist
 
-    from hpcmem.um import Offload, UnifiedMemory
+    from hpcmem.um import UnifiedMemory
 
     if args.checkpointing:
         model.gradient_checkpointing_enable({"use_reentrant": False})
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE,
                                   weight_decay=WEIGHT_DECAY)
-    working = "bfloat16" if args.dtype == "bf16" else "float32"
-    offload = Offload(working_dtype=working, micro_batches=args.accumulate,
-                      threads=args.host_threads, gpu_share=args.gpu_share,
-                      host_kernel=args.host_kernel, delayed_update=args.delayed_update,
-                      state_dtype=args.state_dtype)
+    offload = hpcmem_offload(args)
     used = {}  # the device's used memory (cudaMemGetInfo): everything, the context included
     group = dist.group.WORLD if args.launch is not None else None
     device = torch.cuda.current_device()
