@@ -59,6 +59,7 @@ class CpuMemory(PassThroughMemory):
                 model, optimizer, offload=offload or Offload(), transport=CpuTransport(),
                 budget=self.gpu_budget, priority=self.policy.priority,
                 device_scope=nullcontext, process_group=process_group,
+                batch_split=self._batch_split,
             )
 
     def stats(self) -> dict[str, Any]:

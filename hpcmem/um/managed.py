@@ -215,6 +215,7 @@ class ManagedMemory(MemoryScopes):
                 budget=self.gpu_budget, priority=self.policy.priority,
                 device_scope=lambda: self._route("activations"),
                 plain_scope=self._unrouted, process_group=process_group,
+                batch_split=self._batch_split,
             )
             return
         if offload is not None:

@@ -108,7 +108,13 @@ class MemoryScopes(ABC):
         from hpcmem.um.budget.causal_lm import ChunkedLoss
 
         assert self.gpu_budget is not None
-        self._loss = ChunkedLoss(model, offload.chunked_loss, self.gpu_budget)
+        self._loss = ChunkedLoss(model, offload.chunked_loss, self.gpu_budget,
+                                 getattr(offload, "batch_split", None))
+
+    @property
+    def _batch_split(self) -> Any:
+        """The chunked loss's batch split, for the strategy to plan (None: no chunked loss)."""
+        return self._loss.split if self._loss is not None and self._loss.applied else None
 
     def _offload_stats(self) -> dict[str, Any]:
         """The strategy's stats, with the chunked loss's record as ``chunked_loss``."""

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
+from hpcmem.um.budget.batch_split import BatchSplit
 from hpcmem.um.budget.offload import (
     HostOptimizerOffload,
     Offload,
@@ -64,11 +65,13 @@ def make_strategy(
     device_scope: Callable[[], AbstractContextManager[None]],
     plain_scope: Callable[[], AbstractContextManager[None]] = nullcontext,
     process_group: Any = None,
+    batch_split: BatchSplit | None = None,
 ) -> BudgetStrategy:
     """The strategy for ``offload`` (see the module docstring); ``device_scope`` routes its
     device allocations into the budget's pool, ``plain_scope`` out of every pool (plain
     device memory); ``process_group`` the ranks it trains over (None: the default group if
-    ``torch.distributed`` is initialised)."""
+    ``torch.distributed`` is initialised); ``batch_split`` the causal LM's split, which the
+    host optimizer plans (the streamed strategy runs batches whole)."""
     chosen = planned(offload, model, optimizer, budget)
     ranks = data_parallel(process_group, transport.device)
     if isinstance(chosen, HostOptimizerOffload):
@@ -76,7 +79,7 @@ def make_strategy(
 
         return HostOptimizer(model, optimizer, transport=transport, budget=budget,
                              offload=chosen, device_scope=device_scope,
-                             plain_scope=plain_scope, ranks=ranks)
+                             plain_scope=plain_scope, ranks=ranks, batch_split=batch_split)
     if ranks is not None:
         how = ("asked" if offload.strategy else "planned: the host optimizer's fixed device "
                "bytes pass half the budget, or the optimizer is not SGD, Adam or AdamW")

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from hpcmem.um.budget.batch_split import BatchSplit
 from hpcmem.um.budget.chunked_loss import chunk_rows, linear_cross_entropy
 from hpcmem.um.errors import BudgetError
 
@@ -99,6 +100,7 @@ class _Call:
     labels: Any
     shifted: bool  # the labels are the targets already (``shift_labels``)
     ignore_index: int
+    divisor: Any = None  # the whole batch's target count, for a part of a split batch
     total: Any = None
     count: Any = None
     done: bool = False
@@ -107,9 +109,12 @@ class _Call:
 class ChunkedLoss:
     """The chunked loss on ``model``, or the one causal LM inside it (:func:`causal_lm`),
     where it applies and ``enabled`` (None: wherever it applies; True: refused where it does
-    not), rows per chunk from ``budget``."""
+    not), rows per chunk from ``budget``; its forward splits a batch the budget cannot hold
+    (``split``, :mod:`hpcmem.um.budget.batch_split`; ``batch_split``: None measured, an
+    int rows per part, False never)."""
 
-    def __init__(self, model: Any, enabled: bool | None, budget: int) -> None:
+    def __init__(self, model: Any, enabled: bool | None, budget: int,
+                 batch_split: bool | int | None = None) -> None:
         self.model, self.reason = causal_lm(model) if enabled is not False else (
             None, "off (chunked_loss=False)")
         if enabled and self.reason:
@@ -117,6 +122,8 @@ class ChunkedLoss:
                               f"{type(model).__name__}: {self.reason}")
         self.chunk_bytes = chunk_bytes(budget)
         self.rows = 0
+        self.split = BatchSplit(None if isinstance(batch_split, bool) else batch_split,
+                                enabled=batch_split is not False)
         self._call: _Call | None = None
         self._saved: list[tuple[Any, str, Any, Any]] = []
         self._on = self.reason is None  # until close()
@@ -133,7 +140,8 @@ class ChunkedLoss:
         """Whether it runs, why not, and its chunks."""
         return {"applied": self.applied, "reason": self.reason,
                 "chunk_bytes": self.chunk_bytes if self.applied else None,
-                "chunk_rows": self.rows if self.applied else None}
+                "chunk_rows": self.rows if self.applied else None,
+                "batch_split": self.split.record if self.applied else None}
 
     # -- installing -----------------------------------------------------------------------
     def _install(self) -> None:
@@ -167,22 +175,57 @@ class ChunkedLoss:
             labels = signature.bind_partial(*args, **kwargs).arguments.get("labels")
             if labels is None or not self._on or self._call is not None:
                 return forward(*args, **kwargs)
-            shifted = kwargs.get("shift_labels")
-            self._call = _Call(labels if shifted is None else shifted, shifted is not None,
-                               kwargs.get("ignore_index", -100))
-            try:
-                output = forward(*args, **kwargs)
-                call = self._call
-            finally:
-                self._call = None
-            if not call.done:
-                raise BudgetError(
-                    f"chunked_loss: {type(self.model).__name__}'s forward did not compute its "
-                    "loss from lm_head's output through loss_function; attach with "
-                    "chunked_loss=False")
-            return _without_logits(output)
+            named = _named(signature, args, kwargs)
+            first = self._split_plan(named, labels)
+            if first is None:
+                return self._chunked(forward, named)
+            return self._split_run(forward, named, labels, first)
 
         return run
+
+    def _chunked(self, forward: Any, named: dict[str, Any], divisor: Any = None) -> Any:
+        """``forward`` over ``named`` with the loss in chunks (divided by ``divisor`` where
+        no ``num_items_in_batch`` is given and it is set)."""
+        shifted = named.get("shift_labels")
+        self._call = _Call(named["labels"] if shifted is None else shifted,
+                           shifted is not None, named.get("ignore_index", -100), divisor)
+        try:
+            output = forward(**named)
+            call = self._call
+        finally:
+            self._call = None
+        if not call.done:
+            raise BudgetError(
+                f"chunked_loss: {type(self.model).__name__}'s forward did not compute its "
+                "loss from lm_head's output through loss_function; attach with "
+                "chunked_loss=False")
+        return _without_logits(output)
+
+    def _split_plan(self, named: dict[str, Any], labels: Any) -> int | None:
+        """Rows of the first part where this forward's batch is split (None: whole)."""
+        if (not torch.is_grad_enabled() or labels.dim() < 2
+                or named.get("past_key_values") is not None):
+            return None
+        return self.split.plan(labels.shape[0], labels.shape[-1])
+
+    def _split_run(self, forward: Any, named: dict[str, Any], labels: Any, first: int) -> Any:
+        """The batch in parts (:class:`BatchSplit`), each part's loss over the whole batch's
+        target count; the output holds the summed loss."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        shifted = named.get("shift_labels")
+        targets = shifted if shifted is not None else labels[..., 1:]
+        count = (targets != named.get("ignore_index", -100)).sum()
+        last: list[Any] = []
+
+        def part(arguments: dict[str, Any]) -> Any:
+            output = self._chunked(forward, arguments, divisor=count)
+            last[:] = [output]
+            return output[0] if isinstance(output, tuple) else output.loss
+
+        loss = self.split.run(part, named, labels.shape[0], labels.shape[-1], first, params)
+        if isinstance(last[0], tuple):
+            return (loss,)
+        return type(last[0])(loss=loss)
 
     def _head(self, forward: Any) -> Any:
         def run(hidden: Any) -> Any:
@@ -215,7 +258,7 @@ class ChunkedLoss:
                 return loss_function(*args, **kwargs)
             divisor = kwargs.get("num_items_in_batch")
             if divisor is None:
-                divisor = call.count
+                divisor = call.count if call.divisor is None else call.divisor
             elif torch.is_tensor(divisor):
                 divisor = divisor.to(call.total.device)
             call.done = True
@@ -256,3 +299,20 @@ def _without_logits(output: Any) -> Any:
     if isinstance(output, tuple):
         return tuple(x for x in output if not isinstance(x, NoLogits))
     return type(output)(**{k: v for k, v in output.items() if k != "logits"})
+
+
+def _named(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]
+           ) -> dict[str, Any]:
+    """A forward's arguments by name, its ``**kwargs`` spread among them."""
+    named: dict[str, Any] = {}
+    for name, value in signature.bind_partial(*args, **kwargs).arguments.items():
+        kind = signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            named.update(value)
+        elif kind is inspect.Parameter.VAR_POSITIONAL:
+            if value:
+                raise BudgetError(f"chunked_loss: the forward took {len(value)} extra "
+                                  "positional arguments; pass them by name")
+        else:
+            named[name] = value
+    return named

@@ -137,6 +137,12 @@ class HostOptimizerOffload(Offload):
         host steps them, as ``torch.nn.utils.clip_grad_norm_`` does; a step whose norm is
         not finite is skipped (None: no clipping). The norm needs every gradient, so the
         host steps the buckets after backward instead of during it.
+    batch_split : a Hugging Face causal LM's batch (where the chunked loss stands in) run in
+        parts of rows inside its forward where the budget cannot hold its activations whole
+        (:mod:`hpcmem.um.budget.batch_split`): None or True measured (the first forward
+        runs one row alone, then the rows that fit), a number of rows per part, or False
+        (never). The gradients are the whole batch's; a split holds one gradient set across
+        its parts.
     """
 
     strategy: ClassVar[str | None] = "host_optimizer"
@@ -148,9 +154,14 @@ class HostOptimizerOffload(Offload):
     delayed_update: bool = False
     state_dtype: str | None = None
     max_grad_norm: float | None = None
+    batch_split: bool | int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not isinstance(self.batch_split, bool | None) and (
+                not isinstance(self.batch_split, int) or self.batch_split < 1):
+            raise BudgetError(f"offload batch_split: {self.batch_split!r} is not true, false, "
+                              "null or a number of rows >= 1")
         if self.bucket_bytes < 1:
             raise BudgetError(f"offload bucket_bytes: {self.bucket_bytes} must be >= 1")
         if self.threads is not None and self.threads < 1:

@@ -77,6 +77,7 @@ class Recompute:
         self._around = around
         self.enabled = False
         self.saved_bytes: list[int] = []  # per recomputation since the last clear
+        self.largest: tuple[Any, int] | None = None  # the block that saved most, and its bytes
         self._live_bytes = live_bytes
         self._wrappers: dict[int, Any] = {}
 
@@ -85,12 +86,12 @@ class Recompute:
         if self.enabled:
             return
         for block in self.blocks:
-            wrapper = _checkpointed(block, self._measured(block.forward))
+            wrapper = _checkpointed(block, self._measured(block, block.forward))
             self._wrappers[id(block)] = wrapper
             block.forward = wrapper
         self.enabled = True
 
-    def _measured(self, forward: Any) -> Any:
+    def _measured(self, block: Any, forward: Any) -> Any:
         import torch
 
         def run(*args: Any, **kwargs: Any) -> Any:
@@ -101,7 +102,10 @@ class Recompute:
                 with self._around():
                     return forward(*args, **kwargs)
             finally:
-                self.saved_bytes.append(self._live_bytes() - before)
+                saved = self._live_bytes() - before
+                self.saved_bytes.append(saved)
+                if self.largest is None or saved > self.largest[1]:
+                    self.largest = (block, saved)
 
         return run
 

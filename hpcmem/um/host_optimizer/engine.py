@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
+from hpcmem.um.budget.batch_split import BatchSplit, Measure
 from hpcmem.um.budget.floor import TARGET_FRACTION, check_minimum
 from hpcmem.um.budget.offload import HostOptimizerOffload
 from hpcmem.um.budget.parallel import Ranks
@@ -58,6 +59,7 @@ from hpcmem.um.host_optimizer.host import check_supported
 from hpcmem.um.host_optimizer.ledger import Ledger, StepTimes, median_times
 from hpcmem.um.host_optimizer.parts import make_parts
 from hpcmem.um.host_optimizer.placement import PlainMemory
+from hpcmem.um.host_optimizer.record import floor_detail, record
 from hpcmem.um.host_optimizer.split import PLAN_AFTER, ROOM_MARGIN, Split, plan_split
 from hpcmem.um.host_optimizer.worker import Stepped
 from hpcmem.um.tensors import tensor_bytes
@@ -82,6 +84,7 @@ class HostOptimizer:
         device_scope: Callable[[], AbstractContextManager[None]],
         plain_scope: Callable[[], AbstractContextManager[None]] = nullcontext,
         ranks: Ranks | None = None,
+        batch_split: BatchSplit | None = None,
     ) -> None:
         import torch
 
@@ -114,6 +117,11 @@ class HostOptimizer:
         self.recompute = Recompute(repeated_blocks(model), transport.live_bytes)
         if offload.recompute is not False:
             self.recompute.enable()
+        self._names = {id(m): name for name, m in model.named_modules()}
+        self.batch_split = batch_split
+        if batch_split is not None:
+            batch_split.bind(Measure.of(transport, int(TARGET_FRACTION * budget) + self._base_bytes,
+                                        parts.trained))
         self._original_step = optimizer.__dict__.get("step")
         optimizer.step = self.step
         self.probe_bytes: int | None = None  # what the first step held on the device
@@ -150,22 +158,31 @@ class HostOptimizer:
 
     def _probe(self) -> None:
         """Refuse a budget below what the first step held (the working weights at least),
-        everything outside the managed pools included; recompute only if needed."""
+        everything outside the managed pools included, or, where its batch was split, below
+        its one-row part; recompute only if needed."""
         allocated = max(0, self.transport.peak_bytes() - self._base_bytes)
         working = sum(tensor_bytes(f) for f in self.flats)
         self.outside_bytes = self.transport.outside_bytes()
-        minimum = max(allocated, self.transport.resident_peak_bytes() + self.outside_bytes,
-                      working)
+        split = self.batch_split
+        if split is not None and split.floor_bytes is not None:
+            minimum = max(split.floor_bytes - self._base_bytes + self.outside_bytes, working)
+        else:
+            minimum = max(allocated, self.transport.resident_peak_bytes() + self.outside_bytes,
+                          working)
         self.probe_bytes = minimum
-        check_minimum(self.budget, minimum)
+        check_minimum(self.budget, minimum, lambda: floor_detail(self))
+        if split is not None and split.parts > 1:
+            return  # recompute stays: the batch is split already
         if self.offload.recompute is None and self.recompute.enabled:
             without = minimum + sum(self.recompute.saved_bytes)
             if without <= TARGET_FRACTION * self.budget:
                 self.recompute.disable()
 
     def _on_grad(self, param: Any) -> None:
-        """A gradient is complete: on the step's last micro-batch, send it to the host."""
-        if self._micro < self.offload.micro_batches:
+        """A gradient is complete: on the step's last micro-batch, send it to the host
+        (not while a split batch's parts run: their sum comes after them)."""
+        if self._micro < self.offload.micro_batches or (
+                self.batch_split is not None and self.batch_split.running):
             return  # accumulates on the device
         index, position = self._where[id(param)]
         if self._first_grad is None:
@@ -340,33 +357,7 @@ class HostOptimizer:
     # -- statistics and lifetime ------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         """Per step: bytes each way and busy time, compute and CPU optimizer time, the bound."""
-        return {
-            "strategy": "host_optimizer",
-            "phase": self.phase.value,
-            **self.ledger.per_step(),
-            "probe_bytes": self.probe_bytes,
-            "peak_allocated_bytes": max(0, self.transport.peak_bytes() - self._base_bytes),
-            "peak_gpu_resident_bytes": self.transport.resident_peak_bytes()
-            + max(self.outside_bytes, self.transport.outside_bytes()),
-            "outside_bytes": self.outside_bytes,
-            "plain_bytes": self.plain_bytes,
-            "working_bytes": sum(tensor_bytes(f) for f in self.flats),
-            "working_dtype": str(self.working_dtype).removeprefix("torch."),
-            "buckets": len(self.buckets),
-            "host_kernel": self.host.kernel.name,
-            "state_dtype": str(self.host.kernel.state_dtype).removeprefix("torch."),
-            "host_threads": self.worker.threads or self._torch.get_num_threads(),
-            "host_cpus": self.worker.cpus,
-            "recompute": self.recompute.enabled,
-            "micro_batches": self.offload.micro_batches,
-            "delayed_update": self._delayed,
-            "split": self.split.to_record() if self.split is not None else None,
-            "host_bytes": self.arena.reserved_bytes,
-            "host_optimizer_bytes": self.host.held_bytes(),
-            "clip": self.clip.to_record() if self.clip else None,
-            **(self.exchange.stats(self.ledger.steps) if self.exchange else
-               {"world_size": 1, "bytes_communicated": 0}),
-        }
+        return record(self)
 
     def replan(self) -> dict[str, int]:
         """The device bytes kept: working weights and the copies' buffers (fixed at set-up)."""

@@ -1,0 +1,168 @@
+"""A batch too large for the budget, split into parts inside the model's forward: exact
+accumulation, with no change to the training loop.
+
+A Hugging Face causal LM's forward given ``labels`` (where the chunked loss stands in,
+:mod:`hpcmem.um.budget.causal_lm`) runs its batch in parts of rows when the budget's room
+holds fewer rows' activations than the batch has. Each part's forward and backward run at
+once, inside the model's forward; its loss is divided by the whole batch's target count, so
+the parts' gradients add up to the whole batch's (float summation order aside; dropout
+draws its masks part by part, from the same distribution, not the same draws). The forward
+returns the summed loss through :class:`_PartsLoss`, whose backward hands each parameter its
+summed gradient times the loss's gradient: the loop's ``loss.backward()`` (scaled or not)
+delivers them, so gradient hooks, accumulation over the loop's own micro-batches and the
+strategy's shipping see one gradient per parameter, as without the split. While the parts run,
+:attr:`BatchSplit.running` tells the strategy that gradients are not final yet.
+
+How many rows a part takes is measured, not guessed: the first forward runs one row alone,
+its device bytes (less the gradients it leaves, ``grad_bytes``) over its tokens are a
+token's activations, and the rest of the batch then runs in as many rows as the room
+(``room()``, what the budget leaves above the bytes held when the forward began) holds:
+the whole rest at once where it fits. Later forwards run in parts of the rows that fit, or
+whole. Splitting costs one gradient set held across the parts, which is counted in the room.
+Rows per part can also be
+set (``rows``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["BATCH_FIRST", "BatchSplit", "Measure"]
+
+#: A Hugging Face forward's arguments that hold one entry per row of the batch.
+BATCH_FIRST = ("input_ids", "attention_mask", "position_ids", "token_type_ids",
+               "inputs_embeds", "labels", "shift_labels")
+
+
+@dataclass(frozen=True)
+class Measure:
+    """What the split reads from the strategy that bound it."""
+
+    live_bytes: Callable[[], int]  # device bytes allocated now
+    peak_bytes: Callable[[], int]  # their peak since the strategy last reset it
+    room: Callable[[], int]  # device bytes the plan may fill, in all
+    grad_bytes: int  # the trained parameters' gradients, one set
+
+    @classmethod
+    def of(cls, transport: Any, room: int, trained: list[Any]) -> Measure:
+        """Through ``transport``'s figures, ``room`` bytes in all, gradients of ``trained``."""
+        return cls(transport.live_bytes, transport.peak_bytes, lambda: room,
+                   sum(p.numel() * p.element_size() for p in trained))
+
+
+class _PartsLoss(torch.autograd.Function):
+    """The parts' summed loss; backward gives each parameter its summed gradient, scaled."""
+
+    @staticmethod
+    def forward(ctx: Any, total: Any, grads: list[Any], *params: Any) -> Any:
+        ctx.grads = grads
+        return total.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: Any) -> Any:
+        grads, ctx.grads = ctx.grads, None
+        return (None, None, *(None if g is None else g.mul_(grad_output.to(g.dtype))
+                              for g in grads))
+
+
+class BatchSplit:
+    """Rows per part of a forward with labels (module docstring); unbound (no strategy
+    measures for it), or with ``enabled`` False, every batch runs whole."""
+
+    def __init__(self, rows: int | None = None, enabled: bool = True) -> None:
+        self.fixed_rows = rows  # rows per part as set (None: measured)
+        self.enabled = enabled
+        self.running = False  # parts are running: gradients are not final yet
+        self.measure: Measure | None = None
+        self.token_bytes: int | None = None  # one token's activations, measured
+        self.parts = 1  # of the last forward
+        self.part_rows: int | None = None  # rows per part of the last split forward
+        self.floor_bytes: int | None = None  # the measured part's peak: the least a step needs
+
+    def bind(self, measure: Measure) -> None:
+        """Let the split measure and plan through ``measure`` (the strategy's)."""
+        self.measure = measure
+
+    @property
+    def record(self) -> dict[str, Any]:
+        """What the split did in the last forward with labels."""
+        return {"enabled": self.enabled and self.measure is not None, "parts": self.parts,
+                "part_rows": self.part_rows, "token_bytes": self.token_bytes,
+                "floor_bytes": self.floor_bytes, "exact": True}
+
+    def _rows_that_fit(self, held: int, rows: int, row_tokens: int, with_grads: bool) -> int:
+        """Rows of ``rows`` (of ``row_tokens`` tokens) one part fits in the room above
+        ``held``: all of them where they fit (without a gradient set unless ``with_grads``:
+        it is held already), else as many as fit beside a gradient set (at least one)."""
+        assert self.measure is not None and self.token_bytes is not None
+        room = self.measure.room() - held
+        grads = self.measure.grad_bytes
+        per_row = max(1, self.token_bytes * row_tokens)
+        if rows * per_row + (grads if with_grads else 0) <= room:
+            return rows
+        return min(rows, max(1, (room - grads) // per_row))
+
+    def plan(self, rows: int, row_tokens: int) -> int | None:
+        """Rows of the first part of a forward over ``rows`` rows of ``row_tokens`` tokens
+        (None: whole, unsplit)."""
+        self.parts, self.part_rows = 1, None
+        if not self.enabled or self.measure is None or rows < 2:
+            return None
+        if self.fixed_rows is not None:
+            return None if self.fixed_rows >= rows else self.fixed_rows
+        if self.token_bytes is None:
+            return 1  # measure one row first
+        fit = self._rows_that_fit(self.measure.live_bytes(), rows, row_tokens, with_grads=False)
+        return None if fit >= rows else fit
+
+    def run(self, forward: Callable[[dict[str, Any]], Any], arguments: dict[str, Any],
+            rows: int, row_tokens: int, first: int, params: list[Any]) -> Any:
+        """``forward`` (a part's arguments to its loss, already divided by the whole batch's
+        target count) over ``arguments`` in parts, the first of ``first`` rows, each part's
+        backward run at once. The summed loss, whose backward delivers the parameters'
+        summed gradients."""
+        assert self.measure is not None
+        earlier = [p.grad for p in params]  # the loop's own accumulation, kept aside
+        for p in params:
+            p.grad = None
+        held = self.measure.live_bytes()
+        total, start, size, parts = None, 0, first, 0
+        self.running = True
+        try:
+            while start < rows:
+                stop = min(rows, start + size)
+                loss = forward(_rows(arguments, start, stop, rows))
+                with torch.autocast(loss.device.type, enabled=False):
+                    loss.backward()
+                total = loss.detach() if total is None else total + loss.detach()
+                if self.token_bytes is None and self.fixed_rows is None:
+                    self._measured(held, (stop - start) * row_tokens)  # the first part's
+                    size = self._rows_that_fit(held, rows - stop, row_tokens, with_grads=True)
+                start, parts = stop, parts + 1
+        finally:
+            self.running = False
+            grads = [p.grad for p in params]
+            for p, grad in zip(params, earlier, strict=True):
+                p.grad = grad
+        self.parts, self.part_rows = parts, size
+        return _PartsLoss.apply(total, grads, *params)
+
+    def _measured(self, held: int, tokens: int) -> None:
+        """A part of ``tokens`` tokens ran above ``held`` bytes: a token's activations, and
+        the floor (a part of that size beside a gradient set)."""
+        assert self.measure is not None
+        used = max(0, self.measure.peak_bytes() - held - self.measure.grad_bytes)
+        self.token_bytes = math.ceil(used / tokens)
+        self.floor_bytes = held + self.measure.grad_bytes + used
+
+
+def _rows(arguments: dict[str, Any], start: int, stop: int, rows: int) -> dict[str, Any]:
+    """``arguments`` with every per-row tensor (``BATCH_FIRST``) cut to rows start..stop."""
+    return {name: value[start:stop] if name in BATCH_FIRST and torch.is_tensor(value)
+            and value.dim() > 0 and value.shape[0] == rows else value
+            for name, value in arguments.items()}

@@ -1,0 +1,157 @@
+"""A batch split into parts inside a causal LM's forward (hpcmem.um.budget.batch_split), on the
+CPU transport: the same losses and weights as the whole batch's, through the loop's own
+scaling and accumulation; the plan's rows from measured bytes; and the floor's refusal
+naming what makes it up.
+
+Tolerances: fp32, the parts' losses and gradients summed in another order than the whole
+batch's, so losses within 1e-6 relative, and weights within 1e-5 absolute after three AdamW
+steps of lr 1e-3 (1% of one step: Adam divides a gradient near zero by its own size, so a
+last-bit difference there moves its update most).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from cpu_memory import CpuMemory  # noqa: E402
+
+from hpcmem.um import BudgetError  # noqa: E402
+from hpcmem.um.budget import HostOptimizerOffload  # noqa: E402
+from hpcmem.um.budget.batch_split import BatchSplit, Measure  # noqa: E402
+from hpcmem.um.budget.floor import BudgetTooSmallError  # noqa: E402
+
+BUDGET = 2**30
+STEPS = 3
+ROWS, TOKENS = 5, 24
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _qwen2():
+    torch.manual_seed(0)
+    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+        vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+        use_cache=False))
+
+
+def _batches(vocab: int, micro: int):
+    generator = torch.Generator().manual_seed(1)
+    out = []
+    for _ in range(STEPS):
+        step = []
+        for _ in range(micro):
+            tokens = torch.randint(vocab, (ROWS, TOKENS), generator=generator)
+            labels = tokens.clone()
+            labels[1, :7] = -100  # rows of unequal target counts: the parts' divisor matters
+            step.append((tokens, labels, torch.ones_like(tokens)))
+        out.append(step)
+    return out
+
+
+def _train(offload: HostOptimizerOffload, micro: int = 1):
+    """Losses and final weights of STEPS steps of ``micro`` loop micro-batches each (the
+    loop scales each loss by its share, as HF Trainer does), and the split's record."""
+    model = _qwen2()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    with CpuMemory(gpu_budget=BUDGET) as memory:
+        memory.attach(model, optimizer, offload=offload)
+        for step in _batches(model.config.vocab_size, micro):
+            total = 0.0
+            for tokens, labels, mask in step:
+                with memory.activations():
+                    loss = model(input_ids=tokens, attention_mask=mask, labels=labels).loss
+                    (loss / micro).backward()
+                total += loss.item() / micro
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(total)
+        record = memory.stats()["offload"]["chunked_loss"]["batch_split"]
+    return losses, [p.detach().clone() for p in model.parameters()], record
+
+
+@pytest.mark.parametrize("micro", [1, 2])
+@pytest.mark.parametrize("rows", [1, 2])
+def test_a_split_batch_trains_as_the_whole_one(rows: int, micro: int):
+    whole, whole_weights, record = _train(HostOptimizerOffload(batch_split=False,
+                                                               micro_batches=micro), micro)
+    assert record["parts"] == 1 and record["enabled"] is False
+    split, split_weights, record = _train(HostOptimizerOffload(batch_split=rows,
+                                                               micro_batches=micro), micro)
+    assert record["parts"] == -(-ROWS // rows) and record["exact"] is True
+    assert split == pytest.approx(whole, rel=1e-6)
+    for a, b in zip(split_weights, whole_weights, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_the_first_forward_measures_one_row_and_runs_the_rest_as_it_fits():
+    losses, _, record = _train(HostOptimizerOffload())
+    whole, _, _ = _train(HostOptimizerOffload(batch_split=False))
+    assert losses == pytest.approx(whole, rel=1e-6)
+    # the CPU transport counts no activations: the rest fits at once, later batches whole
+    assert record["token_bytes"] == 0 and record["parts"] == 1
+    assert record["floor_bytes"] is not None
+
+
+def _split(room: int, grads: int, live: int = 0) -> BatchSplit:
+    split = BatchSplit()
+    split.bind(Measure(live_bytes=lambda: live, peak_bytes=lambda: live, room=lambda: room,
+                       grad_bytes=grads))
+    return split
+
+
+@pytest.mark.parametrize(("room", "expected"), [
+    (8 * 1024 * 100, None),  # the whole batch's 8 rows fit: not split
+    (8 * 1024 * 100 - 1, 2),  # beside a gradient set of 5 rows' bytes, two rows fit
+    (7 * 1024 * 100 - 1, 1),
+    (6 * 1024 * 100 - 1, 1),  # not even one row beside the gradients: one row, the floor
+])
+def test_the_plan_splits_only_where_the_whole_batch_does_not_fit(room: int, expected):
+    split = _split(room, grads=5 * 1024 * 100)
+    split.token_bytes = 100
+    assert split.plan(8, 1024) == expected
+
+
+def test_the_first_plan_measures_a_row_and_the_set_rows_are_kept():
+    split = _split(room=10**12, grads=0)
+    assert split.plan(8, 1024) == 1  # nothing measured yet
+    assert split.plan(1, 1024) is None  # one row cannot be split
+    fixed = BatchSplit(rows=3)
+    fixed.bind(split.measure)
+    assert fixed.plan(8, 1024) == 3 and fixed.plan(3, 1024) is None
+    off = BatchSplit(enabled=False)
+    off.bind(split.measure)
+    assert off.plan(8, 1024) is None
+
+
+@pytest.mark.parametrize("value", [0, -2, 1.5, "auto"])
+def test_a_bad_batch_split_is_refused_naming_it(value):
+    with pytest.raises(BudgetError, match=f"offload batch_split: {value!r} is not true, false"):
+        HostOptimizerOffload(batch_split=value)
+
+
+def test_a_budget_below_the_floor_names_the_largest_block_and_what_is_off_the_device():
+    model = _qwen2()
+    working = sum(p.numel() * p.element_size() for p in model.parameters())
+    tokens = torch.randint(512, (ROWS, TOKENS))
+    with CpuMemory(gpu_budget=working // 2) as memory:
+        memory.attach(model, torch.optim.AdamW(model.parameters()),
+                      offload=HostOptimizerOffload())
+        with pytest.raises(BudgetTooSmallError) as caught, memory.activations():
+            model(input_ids=tokens, labels=tokens).loss.backward()
+    said = str(caught.value)
+    assert caught.value.minimum >= working
+    assert "working weights" in said and "a gradient set" in said
+    assert "the largest block model.layers." in said and "(Qwen2DecoderLayer)" in said
+    assert "already off the device: fp32 masters and optimizer state" in said
+    assert "2 blocks recomputed" in said
