@@ -60,8 +60,20 @@ def test_the_chunked_loss_trains_as_the_whole_logits_in_less_memory(torch, strat
     kwargs = {"working_dtype": "bfloat16"} if strategy == "host_optimizer" else {}
     plain, whole = _train(torch, offload_named(strategy, chunked_loss=False, **kwargs))
     losses, chunked = _train(torch, offload_named(strategy, **kwargs))
+    split = chunked["chunked_loss"].pop("batch_split")  # the host optimizer's, measured
+    assert split["enabled"] is (strategy == "host_optimizer")
     assert chunked["chunked_loss"] == {"applied": True, "reason": None,
                                        "chunk_bytes": 64 * 2**20, "chunk_rows": 512}
     assert losses == pytest.approx(plain, rel=1e-2)
     saved = whole["peak_allocated_bytes"] - chunked["peak_allocated_bytes"]
     assert saved >= LOGITS, (whole["peak_allocated_bytes"], chunked["peak_allocated_bytes"])
+
+
+def test_a_batch_split_by_rows_trains_as_the_whole_batch(torch):
+    from hpcmem.um.budget import HostOptimizerOffload
+
+    whole, _ = _train(torch, HostOptimizerOffload(working_dtype="bfloat16", batch_split=False))
+    losses, split = _train(torch, HostOptimizerOffload(working_dtype="bfloat16", batch_split=1))
+    record = split["chunked_loss"]["batch_split"]
+    assert (record["parts"], record["part_rows"]) == (BATCH, 1)
+    assert losses == pytest.approx(whole, rel=1e-2)
