@@ -11,6 +11,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 import hpcmem
 from hpcmem import HpcmemError
 
@@ -86,3 +88,14 @@ def test_python_dash_m_is_the_hpcmem_command() -> None:
                           "nothing.yaml"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2
     assert bad.stderr.startswith("hpcmem check: error: --references: nothing.yaml")
+
+
+def test_an_unknown_option_is_refused_by_its_subcommand_with_the_closest_one(capsys) -> None:
+    from hpcmem.cli import main
+
+    with pytest.raises(SystemExit) as ended:
+        main(["info", "--jsn"])
+    assert ended.value.code == 2
+    said = capsys.readouterr().err.splitlines()
+    assert said[0].startswith("usage: hpcmem info ")
+    assert said[-1] == "hpcmem info: error: unrecognized arguments: --jsn (did you mean --json?)"

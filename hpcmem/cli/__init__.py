@@ -10,6 +10,7 @@ dependencies (torch, mpi4py, pandas) inside ``run`` so that ``hpcmem --help`` st
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 from collections.abc import Iterator
@@ -70,15 +71,26 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         module.add_arguments(sub)
-        sub.set_defaults(handler=module.run)
+        sub.set_defaults(handler=module.run, command_parser=sub)
     return parser
+
+
+def refuse_unknown(sub: argparse.ArgumentParser, unknown: list[str]) -> None:
+    """Exit 2 through the subcommand's own usage, naming the options it does not know and
+    the closest it does."""
+    known = [o for action in sub._actions for o in action.option_strings]
+    hints = [f"{word} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(
+        word.split("=", 1)[0], known, n=1)) else word for word in unknown]
+    sub.error(f"unrecognized arguments: {' '.join(hints)}")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``hpcmem`` console script."""
     words = sys.argv[1:] if argv is None else argv
     parser = build_parser(only=words[0] if words and words[0] in COMMANDS else None)
-    args = parser.parse_args(words)
+    args, unknown = parser.parse_known_args(words)
+    if unknown:
+        refuse_unknown(args.command_parser, unknown)
     try:
         return int(args.handler(args) or 0)
     except BadInputError as error:  # a bad option, an unreadable input, an unusable output
