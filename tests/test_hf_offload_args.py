@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -108,16 +110,103 @@ def test_peers_are_run_by_name_and_checkpoint_by_default(variant: str) -> None:
     assert script.refused(args) is None
 
 
-def test_a_variant_without_a_runner_is_refused_saying_why(tmp_path: Path) -> None:
-    last = _refused(tmp_path, "--variant", "megatrain", "--model", "llama-0.9b")
-    assert "error: --variant megatrain: MegaTrain replaces the model and the training loop" in last
-    assert last.endswith("it is not run by this script")
-
-
-def test_every_variant_but_those_refused_has_a_runner() -> None:
+def test_every_variant_has_a_runner() -> None:
     script = _script()
-    runners = {"cuda", "hpcmem", "fsdp2", "torchao", *script.ZERO}
-    assert set(script.VARIANTS) - set(script.NOT_RUN) == runners
+    runners = {"cuda", "hpcmem", "fsdp2", "torchao", "megatrain", *script.ZERO}
+    assert set(script.VARIANTS) == runners
+
+
+def test_megatrain_is_accepted_and_recomputes_on_its_own() -> None:
+    script = _script()
+    args = script._args(["--variant", "megatrain", "--model", "qwen2-0.5b", "--accumulate",
+                         "4", "--out", "x.jsonl"])
+    assert args.variant == "megatrain" and args.checkpointing is None
+    assert "megatrain" not in script.CHECKPOINTED
+    assert script.refused(args) is None
+
+
+def test_megatrain_refuses_hugging_face_checkpointing(tmp_path: Path) -> None:
+    last = _refused(tmp_path, "--variant", "megatrain", "--checkpointing")
+    assert last.endswith("error: --checkpointing runs without megatrain: MegaTrain recomputes "
+                         "the layers itself (every checkpoint_interval layers); "
+                         "--no-checkpointing or none is accepted")
+
+
+def test_megatrain_refuses_the_launchers_ranks(tmp_path: Path) -> None:
+    ranks = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+             "MASTER_PORT": "29500"}
+    out = tmp_path / "hf.jsonl"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--variant", "megatrain",
+                           "--world-size", "2", "--out", str(out)], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, **ranks})
+    assert done.returncode == 2 and not out.exists()
+    assert done.stderr.splitlines()[-1].endswith(
+        "error: --variant megatrain runs one process, not 2 ranks: MegaTrain's data "
+        "parallelism is its own (GPU workers spawned by one process), not the launcher's "
+        "ranks; --world-size 1 or none is accepted")
+
+
+def _megatrain_runner():
+    _script()  # puts benchmarks/gpu on sys.path
+    import hf_megatrain
+
+    return hf_megatrain
+
+
+def test_megatrain_without_its_sources_fails_naming_the_variable(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    runner = _megatrain_runner()
+    args = _script()._args(["--variant", "megatrain", "--out", "x.jsonl"])
+    monkeypatch.delenv("HPCMEM_MEGATRAIN_DIR", raising=False)
+    with pytest.raises(RuntimeError, match=r"^megatrain needs HPCMEM_MEGATRAIN_DIR, "):
+        runner.run_megatrain(args, None)
+    monkeypatch.setenv("HPCMEM_MEGATRAIN_DIR", str(tmp_path))
+    said = rf"^HPCMEM_MEGATRAIN_DIR={re.escape(str(tmp_path))}: no MegaTrain there"
+    with pytest.raises(RuntimeError, match=said):
+        runner.run_megatrain(args, None)
+
+
+TARBALL = Path(__file__).resolve().parents[1] / ".dist" / "megatrain.tar.gz"
+
+
+@pytest.fixture(scope="module")
+def megatrain(tmp_path_factory: pytest.TempPathFactory):
+    """MegaTrain's package imported from its unpacked tarball (skipped where it is absent)."""
+    if not TARBALL.is_file():
+        pytest.skip(f"{TARBALL.name} is absent (see benchmarks/gpu/run.sh)")
+    import tarfile
+
+    import transformers  # noqa: F401  (imported here, once, not in the first test's time)
+
+    folder = tmp_path_factory.mktemp("megatrain")
+    with tarfile.open(TARBALL) as tar:
+        tar.extractall(folder, members=[m for m in tar.getmembers()
+                                        if m.name.startswith("infinity/")], filter="data")
+    return _megatrain_runner().import_megatrain({"HPCMEM_MEGATRAIN_DIR": str(folder)})
+
+
+@pytest.mark.parametrize(("kind", "fields", "missing"), [
+    ("Qwen2Config", {"num_key_value_heads": 2, "tie_word_embeddings": True}, []),
+    ("LlamaConfig", {"num_key_value_heads": 2}, []),
+    ("PhiConfig", {"partial_rotary_factor": 0.4},
+     ["model.final_layernorm.weight", "model.final_layernorm.bias"]),
+])
+def test_megatrain_finds_every_parameter_but_where_it_cannot(
+        megatrain, kind: str, fields: dict, missing: list[str]) -> None:
+    """MegaTrain's own discovery of a tiny model's parts (on the host, as its CPUMasterModel
+    starts): what it would train leaves Phi-2's final norm out, and the runner says so."""
+    import transformers
+
+    config = getattr(transformers, kind)(hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=2, num_attention_heads=4,
+                                         vocab_size=128, use_cache=False, **fields)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    parts = megatrain.model.cpu_master._discover_model_components(model)
+    wrapper = object.__new__(megatrain.CPUMasterModel)  # its parts, without its GPU buffers
+    wrapper.is_vlm, wrapper.vision_encoder, wrapper.projector = False, None, None
+    wrapper.embedding, wrapper.cpu_layers = parts["embedding"], parts["layers"]
+    wrapper.norm, wrapper.lm_head = parts["norm"], parts["lm_head"]
+    assert _megatrain_runner().left_out(model, wrapper.get_parameters()) == missing
 
 
 def test_torchao_refuses_fp32_like_the_other_peers(tmp_path: Path) -> None:

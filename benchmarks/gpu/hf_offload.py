@@ -28,6 +28,12 @@ device synchronisation:
   ``CPUOffloadOptimizer`` wrapping fused CPU AdamW (``torch.optim.AdamW, fused=True``),
   ``offload_gradients=True`` as its documentation recommends (False with ``--accumulate``
   above 1, which it does not support), Hugging Face gradient checkpointing;
+* ``megatrain``: MegaTrain's ``CPUMasterModel`` (``hf_megatrain``, its sources from
+  ``HPCMEM_MEGATRAIN_DIR``) as its own ``train.py`` drives it, its defaults kept: the
+  parameters bf16 on the host, the layers streamed to the GPU one at a time and recomputed
+  from every 4th layer's activation, the loss in chunks of 128 positions, DeepSpeed's CPU
+  Adam stepping the host's parameters; one process. A model it cannot run whole (a final
+  norm or position embeddings it does not find) fails, saying what it leaves out;
 * ``hpcmem``: the model built on the host, ``UnifiedMemory("hpcmem", gpu_budget=B)`` and
   ``attach(model, optimizer, offload=Offload(working_dtype="bfloat16"))``, bf16 autocast.
   ``--budget-from deepspeed`` takes B from the last DeepSpeed record in ``--out`` run with
@@ -84,13 +90,8 @@ from hf_steps import step_ms
 
 from hpcmem.peers.variants import CHECKPOINTED, VARIANTS
 
-__all__ = ["CHECKPOINTED", "MODELS", "NOT_RUN", "VARIANTS", "ZENFLOW", "ZERO", "main",
-           "refused", "torchao_settings", "zero_config"]
-
-#: the variants of VARIANTS this script has no runner for, and why
-NOT_RUN = {"megatrain": "MegaTrain replaces the model and the training loop with its own "
-                        "runtime (its CUDA extension built on the GPU node, its data "
-                        "pipeline); it is not run by this script"}
+__all__ = ["CHECKPOINTED", "MODELS", "VARIANTS", "ZENFLOW", "ZERO", "main", "refused",
+           "torchao_settings", "zero_config"]
 
 
 def _args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -157,8 +158,10 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def refused(args: argparse.Namespace) -> str | None:
     """Why ``args`` cannot run, or None: said before torch is imported."""
-    if args.variant in NOT_RUN:
-        return f"--variant {args.variant}: {NOT_RUN[args.variant]}"
+    if args.variant == "megatrain" and args.checkpointing:
+        return ("--checkpointing runs without megatrain: MegaTrain recomputes the layers "
+                "itself (every checkpoint_interval layers); --no-checkpointing or none is "
+                "accepted")
     if args.dtype != "bf16" and args.variant not in ("cuda", "hpcmem"):
         return (f"--dtype {args.dtype} runs with the variants cuda and hpcmem, "
                 f"not {args.variant}")

@@ -35,7 +35,10 @@ PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "nvml_peak_bytes", "held
          "host_peak_bytes")
 #: the variants that run one process only, and why
 ONE_PROCESS = {"torchao": "torchao's CPUOffloadOptimizer steps one process's parameters, "
-                          "with no data-parallel form"}
+                          "with no data-parallel form",
+               "megatrain": "MegaTrain's data parallelism is its own (GPU workers spawned by "
+                            "one process), not the launcher's ranks; --world-size 1 or none "
+                            "is accepted"}
 
 
 @dataclass(frozen=True)

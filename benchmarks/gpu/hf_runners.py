@@ -217,6 +217,10 @@ def run(args: argparse.Namespace, model: Any, budget: int | None) -> dict[str, A
         return run_fsdp2(args, model)
     if args.variant == "hpcmem":
         return run_hpcmem(args, model, budget)
+    if args.variant == "megatrain":
+        from hf_megatrain import run_megatrain  # MegaTrain's sources only where it runs
+
+        return run_megatrain(args, model)
     return run_cuda(args, model)
 
 

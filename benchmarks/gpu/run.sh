@@ -26,7 +26,10 @@
 #               cuda, deepspeed, deepspeed3 (ZeRO-3 + offload_param and offload_optimizer cpu),
 #               fsdp2 (FSDP2 + CPUOffloadPolicy), zenflow (DeepSpeed ZenFlow: ZeRO-2 + offload_optimizer
 #               cpu + zenflow as its tutorial sets it), torchao (torchao's CPUOffloadOptimizer over fused
-#               CPU AdamW; torchao's wheel in .whl/) and hpcmem; NAME-nockpt runs NAME with
+#               CPU AdamW; torchao's wheel in .whl/), megatrain (MegaTrain's CPUMasterModel and
+#               DeepSpeed's CPU Adam; its sources unpacked from HPCMEM_MEGATRAIN_TARBALL, default
+#               .dist/megatrain.tar.gz, its commit from the .commit file beside it; nothing of it
+#               compiles) and hpcmem; NAME-nockpt runs NAME with
 #               --no-checkpointing (e.g. "deepspeed-nockpt"); hpcmem@NAME runs hpcmem at the
 #               bytes the variant NAME (run before it) reserved (e.g. "fsdp2 hpcmem@fsdp2
 #               deepspeed-nockpt hpcmem@deepspeed-nockpt"), hpcmem@NAME*F at the share F of
@@ -117,6 +120,14 @@ if [[ $MODE != tests ]] && { want hf-offload || want hf-offload-dp; } &&
   else
     echo "DeepSpeed did not install (bench.log)"
   fi
+fi
+
+megatrain=${HPCMEM_MEGATRAIN_TARBALL:-.dist/megatrain.tar.gz}
+if [[ $MODE != tests ]] && want hf-offload && [[ -f $megatrain ]]; then
+  rm -rf "$TMP_DIR/megatrain" && mkdir -p "$TMP_DIR/megatrain" &&
+    tar -xzf "$megatrain" -C "$TMP_DIR/megatrain" &&
+    export HPCMEM_MEGATRAIN_DIR=$TMP_DIR/megatrain \
+      HPCMEM_MEGATRAIN_COMMIT=$(cat "${megatrain%.tar.gz}.commit" 2>/dev/null)
 fi
 
 echo "== build (native/um, native/optim)" | tee -a "$OUT/bench.log"
