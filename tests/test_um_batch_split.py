@@ -155,3 +155,20 @@ def test_a_budget_below_the_floor_names_the_largest_block_and_what_is_off_the_de
     assert "the largest block model.layers." in said and "(Qwen2DecoderLayer)" in said
     assert "already off the device: fp32 masters and optimizer state" in said
     assert "2 blocks recomputed" in said
+
+
+def test_recompute_keeps_the_last_blocks_whose_saved_bytes_the_room_holds():
+    from hpcmem.um.budget.recompute import Recompute, repeated_blocks
+
+    model = _qwen2()
+    blocks = repeated_blocks(model)
+    recompute = Recompute(blocks, live_bytes=lambda: 0)
+    recompute.enable()
+    # two parts of a batch, each recomputing the last block first: 30 + 50 and 20 + 40 bytes
+    recompute.saved_bytes = [30, 20, 50, 40]
+    assert recompute.keep_within(79) == 0 and recompute.recomputed == 2
+    assert recompute.keep_within(80) == 80 and recompute.recomputed == 1
+    assert "forward" not in blocks[-1].__dict__ and "forward" in blocks[0].__dict__
+    recompute.saved_bytes = [30, 20, 50, 40]
+    assert recompute.keep_within(140) == 140 and not recompute.enabled
+    assert all("forward" not in b.__dict__ for b in blocks)

@@ -83,6 +83,8 @@ class BatchSplit:
         self.parts = 1  # of the last forward
         self.part_rows: int | None = None  # rows per part of the last split forward
         self.floor_bytes: int | None = None  # the measured part's peak: the least a step needs
+        self._batch: tuple[int, int, int] | None = None  # the measured forward's rows, tokens
+        # a row, and the bytes held when it began
 
     def bind(self, measure: Measure) -> None:
         """Let the split measure and plan through ``measure`` (the strategy's)."""
@@ -142,6 +144,7 @@ class BatchSplit:
                 total = loss.detach() if total is None else total + loss.detach()
                 if self.token_bytes is None and self.fixed_rows is None:
                     self._measured(held, (stop - start) * row_tokens)  # the first part's
+                    self._batch = (rows, row_tokens, held)
                     size = self._rows_that_fit(held, rows - stop, row_tokens, with_grads=True)
                 start, parts = stop, parts + 1
         finally:
@@ -151,6 +154,23 @@ class BatchSplit:
                 p.grad = grad
         self.parts, self.part_rows = parts, size
         return _PartsLoss.apply(total, grads, *params)
+
+    def whole_bytes(self) -> int | None:
+        """The device bytes the measured forward's batch would reach whole, where later
+        forwards of its size run whole (None: they are split, or nothing was measured)."""
+        if self._batch is None or self.token_bytes is None or self.measure is None:
+            return None
+        rows, row_tokens, held = self._batch
+        if self._rows_that_fit(held, rows, row_tokens, with_grads=False) < rows:
+            return None
+        return held + self.token_bytes * rows * row_tokens
+
+    def add_kept(self, nbytes: int) -> None:
+        """Blocks no longer recomputed keep ``nbytes`` more over the measured batch: a
+        token's activations grow by their share."""
+        if self._batch is not None and self.token_bytes is not None and nbytes > 0:
+            rows, row_tokens, _ = self._batch
+            self.token_bytes += math.ceil(nbytes / (rows * row_tokens))
 
     def _measured(self, held: int, tokens: int) -> None:
         """A part of ``tokens`` tokens ran above ``held`` bytes: a token's activations, and

@@ -65,7 +65,8 @@ class _KeepBuffers(AbstractContextManager[None]):
 
 
 class Recompute:
-    """Checkpointing of a set of blocks, switched on and off as a whole."""
+    """Checkpointing of a set of blocks, switched on as a whole; switched off as a whole or
+    for the last blocks where the room holds what they save."""
 
     def __init__(
         self,
@@ -111,12 +112,37 @@ class Recompute:
 
     def disable(self) -> None:
         """Give every block its own forward back."""
-        for block in self.blocks:
-            wrapper = self._wrappers.get(id(block))
-            if wrapper is not None and block.__dict__.get("forward") is wrapper:
-                del block.forward
+        self._give_back(self.blocks)
         self._wrappers.clear()
         self.enabled = False
+
+    @property
+    def recomputed(self) -> int:
+        """Blocks recomputed from the next forward on."""
+        return len(self._wrappers)
+
+    def keep_within(self, room: int) -> int:
+        """Give the last blocks their own forward back, as many as what they saved in the
+        recomputations since the last clear fits in ``room`` (a block recomputed in several
+        parts of a batch saved their sum); the bytes they will keep."""
+        count = len(self.blocks)
+        per_block = [sum(self.saved_bytes[i::count]) for i in range(count)]  # last block first
+        kept, total = 0, 0
+        for saved in per_block:
+            if total + saved > room:
+                break
+            kept, total = kept + 1, total + saved
+        if kept >= count:
+            self.disable()
+        elif kept:
+            self._give_back(self.blocks[-kept:])
+        return total
+
+    def _give_back(self, blocks: list[Any]) -> None:
+        for block in blocks:
+            wrapper = self._wrappers.pop(id(block), None)
+            if wrapper is not None and block.__dict__.get("forward") is wrapper:
+                del block.forward
 
 
 def _checkpointed(block: Any, forward: Any) -> Any:

@@ -35,8 +35,10 @@ global norm (:mod:`.clip`) steps the buckets after backward, scaled.
 
 The first step is the probe: it measures the device bytes one step needs, everything
 outside the managed pools included (:meth:`Transport.outside_bytes`); a budget below them
-is refused (:class:`BudgetTooSmallError`), and recomputation is switched off when everything
-fits without it.
+is refused (:class:`BudgetTooSmallError`, naming what makes the floor up), and the last
+blocks stop being recomputed, as many as the room holds what they save. A Hugging Face
+causal LM's batch is split in its forward where the room lacks its activations
+(:mod:`hpcmem.um.budget.batch_split`; the first forward measures one row).
 """
 
 from __future__ import annotations
@@ -159,7 +161,7 @@ class HostOptimizer:
     def _probe(self) -> None:
         """Refuse a budget below what the first step held (the working weights at least),
         everything outside the managed pools included, or, where its batch was split, below
-        its one-row part; recompute only if needed."""
+        its one-row part; recompute only the blocks whose saved activations the room lacks."""
         allocated = max(0, self.transport.peak_bytes() - self._base_bytes)
         working = sum(tensor_bytes(f) for f in self.flats)
         self.outside_bytes = self.transport.outside_bytes()
@@ -171,12 +173,13 @@ class HostOptimizer:
                           working)
         self.probe_bytes = minimum
         check_minimum(self.budget, minimum, lambda: floor_detail(self))
-        if split is not None and split.parts > 1:
-            return  # recompute stays: the batch is split already
-        if self.offload.recompute is None and self.recompute.enabled:
-            without = minimum + sum(self.recompute.saved_bytes)
-            if without <= TARGET_FRACTION * self.budget:
-                self.recompute.disable()
+        if self.offload.recompute is not None or not self.recompute.enabled:
+            return
+        if split is None or split.token_bytes is None:
+            self.recompute.keep_within(int(TARGET_FRACTION * self.budget) - minimum)
+        elif (whole := split.whole_bytes()) is not None:  # later batches run whole
+            kept = self.recompute.keep_within(split.measure.room() - whole)
+            split.add_kept(kept)
 
     def _on_grad(self, param: Any) -> None:
         """A gradient is complete: on the step's last micro-batch, send it to the host
@@ -348,6 +351,7 @@ class HostOptimizer:
                                               self.arena, self.split, self._order)
 
     def _begin_step(self) -> None:
+        self.recompute.saved_bytes.clear()  # the probe read the first step's
         self._micro = 0
         self._left = [set(range(len(b.params))) for b in self.buckets]
         self._submitted = [False] * len(self.buckets)

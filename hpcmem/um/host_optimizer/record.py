@@ -34,6 +34,7 @@ def record(engine: Any) -> dict[str, Any]:
         "host_threads": engine.worker.threads or engine._torch.get_num_threads(),
         "host_cpus": engine.worker.cpus,
         "recompute": engine.recompute.enabled,
+        "recomputed_blocks": engine.recompute.recomputed,
         "micro_batches": engine.offload.micro_batches,
         "delayed_update": engine._delayed,
         "split": engine.split.to_record() if engine.split is not None else None,
