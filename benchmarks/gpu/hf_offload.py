@@ -185,7 +185,8 @@ def refused(args: argparse.Namespace) -> str | None:
 def _reserved(records: list[dict[str, Any]], name: str, args: argparse.Namespace,
               world: int) -> int | None:
     """What the last ok record of the variant ``name`` (``NAME-nockpt``: run without its
-    default checkpointing) at this work on ``world`` GPUs reserved, on its least-reserving
+    default checkpointing) at this work (model, batch, accumulation, dtype) on ``world`` GPUs
+    reserved, on its least-reserving
     rank; None where there is none."""
     variant = name.removesuffix("-nockpt")
     checkpointing = variant in CHECKPOINTED and variant == name
@@ -194,6 +195,7 @@ def _reserved(records: list[dict[str, Any]], name: str, args: argparse.Namespace
             and r.get("model") == args.model
             and r.get("checkpointing") == checkpointing
             and r.get("accumulate", 1) == args.accumulate
+            and r.get("batch", 8) == args.batch and r.get("seq_len", 1024) == args.seq_len
             and r.get("dtype", "bf16") == args.dtype
             and r.get("world_size", 1) == world]
     return next((b for b in reversed(held) if b is not None), None)

@@ -21,6 +21,7 @@
 #               ZeRO-Offload reserved (hf.jsonl, hf.md). DeepSpeed is installed for it from the
 #               source distribution HPCMEM_DEEPSPEED_SDIST (its pure-Python needs in .whl/), its CPU
 #               Adam compiled once, beside the build, before any variant runs;
+#               HPCMEM_HF_BATCHES (default 8; "8 32": both) sequences per micro-batch;
 #               HPCMEM_HF_ACCUMULATE (default 1; "1 8": both) micro-batches per optimizer step;
 #               HPCMEM_HF_VARIANTS (default "cuda deepspeed hpcmem") the variants, in order, from
 #               cuda, deepspeed, deepspeed3 (ZeRO-3 + offload_param and offload_optimizer cpu),
@@ -206,17 +207,19 @@ hf_args() {  # hf_args TOKEN: the variant (hf_variant) and options (hf_extra) a 
 if want hf-offload; then
   for repeat in $(seq 1 "${HPCMEM_HF_REPEATS:-1}"); do
     for model in ${HPCMEM_HF_MODELS:-gpt2-large}; do
+      for batch in ${HPCMEM_HF_BATCHES:-8}; do
       for accumulate in ${HPCMEM_HF_ACCUMULATE:-1}; do
         for token in ${HPCMEM_HF_VARIANTS:-cuda deepspeed hpcmem}; do
           cap=$(( DEADLINE - SECONDS - 10 )); (( cap > 240 )) && cap=240
           (( cap > 20 )) || { echo "skipped (out of time): hf $model $token" | tee -a "$OUT/bench.log"; status=1; continue; }
           hf_args "$token"
           timeout "$cap" "$PY" benchmarks/gpu/hf_offload.py --variant "$hf_variant" --repeat "$repeat" \
-            --model "$model" --accumulate "$accumulate" \
+            --model "$model" --batch "$batch" --accumulate "$accumulate" \
             --steps "${HPCMEM_HF_STEPS:-5}" --warmup "${HPCMEM_HF_WARMUP:-3}" \
             --out "$OUT/hf.jsonl" "${hf_extra[@]}" 2>&1 |
             relative | tee -a "$OUT/bench.log" | grep -v -E "^\s|Warning|warn" | tail -3
         done
+      done
       done
     done
   done
