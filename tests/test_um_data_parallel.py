@@ -104,6 +104,21 @@ def test_ranks_train_as_one_rank_on_the_global_batch(world, one_rank, tmp_path):
                 assert abs(offload["clip"]["grad_norm"] / stats["clip"]["grad_norm"] - 1) < 1e-5
 
 
+def test_a_checkpoint_of_two_ranks_resumes_on_two_ranks_and_on_one(one_rank, tmp_path):
+    """The state dicts are whole on every rank (the shards gathered): resumed on two ranks
+    or on one, the next steps' losses are the uninterrupted run's."""
+    path = str(tmp_path / "checkpoint.pt")
+    saved = _launch(2, tmp_path, [{"steps": 2, "save": path}])
+    assert [r.returncode for r in saved] == [0, 0], saved[1].stderr[-2000:]
+    reference = torch.tensor(one_rank[0][0][2:])
+    resumed = _launch(2, tmp_path, [{"steps": 2, "resume": path, "skip": 2}])
+    assert [r.returncode for r in resumed] == [0, 0], resumed[1].stderr[-2000:]
+    ours = torch.load(tmp_path / "rank0.pt")[0]["losses"]
+    assert _relative(torch.tensor(ours), reference) < LOSS_TOLERANCE, (ours, reference)
+    alone, _, _ = train(1, 0, steps=2, resume=path, skip=2)
+    assert _relative(torch.tensor(alone), reference) < LOSS_TOLERANCE, (alone, reference)
+
+
 def test_a_group_of_one_rank_runs_the_collectives(one_rank):
     """A group given with one rank reduces and gathers (the GPU test runs NCCL so); without
     one, a default group of one rank runs none."""

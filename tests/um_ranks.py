@@ -35,11 +35,15 @@ BUCKET_BYTES = 64 * 1024
 
 def train(world: int, rank: int, *, steps: int = 4, micro_batches: int = 1,
           budget: int = BUDGET, strategy: str = "host_optimizer", device: str = "cpu",
-          max_grad_norm: float | None = None, process_group: Any = None
+          max_grad_norm: float | None = None, process_group: Any = None,
+          save: str | None = None, resume: str | None = None, skip: int = 0
           ) -> tuple[list[float], dict[str, Any], list[Any]]:
     """Per step, this rank's mean loss over its rows of each micro-batch (summed over the
     micro-batches); the strategy's stats; the parameters after ``close()``. ``device``
-    other than the CPU: only the group's check for it (the CPU transport is the CPU's)."""
+    other than the CPU: only the group's check for it (the CPU transport is the CPU's).
+    ``resume``: the model's and optimizer's state dicts loaded from that file after
+    ``attach``, the first ``skip`` steps' batches passed over; ``save``: both written there
+    after the steps (every rank makes them, rank 0 writes)."""
     if device != "cpu":
         data_parallel(process_group, torch.device(device))
     torch.manual_seed(0)
@@ -50,7 +54,13 @@ def train(world: int, rank: int, *, steps: int = 4, micro_batches: int = 1,
               if strategy == "host_optimizer" else {})
     memory.attach(model, optimizer, offload_named(strategy, micro_batches=micro_batches,
                                                   **fields), process_group=process_group)
+    if resume is not None:
+        saved = torch.load(resume)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
     generator = torch.Generator().manual_seed(1)
+    for _ in range(skip * micro_batches):
+        torch.randint(VOCAB, (ROWS, LENGTH), generator=generator)
     losses = []
     for _ in range(steps):
         total = 0.0
@@ -64,6 +74,10 @@ def train(world: int, rank: int, *, steps: int = 4, micro_batches: int = 1,
         optimizer.step()
         optimizer.zero_grad()
         losses.append(total)
+    if save is not None:
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+        if rank == 0:
+            torch.save(state, save)
     stats = memory.stats()["offload"]
     memory.close()
     return losses, stats, [p.detach().clone() for p in model.parameters()]

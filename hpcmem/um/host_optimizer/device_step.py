@@ -98,7 +98,7 @@ class DeviceStep:
                 state[key] = home
 
     def _load(self, index: int, slot: _Slot) -> None:
-        """A resident bucket's master and state into its slot, once."""
+        """A resident bucket's master and state into its slot."""
         state = self.host.state(index)
         slot.master.copy_(self.host.masters[index])
         for key, tensor in slot.states.items():
@@ -222,6 +222,13 @@ class DeviceStep:
         if self._stream is not None:
             self._torch.cuda.current_stream(self.transport.device).wait_stream(self._stream)
         self._begin()
+
+    def reload(self) -> None:
+        """The resident buckets' master and state again from their host homes (loaded)."""
+        if self._stream is not None:
+            self._stream.synchronize()
+        for index, slot in self._resident.items():
+            self._load(index, slot)
 
     def write_back(self) -> None:
         """The resident buckets' master and state back into their host homes."""

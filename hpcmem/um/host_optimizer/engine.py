@@ -48,20 +48,22 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from hpcmem.um.budget.batch_split import BatchSplit, Measure
-from hpcmem.um.budget.floor import TARGET_FRACTION, check_minimum
+from hpcmem.um.budget.floor import TARGET_FRACTION
 from hpcmem.um.budget.offload import HostOptimizerOffload
 from hpcmem.um.budget.parallel import Ranks
 from hpcmem.um.budget.phases import Phase
 from hpcmem.um.budget.recompute import Recompute, repeated_blocks
 from hpcmem.um.budget.transport import BANDWIDTH_PROBE_BYTES, Transport
 from hpcmem.um.errors import BudgetError
+from hpcmem.um.host_optimizer.checkpoint import Checkpoints
 from hpcmem.um.host_optimizer.clip import Clip
 from hpcmem.um.host_optimizer.device_step import DeviceStep
 from hpcmem.um.host_optimizer.host import check_supported
 from hpcmem.um.host_optimizer.ledger import Ledger, StepTimes, median_times
 from hpcmem.um.host_optimizer.parts import make_parts
 from hpcmem.um.host_optimizer.placement import PlainMemory
-from hpcmem.um.host_optimizer.record import floor_detail, record
+from hpcmem.um.host_optimizer.probe import probe
+from hpcmem.um.host_optimizer.record import record
 from hpcmem.um.host_optimizer.split import PLAN_AFTER, ROOM_MARGIN, Split, plan_split
 from hpcmem.um.host_optimizer.worker import Stepped
 from hpcmem.um.tensors import tensor_bytes
@@ -126,6 +128,7 @@ class HostOptimizer:
                                         parts.trained))
         self._original_step = optimizer.__dict__.get("step")
         optimizer.step = self.step
+        self.checkpoints = Checkpoints(model, optimizer, self.host, self.settle, self._reload)
         self.probe_bytes: int | None = None  # what the first step held on the device
         self.outside_bytes = 0  # of which outside the managed pools (context, plain memory)
         self.split: Split | None = None  # planned after step PLAN_AFTER
@@ -159,27 +162,9 @@ class HostOptimizer:
             self._probe()
 
     def _probe(self) -> None:
-        """Refuse a budget below what the first step held (the working weights at least),
-        everything outside the managed pools included, or, where its batch was split, below
-        its one-row part; recompute only the blocks whose saved activations the room lacks."""
-        allocated = max(0, self.transport.peak_bytes() - self._base_bytes)
-        working = sum(tensor_bytes(f) for f in self.flats)
+        """The floor and the blocks recomputed, from the first step (:mod:`.probe`)."""
         self.outside_bytes = self.transport.outside_bytes()
-        split = self.batch_split
-        if split is not None and split.floor_bytes is not None:
-            minimum = max(split.floor_bytes - self._base_bytes + self.outside_bytes, working)
-        else:
-            minimum = max(allocated, self.transport.resident_peak_bytes() + self.outside_bytes,
-                          working)
-        self.probe_bytes = minimum
-        check_minimum(self.budget, minimum, lambda: floor_detail(self))
-        if self.offload.recompute is not None or not self.recompute.enabled:
-            return
-        if split is None or split.token_bytes is None:
-            self.recompute.keep_within(int(TARGET_FRACTION * self.budget) - minimum)
-        elif (whole := split.whole_bytes()) is not None:  # later batches run whole
-            kept = self.recompute.keep_within(split.measure.room() - whole)
-            split.add_kept(kept)
+        self.probe_bytes = probe(self)
 
     def _on_grad(self, param: Any) -> None:
         """A gradient is complete: on the step's last micro-batch, send it to the host
@@ -321,6 +306,20 @@ class HostOptimizer:
         done, self._stepped, self._uploaded = self._stepped, [], None
         return done
 
+    def settle(self) -> None:
+        """Every bucket's host step done and its master final (a checkpoint reads them);
+        delayed updates are caught up and their weights sent up."""
+        for index in range(len(self.buckets)):
+            self._catch_up(index)
+        self.transport.synchronize()
+        if self.device_step is not None:
+            self.device_step.write_back()
+
+    def _reload(self) -> None:
+        """Masters and state were loaded into the host: the GPU's own copies follow."""
+        if self.device_step is not None:
+            self.device_step.reload()
+
     @property
     def phase(self) -> Phase:
         """The phase of the step under way (:class:`Phase`)."""
@@ -385,6 +384,7 @@ class HostOptimizer:
         for handle in self._hooks:
             handle.remove()
         self._hooks.clear()
+        self.checkpoints.remove()
         self.recompute.disable()
         if self.optimizer.__dict__.get("step") == self.step:
             if self._original_step is None:

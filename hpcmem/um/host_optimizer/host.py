@@ -109,7 +109,7 @@ class HostBuckets:
         if whole is not held:
             held.copy_(whole[start:end])
 
-    def _whole(self, index: int, held: Any) -> Any:
+    def whole(self, index: int, held: Any) -> Any:
         """Bucket ``index``'s whole buffer of which ``held`` is the part held here."""
         return held if self.ranks is None else self.ranks.gathered(held)
 
@@ -130,13 +130,21 @@ class HostBuckets:
 
     def _take_state(self, optimizer: Any) -> None:
         """Copy the job's optimizer state (made before attach, e.g. by a step at learning
-        rate 0) into the buckets' state; a fresh optimizer's state is made at its first step."""
+        rate 0, or loaded from a checkpoint) into the buckets' state; a fresh optimizer's
+        state is made at its first step."""
+        self.take_states(optimizer.state.get)
+
+    def take_states(self, state_of: Any) -> None:
+        """Each parameter's optimizer state ``state_of(param)`` (None: none) into the
+        buckets' state: this rank's part of each bucket-sized tensor, the first parameter's
+        value of the others (``step``)."""
         for index, bucket in enumerate(self.buckets):
-            states = [optimizer.state.get(p) for p in bucket.params]
+            states = [state_of(p) for p in bucket.params]
             if not any(states):
                 continue
             step = self.optimizers[index]
-            self.kernel.init_state(step, self.masters[index])
+            if not step.state.get(self.masters[index]):
+                self.kernel.init_state(step, self.masters[index])
             own = step.state[self.masters[index]]
             for key, value in own.items():
                 if not isinstance(value, self._torch.Tensor):
@@ -147,6 +155,13 @@ class HostBuckets:
                 else:
                     first = next(s for s in states if s and key in s)
                     value.copy_(first[key])
+
+    def load_weights(self, index: int, values: list[Any | None]) -> None:
+        """Parameter ``i``'s fp32 weight ``values[i]`` (None: kept) into bucket ``index``'s
+        master, and into the weights the kernel writes."""
+        for held in (self.masters[index], *(self.outs[index:index + 1] if self.outs else ())):
+            self._scatter(index, held, [None if v is None else v.detach().to(held.dtype)
+                                        for v in values])
 
     def state(self, index: int) -> dict[str, Any]:
         """Bucket ``index``'s optimizer state (empty before its first step)."""
@@ -195,22 +210,27 @@ class HostBuckets:
         out = self.outs[index] if self.outs else None
         self.kernel.step(self.optimizers[index], self.masters[index], grad, out)
 
+    def param_states(self, index: int) -> list[dict[str, Any]]:
+        """Each parameter's optimizer state in bucket ``index`` as the job's optimizer keeps
+        it (fp32 views or copies, whole on every rank; empty before the first step)."""
+        torch = self._torch
+        bucket, held = self.buckets[index], self.masters[index].numel()
+        own = {key: self.whole(index, value)
+               if isinstance(value, torch.Tensor) and value.numel() == held else value
+               for key, value in self.state(index).items()}
+        return [{key: bucket.slot(value, position).float()
+                 if isinstance(value, torch.Tensor) and value.numel() == bucket.numel
+                 else (value.clone() if isinstance(value, torch.Tensor) else value)
+                 for key, value in own.items()} for position in range(len(bucket.params))]
+
     def give_back(self, optimizer: Any) -> None:
         """Put masters and state into the job's parameters and optimizer (fp32, host; whole
         on every rank)."""
-        torch = self._torch
         for index, bucket in enumerate(self.buckets):
-            held = self.masters[index].numel()
-            master = self._whole(index, self.masters[index].detach())
-            own = {key: self._whole(index, value)
-                   if isinstance(value, torch.Tensor) and value.numel() == held else value
-                   for key, value in self.state(index).items()}
-            for position, param in enumerate(bucket.params):
+            master = self.whole(index, self.masters[index].detach())
+            for position, (param, state) in enumerate(zip(bucket.params,
+                                                          self.param_states(index),
+                                                          strict=True)):
                 param.data = bucket.slot(master, position)
                 param.grad = None
-                optimizer.state[param] = {
-                    key: bucket.slot(value, position).float()
-                    if isinstance(value, torch.Tensor) and value.numel() == bucket.numel
-                    else (value.clone() if isinstance(value, torch.Tensor) else value)
-                    for key, value in own.items()
-                }
+                optimizer.state[param] = state
