@@ -92,10 +92,21 @@ def test_gradient_clipping_under_the_host_optimizer_is_refused_and_the_memory_cl
     assert memory.events == ["attach", "close"]
 
 
-def test_checkpoints_and_evaluation_under_a_budget_are_refused(tmp_path):
-    with pytest.raises(BudgetError, match="save_strategy"):
-        UnifiedMemoryTrainer(model=_model(), args=_arguments(tmp_path, save_strategy="steps"),
-                             memory=CpuMemory(gpu_budget=BUDGET))
+def test_a_checkpoint_while_training_resumes_as_the_run_that_saved_it(tmp_path):
+    """Saved at step 2 under a budget (fp32 weights, the host's optimizer state), resumed
+    by another trainer: its last step lands on the saving run's weights."""
+    _, saving, _ = _train(tmp_path, CpuMemory(gpu_budget=BUDGET), save_strategy="steps",
+                          save_steps=2)
+    saved = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "checkpoint-2")
+    assert {p.dtype for p in saved.parameters()} == {torch.float32}
+    trainer = UnifiedMemoryTrainer(model=_model(), args=_arguments(tmp_path),
+                                   train_dataset=_data(), memory=CpuMemory(gpu_budget=BUDGET))
+    trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    for ours, theirs in zip(trainer.model.parameters(), saving, strict=True):
+        torch.testing.assert_close(ours.detach().float(), theirs, rtol=0, atol=1e-6)
+
+
+def test_evaluation_under_a_budget_is_refused(tmp_path):
     trainer = UnifiedMemoryTrainer(model=_model(), args=_arguments(tmp_path),
                                    eval_dataset=_data()[:4], memory=CpuMemory(gpu_budget=BUDGET))
     with pytest.raises(BudgetError, match="evaluation"):

@@ -97,8 +97,54 @@ def test_without_a_budget_the_model_is_moved_inside_the_params_scope(reference):
     assert losses == reference[0]
 
 
+@pytest.mark.parametrize(("strategy", "tolerance"), [("host_optimizer", 1e-4), ("streamed", 0.0)])
+def test_a_checkpoint_holds_and_resumes_what_plain_lightnings_does(strategy, tolerance,
+                                                                   tmp_path):
+    """Lightning's ModelCheckpoint under a budget holds the fp32 weights and optimizer state
+    a plain fit's holds at the same step, and a fit resumed from it goes on as a plain fit
+    resumed from the plain one (tolerances as above)."""
+    budget = BUDGET if strategy == "host_optimizer" else 16 * 2**20
+
+    def fit(under_budget: bool, folder: str, resume: bool = False):
+        module = LanguageModel()
+        saver = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / folder, save_top_k=-1,
+                                             every_n_epochs=1)
+        trainer = pl.Trainer(
+            accelerator="cpu", max_steps=2, accumulate_grad_batches=MICRO_BATCHES,
+            strategy=UnifiedMemoryStrategy(CpuMemory(gpu_budget=budget),
+                                           offload_named(strategy), device="cpu")
+            if under_budget else "auto", callbacks=[] if resume else [saver],
+            enable_checkpointing=not resume, logger=False, enable_progress_bar=False,
+            enable_model_summary=False)
+        first = tmp_path / folder / "epoch=0-step=1.ckpt"
+        trainer.fit(module, _one_step_an_epoch(), ckpt_path=first if resume else None)
+        return [p.detach().float() for p in module.parameters()], first
+
+    _, ours = fit(True, "budget")
+    _, plain = fit(False, "plain")
+    ours, plain = (torch.load(path, weights_only=False) for path in (ours, plain))
+    for name, value in plain["state_dict"].items():
+        assert ours["state_dict"][name].dtype == torch.float32
+        torch.testing.assert_close(ours["state_dict"][name], value, rtol=tolerance,
+                                   atol=tolerance)
+    mine, theirs = (c["optimizer_states"][0]["state"] for c in (ours, plain))
+    assert sorted(mine) == sorted(theirs)
+    for index, values in theirs.items():
+        for key, value in values.items():
+            torch.testing.assert_close(mine[index][key].float(), value.float(),
+                                       rtol=tolerance, atol=tolerance)
+    resumed, _ = fit(True, "budget", resume=True)
+    reference, _ = fit(False, "plain", resume=True)
+    for a, b in zip(resumed, reference, strict=True):
+        torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance)
+
+
+def _one_step_an_epoch():
+    rows = next(iter(_data()))[0].repeat(MICRO_BATCHES, 1)
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(rows), batch_size=4)
+
+
 @pytest.mark.parametrize(("settings", "refused"), [
-    ({"enable_checkpointing": True}, "checkpoints"),
     ({"gradient_clip_val": 1.0}, r"gradient_clip_val=1\.0"),
     ({"validate": True}, "validation"),
 ])

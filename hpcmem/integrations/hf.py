@@ -13,8 +13,11 @@ neither run a micro-batch's forward and backward (``training_step`` does both) i
 fit the GPU onto it (``_move_model_to_device``, ``Accelerator.device_placement``). The model
 and optimizer are attached at the first ``training_step``: by then ``Trainer`` has made the
 optimizer and the scheduler, ``accelerate`` has prepared them, and a checkpoint's optimizer
-state is loaded (the host optimizer takes it over). The memory closes when ``train()``
-returns or raises, which gives a budget's fp32 weights back to the model.
+state is loaded (the host optimizer takes it over). Checkpoints while training
+(``save_strategy``) hold the fp32 weights and optimizer state, as without a budget, and
+``resume_from_checkpoint`` continues from them
+(:mod:`hpcmem.um.host_optimizer.checkpoint`). The memory closes when ``train()`` returns or
+raises, which gives a budget's fp32 weights back to the model.
 
 For a subclass of ``Trainer`` (TRL's ``SFTTrainer``, say), put :class:`UnifiedMemoryMixin`
 first: ``class MyTrainer(UnifiedMemoryMixin, SFTTrainer)``.
@@ -102,8 +105,3 @@ def _check_arguments(args: Any, memory: MemoryScopes) -> None:
     if args.fp16:
         refuse_under_budget(memory, "fp16=True", "a loss scaler reads the gradients after "
                             "backward, when they have left the GPU,", "train with bf16=True")
-    if args.save_strategy != "no":
-        refuse_under_budget(memory, "save_strategy (checkpoints while training)",
-                            "a checkpoint would hold the working weights and no optimizer "
-                            "state (the host keeps it)", "set save_strategy='no' and call "
-                            "trainer.save_model() after train()")

@@ -4,15 +4,16 @@
 
     with UnifiedMemory("hpcmem", device=0, gpu_budget=8 << 30) as um:
         trainer = L.Trainer(strategy=UnifiedMemoryStrategy(um), precision="bf16-mixed",
-                            enable_checkpointing=False, max_steps=100)
+                            max_steps=100)
         trainer.fit(module, data)   # attaches as training starts, closes at the end
 
 A ``Strategy``, not a ``Callback``: the strategy is what moves the model to the device
 (``model_to_device``, which a model larger than the GPU must skip), makes the optimizers
 (``setup``), starts training (``on_train_start``, after a checkpoint's optimizer state is
-restored: the model and the one optimizer are attached there), runs each
-micro-batch's ``training_step`` and ``backward`` (between which ``um.activations()`` is
-open) and tears down (the memory closes first, giving a budget's fp32 weights back to the
+restored: the model and the one optimizer are attached there; checkpoints while training
+hold the fp32 weights and optimizer state, :mod:`hpcmem.um.host_optimizer.checkpoint`), runs
+each micro-batch's ``training_step`` and ``backward`` (between which ``um.activations()``
+is open) and tears down (the memory closes first, giving a budget's fp32 weights back to the
 module). A callback's ``setup`` comes before the move, its ``on_fit_start`` after it, and its
 batch hooks enclose the optimizer step too. Lightning's automatic optimization passes the
 forward and backward to ``optimizer.step(closure)``; the budget strategies run the closure
@@ -97,11 +98,6 @@ class UnifiedMemoryStrategy(pl.strategies.SingleDeviceStrategy):
             refuse_under_budget(self.memory, f"precision={trainer.precision!r}",
                                 "a loss scaler reads the gradients after backward, when they "
                                 "have left the GPU,", "use precision='bf16-mixed'")
-        if trainer.checkpoint_callbacks:
-            refuse_under_budget(self.memory, "checkpoints while training",
-                                "a checkpoint would hold the working weights and no optimizer "
-                                "state (the host keeps it)", "pass enable_checkpointing=False "
-                                "and save after fit()")
 
     def on_train_start(self) -> None:
         """The module and its optimizer attached: after a checkpoint's optimizer state is

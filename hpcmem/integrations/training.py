@@ -9,8 +9,6 @@ silently wrong:
 * gradient clipping under ``host_optimizer`` (the gradients have left for the host, bucket by
   bucket, by the time a trainer clips them: it would clip nothing);
 * a loss scaler (fp16: it reads the gradients after backward);
-* checkpoints during training (they would hold the working weights, and no optimizer state:
-  the host keeps it);
 * evaluation (the strategies place the weights for training steps only).
 """
 
