@@ -7,8 +7,9 @@ nothing downloaded), bf16, with or without a GPU budget.
 
 ``UnifiedMemoryTrainer`` is a ``transformers.Trainer``: it attaches the model and optimizer
 at the first step and closes the memory when ``train()`` ends
-(docs/training-integrations.md). Under a budget, gradient clipping (``max_grad_norm``),
-checkpoints while training and evaluation are refused; turn them off, as here.
+(docs/training-integrations.md). Under a budget, gradient clipping (``max_grad_norm``) and
+evaluation are refused; turn them off, as here (checkpoints hold the fp32 state; this
+example writes none).
 """
 
 from __future__ import annotations

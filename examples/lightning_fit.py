@@ -7,8 +7,9 @@ without a GPU budget.
 
 ``UnifiedMemoryStrategy`` is a single-device Lightning ``Strategy``: it attaches the module
 and its optimizer as training starts and closes the memory at teardown
-(docs/training-integrations.md). Under a budget, checkpoints while training, validation and
-gradient clipping under the host optimizer are refused; turn them off, as here.
+(docs/training-integrations.md). Under a budget, validation and gradient clipping under the
+host optimizer are refused; turn them off, as here (checkpoints hold the fp32 state; this
+example writes none).
 """
 
 from __future__ import annotations
