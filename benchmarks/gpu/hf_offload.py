@@ -222,7 +222,10 @@ def main() -> int:
     from hpcmem.um.nvml import NvmlPeak
 
     launch = args.launch
-    device, results_group = start(launch) if launch is not None else (0, None)
+    device, results_group = 0, None
+    if launch is not None:
+        cuda, results_group = start(launch)
+        device = cuda.index
     budget = _budget(args) if args.variant == "hpcmem" else None
     command = " ".join(["benchmarks/gpu/hf_offload.py", *sys.argv[1:]])
     record: dict[str, Any] = {

@@ -13,23 +13,17 @@ fields in it.
 
 from __future__ import annotations
 
-import os
-import resource
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from hf_steps import step_ms
 
+from hpcmem.train.ranks import Launch, gather, host_peak_bytes, launch_of, start, stop
+
 __all__ = ["PEAKS", "Launch", "gather", "host_peak_bytes", "launch_of", "least_reserved",
            "merge", "nvml_index", "refused_parallel", "start", "stop"]
 
-#: each launcher's variables: rank, local rank, world size
-LAUNCHERS = {"torchrun": ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
-             "srun": ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS")}
-#: where the ranks meet
-RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")
 #: a rank's memory peaks: PyTorch's, NVML's, with hpcmem's managed bytes, and its host RSS
 PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "nvml_peak_bytes", "held_peak_bytes",
          "host_peak_bytes")
@@ -39,59 +33,6 @@ ONE_PROCESS = {"torchao": "torchao's CPUOffloadOptimizer steps one process's par
                "megatrain": "MegaTrain's data parallelism is its own (GPU workers spawned by "
                             "one process), not the launcher's ranks; --world-size 1 or none "
                             "is accepted"}
-
-
-@dataclass(frozen=True)
-class Launch:
-    """This process's place among the ranks ``launcher`` started."""
-
-    rank: int
-    local_rank: int
-    world_size: int
-    launcher: str
-
-    def command(self) -> str:
-        """How the run was started, as its record says."""
-        if self.launcher == "torchrun":
-            return f"torchrun --nproc-per-node {self.world_size}"
-        return f"srun --ntasks {self.world_size}"
-
-
-def launch_of(asked: int | None, environ: Mapping[str, str]) -> Launch | None:
-    """The ranks of this run: torchrun's variables where ``WORLD_SIZE`` is set, else Slurm's
-    where ``asked`` (``--world-size``) is given; None (one process) with neither. A
-    ValueError says why the environment cannot be the ranks ``asked`` for."""
-    if "WORLD_SIZE" in environ:
-        launcher = "torchrun"
-    elif asked is not None and "SLURM_NTASKS" in environ:
-        launcher = "srun"
-    elif asked is None:
-        return None
-    else:
-        raise ValueError(f"--world-size {asked}: no ranks were started (neither torchrun's "
-                         "RANK, LOCAL_RANK, WORLD_SIZE nor srun's SLURM_PROCID, "
-                         f"SLURM_LOCALID, SLURM_NTASKS); run it under torchrun "
-                         f"--nproc-per-node {asked}")
-    values = []
-    for name in LAUNCHERS[launcher]:
-        text = environ.get(name, "")
-        if not text.isdigit():
-            raise ValueError(f"{name}={text!r}: a whole number is accepted, as {launcher} "
-                             "sets it")
-        values.append(int(text))
-    rank, local_rank, world = values
-    if not rank < world:
-        raise ValueError(f"{LAUNCHERS[launcher][0]}={rank}: a rank below the world size "
-                         f"({world}) is accepted")
-    if asked is not None and asked != world:
-        raise ValueError(f"--world-size {asked}: {launcher} started {world} ranks "
-                         f"({LAUNCHERS[launcher][2]}={world})")
-    for name in RENDEZVOUS:
-        if not environ.get(name):
-            raise ValueError(f"{name} is unset: the ranks meet at MASTER_ADDR:MASTER_PORT "
-                             "(torchrun sets them; under srun export the first node's "
-                             "address and a free port)")
-    return Launch(rank, local_rank, world, launcher)
 
 
 def refused_parallel(variant: str, launch: Launch, *, trace: bool, delayed_update: bool,
@@ -111,31 +52,6 @@ def refused_parallel(variant: str, launch: Launch, *, trace: bool, delayed_updat
     return None
 
 
-def start(launch: Launch) -> tuple[int, Any]:
-    """Initialise the default NCCL group on this rank's GPU (the launcher's variables
-    exported for DeepSpeed, which reads them); the GPU's index and a gloo group for the
-    results."""
-    import torch
-    import torch.distributed as dist
-
-    for name, value in zip(LAUNCHERS["torchrun"],
-                           (launch.rank, launch.local_rank, launch.world_size), strict=True):
-        os.environ.setdefault(name, str(value))
-    index = launch.local_rank % torch.cuda.device_count()  # srun may show one GPU a task
-    device = torch.device("cuda", index)
-    torch.cuda.set_device(device)
-    dist.init_process_group("nccl", rank=launch.rank, world_size=launch.world_size,
-                            device_id=device)
-    return index, dist.new_group(backend="gloo")
-
-
-def stop() -> None:
-    """Leave the process group (every rank, after :func:`gather`)."""
-    import torch.distributed as dist
-
-    dist.destroy_process_group()
-
-
 def nvml_index(device: int) -> int:
     """NVML's index of the CUDA device ``device`` (``CUDA_VISIBLE_DEVICES`` renumbers CUDA's,
     not NVML's); ``device`` itself where PyTorch cannot tell."""
@@ -145,21 +61,6 @@ def nvml_index(device: int) -> int:
         return torch.cuda._get_nvml_device_index(device)
     except (AttributeError, RuntimeError):
         return device
-
-
-def host_peak_bytes() -> int:
-    """This process's peak resident host memory (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def gather(result: Mapping[str, Any], group: Any) -> list[dict[str, Any]]:
-    """Every rank's ``result``, in rank order, on every rank (over ``group``: gloo, so that
-    a rank whose NCCL work failed still reports)."""
-    import torch.distributed as dist
-
-    every: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(every, dict(result), group=group)
-    return every
 
 
 def _largest(values: Sequence[Any]) -> Any:

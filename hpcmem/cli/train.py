@@ -30,7 +30,7 @@ import argparse
 import sys
 from typing import Any
 
-from hpcmem.cli import bad_input
+from hpcmem.cli import UsageError, bad_input
 from hpcmem.train.models import DEFAULT_VOCAB
 
 #: Exit status when --gpu-budget is below what one step measurably needs.
@@ -102,6 +102,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--device", default="cuda:0", metavar="DEVICE",
                      help="cuda or cuda:N; cpu runs the loop with policy cuda only, for "
                      "tests (no GPU figures); default: cuda:0")
+    run.add_argument("--world-size", type=int, metavar="N",
+                     help="data parallel: the N ranks torchrun --nproc-per-node or srun "
+                     "started (one GPU each, from LOCAL_RANK or SLURM_LOCALID; checked "
+                     "against them); --batch is then the global micro-batch, split evenly "
+                     "between the ranks, and rank 0 writes the record merged from all of "
+                     "theirs; under torchrun it is read from WORLD_SIZE when left out; "
+                     "default: one process")
     run.add_argument("--output", metavar="FILE",
                      help="write the JSONL record here (atomically); default: summary only")
     run.add_argument("--skip-if-no-gpu", action="store_true",
@@ -109,7 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "instead of failing")
 
 
-def _point(args: argparse.Namespace) -> Any:
+def _point(args: argparse.Namespace, world_size: int) -> Any:
     """The point the options describe and its loaded policy; UsageError names a bad option."""
     from hpcmem.train.point import PointError, check_policy, make_point
     from hpcmem.um import load_policy
@@ -122,6 +129,7 @@ def _point(args: argparse.Namespace) -> Any:
             gpu_budget=args.gpu_budget, steps=args.steps, warmup=args.warmup, seed=args.seed,
             device=args.device, accumulate=args.accumulate,
             delayed_update=args.delayed_update, state_dtype=args.state_dtype,
+            world_size=world_size,
         )
     with bad_input(OSError, ValueError, where="--policy"):
         policy = load_policy(point.policy)
@@ -132,12 +140,20 @@ def _point(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Validate, refuse oversubscription, check the GPU, then train and record."""
+    import os
+
     from hpcmem.outputs import OutputPathError, check_output_file, write_errors
+    from hpcmem.train.ranks import launch_of
     from hpcmem.train.sizing import OversubscriptionRefusedError, check_oversubscribe
     from hpcmem.um import oversubscription_allowed
 
-    point, policy = _point(args)
-    if args.output:
+    if args.world_size is not None and args.world_size < 1:
+        raise UsageError(f"--world-size: {args.world_size} is not a whole number >= 1")
+    with bad_input(ValueError):
+        launch = launch_of(args.world_size, os.environ)
+    point, policy = _point(args, launch.world_size if launch else 1)
+    writes = launch is None or launch.rank == 0  # rank 0 writes the merged record
+    if args.output and writes:
         with bad_input(OutputPathError, where="--output"):
             check_output_file(args.output)
     with bad_input(ValueError):
@@ -157,16 +173,17 @@ def run(args: argparse.Namespace) -> int:
                  else "--state-dtype" if point.state_dtype != "float32" else "")
         with bad_input(SizingError), bad_input(BudgetError, where=where):
             record = run_point(point, policy=policy, allow_oversubscription=allowed,
-                               skip_if_no_gpu=args.skip_if_no_gpu)
+                               skip_if_no_gpu=args.skip_if_no_gpu, launch=launch)
     except NoGPUError as error:
         print(f"hpcmem train: error: {error}", file=sys.stderr)
         return 1
-    if args.output:
+    if args.output and writes:
         from hpcmem.record.jsonl import write_records
 
         with bad_input(OutputPathError, where="--output"), write_errors(args.output):
             write_records(args.output, [record])
-    print(summary_line(record))
+    if writes:
+        print(summary_line(record))
     if record["status"] != "failed":
         return 0
     return EXIT_BUDGET_TOO_SMALL if "budget_minimum_bytes" in record else 1
@@ -179,6 +196,8 @@ def summary_line(record: dict[str, Any]) -> str:
     step = record["step_ms"]
     micro = record.get("accumulate", 1)
     accumulated = f" x {micro} micro-batches" if micro > 1 else ""
+    ranks = record.get("world_size", 1)
+    accumulated += f" over {ranks} ranks" if ranks > 1 else ""
     return (
         f"hpcmem train: {record['model']} {record['params'] / 1e6:.1f}M params, "
         f"policy {record['policy']['name']}, {record['dtype']}, batch {record['batch']}"

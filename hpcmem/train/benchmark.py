@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 from hpcmem.errors import HpcmemError
 from hpcmem.node.state import BusyCpus, load_average, node_state
 from hpcmem.train.point import TrainPoint
-from hpcmem.train.record import ok_record, unfinished_record
+from hpcmem.train.ranks import Launch, gather, host_peak_bytes, start, stop
+from hpcmem.train.record import merged_record, ok_record, unfinished_record
 
 if TYPE_CHECKING:
     import torch
@@ -116,13 +117,19 @@ def run_point(
     policy: Any,
     allow_oversubscription: bool,
     skip_if_no_gpu: bool,
+    launch: Launch | None = None,
 ) -> dict[str, Any]:
     """Run ``point`` under ``policy`` (a ``hpcmem.um`` policy) and return its record.
 
     Raises NoGPUError when the point needs a GPU this machine lacks (unless
     ``skip_if_no_gpu``: then the record is ``skipped``), SizingError for a point
-    that cannot be sized. Running out of memory gives a ``failed`` record.
+    that cannot be sized. Running out of memory gives a ``failed`` record. Under
+    ``launch`` (:mod:`hpcmem.train.ranks`) this process is one data-parallel rank, on its
+    launcher's GPU (or the CPU): every rank returns the record merged from all of theirs
+    (:func:`~hpcmem.train.record.merged_record`).
     """
+    import dataclasses
+
     import torch
 
     from hpcmem.node import applied
@@ -140,6 +147,10 @@ def run_point(
                                      binding=binding)
         raise NoGPUError(f"{reason}; run on a GPU node, or pass --skip-if-no-gpu to record "
                          "a skipped point")
+    group = None
+    if launch is not None:
+        device, group = start(launch, device.type)
+        point = dataclasses.replace(point, device=str(device))
     if shape is None:
         shape = shape_for_memory(point, device)
     data = synthetic_data(
@@ -160,10 +171,17 @@ def run_point(
     busy = BusyCpus(tuple(binding["cpus"]), processes=1)
     busy.mark(time.process_time())
     load_before = load_average()
-    record = train_point(point, shape, data, memory, device=device, binding=binding)
+    shard = None if launch is None else (launch.rank, launch.world_size)
+    record = train_point(point, shape, data, memory, device=device, binding=binding,
+                         shard=shard)
     record["node"] = node_state(binding["cpus"], 1, load_before=load_before,
                                 other_busy_cpus=busy.mark(time.process_time()))
-    return record
+    if launch is None:
+        return record
+    record["host_peak_bytes"] = host_peak_bytes()
+    every = gather(record, group)
+    stop()
+    return merged_record(every)
 
 
 def train_point(
@@ -177,14 +195,15 @@ def train_point(
     unconstrained_ms: float | None = None,
     pinned_inputs: bool = False,
     offload: str | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Train ``point`` (model ``shape``, batches from ``data``) under ``memory``, a
     ``hpcmem.um.UnifiedMemory``, and return its record; ``memory`` is closed afterwards.
     Running out of memory (the guard's refusal included), or a budget below what the probe
     step measured, gives a ``failed`` record;
     ``unconstrained_ms`` (the step time without a budget) goes into a budgeted record's
-    PCIe bound; ``pinned_inputs`` stages pinned batches and ``offload`` names the budget
-    strategy (see ``hpcmem.train.loop.train``)."""
+    PCIe bound; ``pinned_inputs`` stages pinned batches, ``offload`` names the budget
+    strategy and ``shard`` this data-parallel rank (see ``hpcmem.train.loop.train``)."""
     import torch
 
     from hpcmem.train.loop import train
@@ -197,7 +216,7 @@ def train_point(
                        steps=point.steps, warmup=point.warmup, seed=point.seed,
                        pinned_inputs=pinned_inputs, offload=offload,
                        accumulate=point.accumulate, delayed_update=point.delayed_update,
-                       state_dtype=point.state_dtype)
+                       state_dtype=point.state_dtype, shard=shard)
     except torch.OutOfMemoryError as error:
         first_line = str(error).strip().splitlines()[0]
         return unfinished_record(point, "failed", f"out of memory: {first_line}",

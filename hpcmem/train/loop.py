@@ -183,6 +183,7 @@ def train(
     accumulate: int = 1,
     delayed_update: bool = False,
     state_dtype: str = "float32",
+    shard: tuple[int, int] | None = None,
 ) -> TrainResult:
     """Train ``shape`` on ``data`` for ``warmup + steps`` steps under ``memory`` (UnifiedMemory).
 
@@ -193,8 +194,11 @@ def train(
     each loss scaled by its share (a step's loss is their mean). ``delayed_update``:
     ZeRO-Offload's one-step delayed update under a budget
     (:class:`~hpcmem.um.budget.offload.HostOptimizerOffload`);
-    ``state_dtype`` the dtype of Adam's moments on the host under one. NVML samples
-    the process's device memory.
+    ``state_dtype`` the dtype of Adam's moments on the host under one. ``shard``: this
+    process is rank ``r`` of ``n`` data-parallel ranks (the default process group): each
+    batch is the global one, of which it trains on its ``1/n`` of the rows, the gradients
+    averaged over the ranks once per step (the budget strategy's own data parallelism, or
+    ``DistributedDataParallel``). NVML samples the process's device memory.
     """
     from contextlib import nullcontext
 
@@ -208,9 +212,11 @@ def train(
                if device.type == "cuda" else nullcontext())
     with sampler:
         model, optimizer, losses = _prepare(shape, memory, device=device, seed=seed,
-                                            offload=chosen, total=warmup + steps)
+                                            offload=chosen, total=warmup + steps,
+                                            parallel=shard is not None and shard[1] > 1)
         result = _loop(model, optimizer, losses, data, memory, device=device, dtype=dtype,
-                       warmup=warmup, pinned_inputs=pinned_inputs, accumulate=accumulate)
+                       warmup=warmup, pinned_inputs=pinned_inputs, accumulate=accumulate,
+                       shard=shard)
     if isinstance(sampler, NvmlPeak):
         result = replace(result, nvml_peak_bytes=sampler.process_bytes,
                          nvml_device_peak_bytes=sampler.device_bytes,
@@ -229,9 +235,12 @@ def _managed_on_gpu(memory: Any) -> Callable[[], int] | None:
 
 
 def _prepare(shape: TransformerShape | CNNShape, memory: Any, *, device: torch.device,
-             seed: int, offload: Offload, total: int) -> tuple[Any, Any, Any]:
+             seed: int, offload: Offload, total: int, parallel: bool = False
+             ) -> tuple[Any, Any, Any]:
     """The model, its AdamW and the losses of ``total`` steps, made inside the params scope;
-    the model and optimizer attached to ``memory`` (with ``offload`` under a budget)."""
+    the model and optimizer attached to ``memory`` (with ``offload`` under a budget, whose
+    strategy then reduces over the default group where ``parallel``; without one, the model
+    wrapped in ``DistributedDataParallel``)."""
     import torch
 
     from hpcmem.train.networks import build
@@ -250,14 +259,21 @@ def _prepare(shape: TransformerShape | CNNShape, memory: Any, *, device: torch.d
         losses = torch.zeros(total, device=device)
     budgeted = getattr(memory, "gpu_budget", None) is not None
     memory.attach(model, optimizer, offload=offload if budgeted else None)
+    if parallel and not budgeted:
+        model = torch.nn.parallel.DistributedDataParallel(model)
     return model, optimizer, losses
 
 
 def _loop(model: Any, optimizer: Any, losses: Any, data: SyntheticTokens | SyntheticImages,
           memory: Any, *, device: torch.device, dtype: str, warmup: int,
-          pinned_inputs: bool, accumulate: int) -> TrainResult:
+          pinned_inputs: bool, accumulate: int, shard: tuple[int, int] | None = None
+          ) -> TrainResult:
     """One timed training step (``accumulate`` micro-batches, one optimizer step) per entry
-    of ``losses``; counts and peaks from those after ``warmup``."""
+    of ``losses``; counts and peaks from those after ``warmup``; ``shard``'s rows of each
+    batch (:func:`train`), a ``DistributedDataParallel`` model's gradients reduced at the
+    last micro-batch only."""
+    from contextlib import nullcontext
+
     import torch
 
     total = len(losses)
@@ -274,9 +290,11 @@ def _loop(model: Any, optimizer: Any, losses: Any, data: SyntheticTokens | Synth
             batch = _new_batch(data, memory, device, staging, pinned_inputs)
         step_loss = 0.0
         for micro in range(accumulate):
-            with memory.activations():
+            mine = _rows(batch, shard)
+            held_back = micro + 1 < accumulate and hasattr(model, "no_sync")
+            with memory.activations(), model.no_sync() if held_back else nullcontext():
                 with autocast:
-                    loss = model(batch) / accumulate if accumulate > 1 else model(batch)
+                    loss = model(mine) / accumulate if accumulate > 1 else model(mine)
                 loss.backward()
             step_loss = loss.detach() + step_loss
             if micro + 1 == accumulate:
@@ -287,7 +305,7 @@ def _loop(model: Any, optimizer: Any, losses: Any, data: SyntheticTokens | Synth
             last = micro + 1 == accumulate and step + 1 == total
             upcoming = None if last else _new_batch(data, memory, device, staging,
                                                     pinned_inputs)
-            del loss
+            del loss, mine
             batch = upcoming  # this batch goes back to the inputs pool
         losses[step] = step_loss
         _synchronize(device)
@@ -304,3 +322,12 @@ def _loop(model: Any, optimizer: Any, losses: Any, data: SyntheticTokens | Synth
             torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None
         ),
     )
+
+
+def _rows(batch: dict[str, Any], shard: tuple[int, int] | None) -> dict[str, Any]:
+    """Rank ``r``'s ``1/n`` of each tensor's rows, ``shard`` = (r, n); the batch itself
+    without one."""
+    if shard is None or shard[1] == 1:
+        return batch
+    rank, world = shard
+    return {name: tensor.chunk(world)[rank] for name, tensor in batch.items()}

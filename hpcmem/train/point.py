@@ -60,6 +60,8 @@ class TrainPoint:
     #: the dtype of Adam's moments on the host, budgets only
     #: (``HostOptimizerOffload(state_dtype=...)``)
     state_dtype: str = "float32"
+    #: data-parallel ranks (one GPU each); ``batch`` is then split evenly between them
+    world_size: int = 1
 
 
 def default_params(model: str) -> int:
@@ -126,6 +128,7 @@ def make_point(
     accumulate: int = 1,
     delayed_update: bool = False,
     state_dtype: str = "float32",
+    world_size: int = 1,
 ) -> TrainPoint:
     """The point these options describe; None takes the model's default (:data:`DEFAULTS`).
 
@@ -166,6 +169,11 @@ def make_point(
     if not _DEVICE.fullmatch(device):
         raise PointError(f"--device: {device!r} is not one of cuda, cuda:N, cpu")
     transformer, cnn = model == "transformer", model == "cnn"
+    micro_batch = _at_least("batch", value("batch", batch))
+    if micro_batch % world_size:
+        raise PointError(f"--batch: {micro_batch} samples do not split evenly between "
+                         f"{world_size} ranks (--world-size); accepted: a multiple of "
+                         f"{world_size}")
     if transformer and params_requested is not None:
         _check_tables({name: given[name] for name in ("seq_len", "vocab")
                        if given[name] is not None}, params_requested)
@@ -173,7 +181,7 @@ def make_point(
         model=model,
         params_requested=params_requested,
         oversubscribe=oversubscribe,
-        batch=_at_least("batch", value("batch", batch)),
+        batch=micro_batch,
         seq_len=_at_least("seq_len", value("seq_len", seq_len)) if transformer else None,
         vocab=_at_least("vocab", value("vocab", vocab), 2) if transformer else None,
         image_size=_at_least("image_size", value("image_size", image_size), 32) if cnn else None,
@@ -187,6 +195,7 @@ def make_point(
         accumulate=_at_least("accumulate", accumulate),
         delayed_update=delayed_update,
         state_dtype=state_dtype,
+        world_size=world_size,
     )
 
 

@@ -16,11 +16,14 @@ if TYPE_CHECKING:
     from hpcmem.train.models import CNNShape, TransformerShape
     from hpcmem.train.sizing import Footprint
 
-__all__ = ["THROUGHPUT_UNITS", "ok_record", "stream_fields", "unfinished_record"]
+__all__ = ["RANK_PEAKS", "THROUGHPUT_UNITS", "merged_record", "ok_record", "stream_fields",
+           "unfinished_record"]
 
 #: What a budget strategy's statistics say of its steps, copied into the record.
 ACCOUNTING = ("strategy", "compute_ms", "backward_ms", "cpu_optimizer_ms", "h2d_busy_ms",
               "d2h_busy_ms", "step_bound_ms")
+#: A rank's memory figures, kept per rank and, at their largest, in the merged record.
+RANK_PEAKS = ("peak_reserved_bytes", "nvml_peak_bytes", "held_peak_bytes", "host_peak_bytes")
 #: Throughput unit per model.
 THROUGHPUT_UNITS = {"transformer": "tokens/s", "cnn": "images/s"}
 
@@ -132,3 +135,40 @@ def ok_record(
         **stream_fields(memory, unconstrained_ms, shape.param_count() * DTYPES[point.dtype]),
         **environment,
     }
+
+
+def merged_record(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """One record from every data-parallel rank's, in rank order: rank 0's, with
+    ``world_size``; failed where any rank failed or did not finish, its ``reason`` naming
+    each such rank and its host; each step's time on its slowest rank (``step_ms_all``,
+    ``step_ms``, ``first_step_ms``, and the global batch's ``throughput`` at that median);
+    the losses averaged over the ranks (each trained its rows of the global batch); each of
+    :data:`RANK_PEAKS` at its largest; and ``ranks``: each rank's host, status, median step,
+    peaks and bytes communicated."""
+    from hpcmem.train.loop import step_stats
+
+    base = dict(records[0])
+    failed = [(rank, r) for rank, r in enumerate(records) if r["status"] != "ok"]
+    base["world_size"] = len(records)
+    base["ranks"] = [{"rank": rank, "host": r.get("host"), "status": r["status"],
+                      "step_ms": (r.get("step_ms") or {}).get("median"),
+                      "bytes_communicated": ((r.get("memory") or {}).get("offload") or {}
+                                             ).get("bytes_communicated"),
+                      **{name: r.get(name) for name in RANK_PEAKS}}
+                     for rank, r in enumerate(records)]
+    if failed:
+        base.update(status="failed", reason="; ".join(
+            f"rank {rank} on {r.get('host')}: {r.get('reason')}" for rank, r in failed))
+        return base
+    steps = min(len(r["step_ms_all"]) for r in records)
+    slowest = [max(r["step_ms_all"][i] for r in records) for i in range(steps)]
+    timed = step_stats(slowest[base["warmup"]:])
+    base.update(step_ms_all=slowest, first_step_ms=slowest[0], step_ms=asdict(timed),
+                throughput=base["throughput"] * base["step_ms"]["median"] / timed.median,
+                losses={end: [sum(values) / len(values) for values in zip(
+                    *(r["losses"][end] for r in records), strict=True)]
+                    for end in base["losses"]})
+    for name in RANK_PEAKS:
+        known = [r.get(name) for r in records if r.get(name) is not None]
+        base[name] = max(known) if known else None
+    return base

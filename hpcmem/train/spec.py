@@ -2,9 +2,10 @@
 
 A point is (model, parameters asked for, batch, micro-batches per step, sequence length,
 dtype, GPU budget, delayed update, memory policy); its key reads
-``train/<model>/params=<n>/batch=<n>[/accum=<n>]/seq=<n|none>/<dtype>/budget=<bytes|none>[/delayed=True]/policy=<name>``
+``train/<model>/params=<n>/batch=<n>[/accum=<n>]/seq=<n|none>/<dtype>/budget=<bytes|none>[/delayed=True]/policy=<name>[/gpus=<n>]``
 (``accum`` only when a step accumulates more than one micro-batch, ``delayed`` only for
-ZeRO-Offload's delayed update, ``hpcmem train --delayed-update``).
+ZeRO-Offload's delayed update, ``hpcmem train --delayed-update``, ``gpus`` only for
+data-parallel ranks, ``hpcmem train --world-size``).
 A workflow job sweeps model, params, budget and policy (its folder:
 ``<model>/params=<n>/budget=<bytes|none>/policy=<name>``); batch, sequence length and dtype
 follow from the model. Median and first step times are checked in every run.
@@ -58,6 +59,9 @@ TRAIN = Benchmark(
         Coordinate("state_dtype", "state", implied="float32",
                    read=lambda record: record.get("state_dtype", "float32")),
         Coordinate("policy", "policy", read=_policy, swept=True, option="--policy"),
+        # data-parallel ranks, one GPU each; records made before the axis ran one
+        Coordinate("world_size", "gpus", integer=True, implied=1,
+                   read=lambda record: record.get("world_size", 1)),
     ),
     metrics=(
         Metric("step_ms.median", "ms", LOWER, checked=True),
