@@ -672,3 +672,51 @@ def test_the_delayed_update_is_refused_with_the_streamed_strategy():
                       transport=CpuTransport(), budget=BUDGET,
                       priority=("params", "activations", "inputs"),
                       device_scope=contextlib.nullcontext)
+
+
+#: one host optimizer set up on the CPU transport; its record of where its host memory is
+PLACED = """
+import json, sys, contextlib
+sys.path.insert(0, "tests")
+from um_functions import Net, make_optimizer
+from hpcmem.um.budget import CpuTransport, HostOptimizerOffload
+from hpcmem.um.host_optimizer import HostOptimizer
+model = Net()
+engine = HostOptimizer(model, make_optimizer(model), transport=CpuTransport(), budget=2**30,
+                       offload=HostOptimizerOffload(host_memory=sys.argv[1] or None),
+                       device_scope=contextlib.nullcontext)
+print(json.dumps(engine.stats()["host_memory"]))
+engine.close()
+"""
+
+
+@pytest.mark.parametrize(("declared", "asked", "kind", "fraction"), [
+    ("", "", "torch", None),  # no HBM: PyTorch's allocator, pages where first written
+    ("0", "", "hbw_preferred", 1.0),  # HBM declared on node 0: preferred there, unasked
+    ("0", "hbw", "hbw", 1.0),
+])
+def test_host_memory_comes_from_the_kind_and_says_where_its_pages_are(
+        declared, asked, kind, fraction):
+    """In a process of its own: the placement backend binds to the nodes once a process."""
+    import json
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HPCMEM_HBW_NODES": declared, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", PLACED, asked], capture_output=True,
+                          text=True, env=env, timeout=120, check=True)
+    placed = json.loads(done.stdout.splitlines()[-1])
+    assert placed["kind"] == kind and placed["gpu_numa_node"] is None
+    assert placed["pages"] > 0 and placed["untouched"] == 0
+    assert sum(placed["nodes"].values()) == placed["pages"]
+    assert placed["hbw_fraction"] == fraction
+
+
+def test_a_host_memory_kind_that_cannot_allocate_is_refused_naming_it():
+    model = Net()
+    with pytest.raises(BudgetError, match="offload host_memory: 'hbw' cannot allocate here: "):
+        HostOptimizer(model, make_optimizer(model), transport=CpuTransport(), budget=BUDGET,
+                      offload=HostOptimizerOffload(host_memory="hbw"),
+                      device_scope=contextlib.nullcontext)
+    with pytest.raises(BudgetError, match="offload host_memory: 'numa3' is not one of torch"):
+        HostOptimizerOffload(host_memory="numa3")

@@ -2,14 +2,17 @@
 
 Homes live as long as the job, so they are carved out of a few large chunks that are
 page-locked once (``cudaHostRegister``: the exact size, where PyTorch's pinned allocator
-would round each tensor up to a power of two). Chunks go back to a process-wide list when
-the job closes and are reused by the next job, so a repeated job pays no pinning.
+would round each tensor up to a power of two), each of the arena's memory kind
+(:mod:`hpcmem.um.budget.host_memory`). Chunks go back to a process-wide list when the job
+closes and are reused by the next job of the same kind, so a repeated job pays no
+pinning.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from hpcmem.um.budget.host_memory import allocate, placement
 from hpcmem.um.budget.transport import Transport
 from hpcmem.um.tensors import tensor_bytes
 
@@ -20,18 +23,20 @@ CHUNK_BYTES = 256 * 2**20
 #: Alignment of each home inside a chunk (bytes).
 ALIGN = 256
 
-#: Pinned chunks of closed arenas, per transport class, ready for the next job.
-_spare: dict[type, list[Any]] = {}
+#: Pinned chunks of closed arenas, per transport class and memory kind, for the next job.
+_spare: dict[tuple[type, str], list[Any]] = {}
 
 
 class HostArena:
-    """Bump allocation of host homes from pinned chunks."""
+    """Bump allocation of host homes from pinned chunks of memory ``kind``
+    (:data:`~hpcmem.um.budget.host_memory.HOST_MEMORY`)."""
 
-    def __init__(self, transport: Transport) -> None:
+    def __init__(self, transport: Transport, kind: str = "torch") -> None:
         import torch
 
         self._torch = torch
         self._transport = transport
+        self.kind = kind
         self._chunks: list[Any] = []
         self._offset = 0
         self.reserved_bytes = 0
@@ -53,23 +58,27 @@ class HostArena:
         return flat.view(like.dtype).view(like.shape)
 
     def _grow(self, nbytes: int) -> None:
-        spares = _spare.setdefault(type(self._transport), [])
+        spares = _spare.setdefault((type(self._transport), self.kind), [])
         fitting = [c for c in spares if c.numel() >= nbytes and _unreferenced(c)]
         if fitting:
             chunk = min(fitting, key=lambda c: c.numel())
             spares[:] = [c for c in spares if c is not chunk]
         else:
             size = nbytes if not self._chunks else max(nbytes, CHUNK_BYTES)
-            chunk = self._torch.empty(size, dtype=self._torch.uint8)
+            chunk = allocate(size, self.kind)
             self._transport.pin(chunk)
         self._chunks.append(chunk)
         self._offset = 0
         self.reserved_bytes += chunk.numel()
 
+    def placement(self) -> dict[str, Any] | None:
+        """Where the chunks' pages are (:func:`~hpcmem.um.budget.host_memory.placement`)."""
+        return placement(self._chunks, self.kind)
+
     def close(self) -> None:
         """Offer the chunks to the next job, which takes one only once nothing uses it."""
         self._transport.synchronize()
-        _spare.setdefault(type(self._transport), []).extend(self._chunks)
+        _spare.setdefault((type(self._transport), self.kind), []).extend(self._chunks)
         self._chunks = []
         self.reserved_bytes = 0
 

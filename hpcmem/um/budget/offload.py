@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
+from hpcmem.um.budget.host_memory import HOST_MEMORY
 from hpcmem.um.errors import BudgetError
 
 __all__ = [
@@ -143,6 +144,11 @@ class HostOptimizerOffload(Offload):
         runs one row alone, then the rows that fit), a number of rows per part, or False
         (never). The gradients are the whole batch's; a split holds one gradient set across
         its parts.
+    host_memory : where the masters, moments and gradients live in host memory
+        (:mod:`hpcmem.um.budget.host_memory`): ``torch`` (PyTorch's allocator), or a memory
+        kind of :mod:`hpcmem.hbw` (``dram``, ``hbw``, ``hbw_preferred``, ``hbw_interleave``,
+        ``dax_kmem``); None: ``hbw_preferred`` where the node has HBM, else ``torch``. On a
+        GPU the optimizer's threads run on the GPU's own NUMA node, so the memory is near it.
     """
 
     strategy: ClassVar[str | None] = "host_optimizer"
@@ -155,9 +161,11 @@ class HostOptimizerOffload(Offload):
     state_dtype: str | None = None
     max_grad_norm: float | None = None
     batch_split: bool | int | None = None
+    host_memory: str | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _one_of("host_memory", self.host_memory, HOST_MEMORY)
         if not isinstance(self.batch_split, bool | None) and (
                 not isinstance(self.batch_split, int) or self.batch_split < 1):
             raise BudgetError(f"offload batch_split: {self.batch_split!r} is not true, false, "

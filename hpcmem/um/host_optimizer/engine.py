@@ -110,8 +110,8 @@ class HostOptimizer:
                            plain=self._plain)
         self.working_dtype, self.buckets, self.arena, self.host = (
             parts.working_dtype, parts.buckets, parts.arena, parts.host)
-        self.flats, self.worker, self.ring, self.exchange = (
-            parts.flats, parts.worker, parts.ring, parts.exchange)
+        self.flats, self.worker, self.ring, self.exchange, self.gpu_node = (
+            parts.flats, parts.worker, parts.ring, parts.exchange, parts.gpu_node)
         optimizer.state.clear()  # the host holds it now
         self.clip = Clip(offload.max_grad_norm, ranks) if offload.max_grad_norm else None
         self._where = {id(p): (b.index, i) for b in self.buckets for i, p in enumerate(b.params)}

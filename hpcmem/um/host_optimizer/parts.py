@@ -5,12 +5,14 @@ uploaded (and, under data parallelism, gathered from every rank's shard).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 from hpcmem.um.budget.host import HostArena
+from hpcmem.um.budget.host_memory import chosen_kind, gpu_cpus
 from hpcmem.um.budget.offload import HostOptimizerOffload
 from hpcmem.um.budget.parallel import Ranks
 from hpcmem.um.budget.transport import Transport
@@ -40,6 +42,7 @@ class Parts:
     ring: OutRing | None
     exchange: ShardExchange | None
     worker: Worker
+    gpu_node: int | None  # the GPU's NUMA node, where known
 
 
 def make_parts(
@@ -66,13 +69,16 @@ def make_parts(
     if ranks is not None:
         shard_buckets(ranks, buckets, offload, budget)
     on_gpu = transport.device.type == "cuda"  # on the CPU the model computes there too
-    cpus = optimizer_cpus(offload.threads) if on_gpu else None
+    gpu_node = None
+    if on_gpu:  # the optimizer's CPUs on the GPU's own NUMA node, the job's mask permitting
+        allowed, gpu_node = gpu_cpus(transport.device, set(os.sched_getaffinity(0)))
+    cpus = optimizer_cpus(offload.threads, allowed) if on_gpu else None
     threads = offload.threads or (len(cpus) if cpus else None)
     kernel = bucket_kernel(optimizer, working_dtype,
                            threads=threads or torch.get_num_threads(), cpus=cpus,
                            kind=offload.host_kernel,
                            state_dtype=getattr(torch, offload.state_dtype or "float32"))
-    arena = HostArena(transport)
+    arena = HostArena(transport, chosen_kind(offload.host_memory))
     host = HostBuckets(buckets, optimizer, arena=arena, kernel=kernel,
                        grad_sets=2 if offload.delayed_update else 1, ranks=ranks)
     with plain():
@@ -91,4 +97,5 @@ def make_parts(
         exchange.gather(worker, flats)
         exchange.bytes = 0
         ranks.broadcast(rest)
-    return Parts(trained, working_dtype, buckets, arena, host, flats, ring, exchange, worker)
+    return Parts(trained, working_dtype, buckets, arena, host, flats, ring, exchange, worker,
+                 gpu_node)

@@ -39,6 +39,8 @@ def record(engine: Any) -> dict[str, Any]:
         "delayed_update": engine._delayed,
         "split": engine.split.to_record() if engine.split is not None else None,
         "host_bytes": engine.arena.reserved_bytes,
+        "host_memory": {**(engine.arena.placement() or {"kind": engine.arena.kind}),
+                        "gpu_numa_node": engine.gpu_node},
         "host_optimizer_bytes": engine.host.held_bytes(),
         "clip": engine.clip.to_record() if engine.clip else None,
         **(engine.exchange.stats(engine.ledger.steps) if engine.exchange else
