@@ -88,8 +88,10 @@ def test_one_size_spelt_two_ways_is_one_training_point() -> None:
         "models": ["transformer"], "params": ["default", "125M", "125000K"], "policies": ["um"],
         "gpu_budgets": ["none", "16G", "16384M"]}})
     assert train_points(config) == [
-        {"model": "transformer", "params": 125000000, "policy": "um", "gpu_budget": None},
-        {"model": "transformer", "params": 125000000, "policy": "um", "gpu_budget": 2**34}]
+        {"model": "transformer", "params": 125000000, "policy": "um", "gpu_budget": None,
+         "world_size": 1},
+        {"model": "transformer", "params": 125000000, "policy": "um", "gpu_budget": 2**34,
+         "world_size": 1}]
 
 
 def test_disabled_benchmarks_have_no_points() -> None:
@@ -111,7 +113,7 @@ def test_disabled_benchmarks_have_no_points() -> None:
 def test_a_folder_of_no_point_is_refused_naming_it_and_the_form(spec: Benchmark,
                                                                 folder: str) -> None:
     form = {"collectives": "<op>/<buffer>/ranks=<n>[/nodes=<n>]/binding=<binding>",
-            "train": "<model>/params=<n>/budget=<n|none>/policy=<policy>"}[spec.name]
+            "train": "<model>/params=<n>/budget=<n|none>/policy=<policy>[/gpus=<n>]"}[spec.name]
     with pytest.raises(FolderError) as error:
         spec.parse_folder(folder)
     assert str(error.value) == f"{spec.name} folder {folder!r} is not {form}"
@@ -137,6 +139,7 @@ def test_collectives_options_are_what_hpcmem_collectives_reads() -> None:
      ["--model", "transformer", "--params", "1300000000", "--policy", "cuda"]),
 ])
 def test_train_options_give_hpcmem_train_the_point(point: dict, options: list[str]) -> None:
+    point = {**point, "world_size": 1}  # one GPU: no --world-size
     assert TRAIN.options(point) == options
     given = dict(zip(options[::2], options[1::2], strict=True))
     asked = make_point(model=given["--model"], params=given.get("--params"),

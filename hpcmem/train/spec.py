@@ -6,9 +6,10 @@ dtype, GPU budget, delayed update, memory policy); its key reads
 (``accum`` only when a step accumulates more than one micro-batch, ``delayed`` only for
 ZeRO-Offload's delayed update, ``hpcmem train --delayed-update``, ``gpus`` only for
 data-parallel ranks, ``hpcmem train --world-size``).
-A workflow job sweeps model, params, budget and policy (its folder:
-``<model>/params=<n>/budget=<bytes|none>/policy=<name>``); batch, sequence length and dtype
-follow from the model. Median and first step times are checked in every run.
+A workflow job sweeps model, params, budget, policy and GPU count (its folder:
+``<model>/params=<n>/budget=<bytes|none>/policy=<name>[/gpus=<n>]``, ``gpus`` only above
+one); batch, sequence length and dtype follow from the model or the sweep's settings.
+Median and first step times are checked in every run.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ TRAIN = Benchmark(
         Coordinate("policy", "policy", read=_policy, swept=True, option="--policy"),
         # data-parallel ranks, one GPU each; records made before the axis ran one
         Coordinate("world_size", "gpus", integer=True, implied=1,
-                   read=lambda record: record.get("world_size", 1)),
+                   read=lambda record: record.get("world_size", 1), swept=True,
+                   option="--world-size", default=lambda point: 1),
     ),
     metrics=(
         Metric("step_ms.median", "ms", LOWER, checked=True),

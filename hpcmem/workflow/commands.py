@@ -16,6 +16,8 @@ its path.
 
 from __future__ import annotations
 
+import os
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,7 +25,7 @@ from hpcmem.collectives.spec import COLLECTIVES
 from hpcmem.node.state import YIELD_ENV
 from hpcmem.train.spec import TRAIN
 
-__all__ = ["collectives_command", "run_env", "train_command"]
+__all__ = ["collectives_command", "run_env", "train_command", "train_launch"]
 
 Config = Mapping[str, Any]
 
@@ -61,11 +63,65 @@ def collectives_command(config: Config, point: Mapping[str, Any], records: str,
             "--output", records]  # fmt: skip
 
 
+#: the sweep's settings passed to every training point when the config sets them
+_TRAIN_SETTINGS = (("device", "--device"), ("batch", "--batch"), ("seq_len", "--seq-len"),
+                   ("vocab", "--vocab"), ("dtype", "--dtype"))
+
+
 def train_command(config: Config, point: Mapping[str, Any], records: str,
                   hpcmem: str = "hpcmem") -> list[str]:
-    """``hpcmem train ... --skip-if-no-gpu``: one training point (skipped without a GPU)."""
+    """``hpcmem train ... --skip-if-no-gpu``: one training point (skipped without a GPU);
+    ``--world-size N`` for a point of N GPUs, run on each of its ranks.
+
+    >>> config = {"train": {"policy_files": {}, "steps": 2, "warmup": 0, "device": "cpu",
+    ...           "dtype": "fp32"}}
+    >>> point = {"model": "transformer", "params": 1000000, "policy": "cuda",
+    ...          "gpu_budget": None, "world_size": 2}
+    >>> " ".join(train_command(config, point, "out.jsonl"))  # doctest: +NORMALIZE_WHITESPACE
+    'hpcmem train --model transformer --params 1000000 --policy cuda --world-size 2
+     --steps 2 --warmup 0 --device cpu --dtype fp32 --skip-if-no-gpu --output out.jsonl'
+    """
     sweep, name = config["train"], point["policy"]
     policy = sweep["policy_files"].get(name, name)
+    settings = []
+    for key, option in _TRAIN_SETTINGS:
+        if sweep.get(key) not in (None, "cuda"):  # cuda: hpcmem train's own default device
+            settings += [option, str(sweep[key])]
     return [hpcmem, "train", *TRAIN.options({**point, "policy": policy}),
-            "--steps", str(sweep["steps"]), "--warmup", str(sweep["warmup"]),
+            "--steps", str(sweep["steps"]), "--warmup", str(sweep["warmup"]), *settings,
             "--skip-if-no-gpu", "--output", records]  # fmt: skip
+
+
+#: the port the ranks of a point meet at under srun: this plus the job id modulo 20000
+_PORT_BASE = 20000
+
+
+def train_launch(layout: Any, launcher: str, python: str) -> list[str]:
+    """The words before a training point's command: none for one rank; for several, the
+    rule's launcher (``resources.mpi``) with the layout's options: under srun the first
+    node of the job as ``MASTER_ADDR`` and a port of the job's own as ``MASTER_PORT``
+    (``hpcmem train`` reads Slurm's ranks), else ``torchrun --standalone`` (one node)
+    running the command as it is (``--no-python``).
+
+    >>> from hpcmem.workflow.layout import Layout
+    >>> " ".join(train_launch(Layout(2, 1), "srun", "python"))  # doctest: +ELLIPSIS
+    'sh -c ... srun --nodes=2 --ntasks-per-node=1 --ntasks=2'
+    >>> train_launch(Layout(1, 2), "torchrun", "python")
+    ['python', '-m', 'torch.distributed.run', '--standalone', '--nproc-per-node', '2', \
+'--no-python']
+    """
+    if layout.ranks == 1:
+        return []
+    words = shlex.split(launcher) or ["torchrun"]
+    if os.path.basename(words[0]) == "srun":
+        options = [f"--nodes={layout.nodes}", f"--ntasks-per-node={layout.tasks_per_node}",
+                   f"--ntasks={layout.ranks}"]
+        # the rendezvous: the job's first node, a port derived from the job id (two jobs
+        # sharing a node meet at different ports)
+        rendezvous = ('export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST"'
+                      f' | head -n 1)"; export MASTER_PORT=$(({_PORT_BASE} +'
+                      ' ${SLURM_JOB_ID:-0} % 20000)); exec "$@"')
+        return ["sh", "-c", rendezvous, "sh", *words, *options]
+    if os.path.basename(words[0]) == "torchrun":
+        words = [python, "-m", "torch.distributed.run"]
+    return [*words, "--standalone", "--nproc-per-node", str(layout.ranks), "--no-python"]

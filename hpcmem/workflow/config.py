@@ -48,8 +48,8 @@ from hpcmem.workflow.refusal import REFUSED
 
 __all__ = ["MAX_BYTES", "SCHEMA_DOCS", "ConfigError", "check_config", "check_folder",
            "check_known_keys", "check_names", "check_not_builtin", "check_printable",
-           "check_profile", "given_configfiles", "main", "message_size", "read_config_file",
-           "validate_config"]
+           "check_profile", "check_train_layouts", "given_configfiles", "main", "message_size",
+           "read_config_file", "validate_config"]
 
 
 class ConfigError(HpcmemError, ValueError):
@@ -330,6 +330,48 @@ def check_config(config: Mapping[str, Any]) -> None:
                 collectives["custom_bindings"], "collectives.custom_bindings")
     check_names("train.policies", train["policies"], PRESETS, train["policy_files"],
                 "train.policy_files")
+    check_train_layouts(train)
+
+
+#: each model's own micro-batch (``hpcmem train --batch`` left out)
+_DEFAULT_BATCH = {"transformer": 8, "cnn": 256}
+
+
+def check_train_layouts(train: Mapping[str, Any]) -> None:
+    """The training sweep's GPU counts: one layout each, each dividing the batch, and the
+    cpu device with the cuda policy alone.
+
+    >>> check_train_layouts({"nodes": [1, 2], "gpus_per_node": [1, 2], "batch": None,
+    ...                      "models": ["transformer"], "device": "cuda", "policies": ["um"]})
+    Traceback (most recent call last):
+    ...
+    hpcmem.workflow.config.ConfigError: config train.nodes, train.gpus_per_node: 1 x 2 and \
+2 x 1 are both 2 GPUs (accepted: one layout per GPU count, as a point's key names the \
+count only)
+    """
+    nodes, per_node = train.get("nodes", [1]), train.get("gpus_per_node", [1])
+    seen: dict[int, tuple[int, int]] = {}
+    for n in nodes:
+        for g in per_node:
+            if n * g in seen:
+                a, b = seen[n * g]
+                raise ConfigError(f"config train.nodes, train.gpus_per_node: {a} x {b} and "
+                                  f"{n} x {g} are both {n * g} GPUs (accepted: one layout per "
+                                  "GPU count, as a point's key names the count only)")
+            seen[n * g] = (n, g)
+    for model in train.get("models", []):
+        batch = train.get("batch") or _DEFAULT_BATCH.get(model)
+        for gpus in sorted(seen):
+            if batch and batch % gpus:
+                key = ("train.batch" if train.get("batch")
+                       else f"train.models ({model}'s own batch)")
+                raise ConfigError(f"config {key}: {batch} samples do not split evenly between "
+                                  f"{gpus} GPUs (train.nodes x train.gpus_per_node; accepted: "
+                                  f"a batch that is a multiple of every GPU count)")
+    if train.get("device") == "cpu" and set(train.get("policies", [])) - {"cuda"}:
+        others = sorted(set(train["policies"]) - {"cuda"})
+        raise ConfigError(f"config train.policies: {', '.join(others)} with train.device cpu "
+                          "(accepted on the cpu device: cuda only)")
 
 
 def main(argv: list[str] | None = None) -> int:

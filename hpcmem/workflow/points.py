@@ -25,7 +25,7 @@ from hpcmem.train.spec import TRAIN
 from hpcmem.units import parse_count, parse_size
 from hpcmem.workflow.layout import Layout
 
-__all__ = ["collectives_points", "point_layout", "train_points"]
+__all__ = ["collectives_points", "point_layout", "train_layout", "train_layouts", "train_points"]
 
 Point = dict[str, Any]
 
@@ -51,14 +51,38 @@ def _params(model: str, text: str) -> int:
     return default_params(model) if text == "default" else parse_count(text)
 
 
+def train_layouts(config: Mapping[str, Any]) -> list[Layout]:
+    """The training sweep's layouts: ``nodes`` x ``gpus_per_node``, one rank a GPU."""
+    sweep = config["train"]
+    return [Layout(n, g) for n in sweep.get("nodes", [1])
+            for g in sweep.get("gpus_per_node", [1])]
+
+
+def train_layout(config: Mapping[str, Any], world_size: int) -> Layout:
+    """Where a training point's ``world_size`` ranks run: the sweep's layout of that many
+    GPUs (the config check makes it one); one node for a point the sweep does not have."""
+    found = [layout for layout in train_layouts(config) if layout.ranks == world_size]
+    return found[0] if found else Layout(1, world_size)
+
+
 def train_points(config: Mapping[str, Any]) -> list[Point]:
-    """One point per model x params x policy x GPU budget, each once; [] when training is
-    not enabled."""
+    """One point per model x params x policy x GPU budget x GPU count (nodes x GPUs per
+    node), each once; [] when training is not enabled.
+
+    >>> config = {"train": {"enabled": True, "models": ["transformer"], "params": ["1M"],
+    ...           "policies": ["cuda"], "gpu_budgets": ["none"], "nodes": [1, 2],
+    ...           "gpus_per_node": [1]}}
+    >>> [TRAIN.folder(point) for point in train_points(config)]
+    ['transformer/params=1000000/budget=none/policy=cuda', \
+'transformer/params=1000000/budget=none/policy=cuda/gpus=2']
+    """
     sweep = config["train"]
     if not sweep["enabled"]:
         return []
-    axes = (sweep["models"], sweep["params"], sweep["policies"], sweep["gpu_budgets"])
+    gpus = sorted({layout.ranks for layout in train_layouts(config)})
+    axes = (sweep["models"], sweep["params"], sweep["policies"], sweep["gpu_budgets"], gpus)
     points = (dict(model=model, params=_params(model, params), policy=policy,
-                   gpu_budget=None if budget == "none" else parse_size(budget))
-              for model, params, policy, budget in itertools.product(*axes))
+                   gpu_budget=None if budget == "none" else parse_size(budget),
+                   world_size=world_size)
+              for model, params, policy, budget, world_size in itertools.product(*axes))
     return list({TRAIN.folder(point): point for point in points}.values())  # one job a folder

@@ -207,6 +207,33 @@ def _sweep(workflow: Any) -> SweepRequest:
                         _groupings(workflow, index))
 
 
+def _train_gpu_problems(workflow: Any, facts: Any) -> list[str]:
+    """One line per training point asking for more GPUs per node (its gres) than any node
+    of its partition has (sinfo's Gres), naming the point, the field and both numbers."""
+    lines = []
+    for job in _submitted(workflow):
+        if job.rule.name != "run_train":
+            continue
+        per_node = gpu_count(str(job.resources.get("gres") or ""))
+        name = _text(job.resources.get("slurm_partition")) or facts.default_partition
+        partition = facts.partitions.get(name)
+        if not per_node or partition is None or not partition.nodes:
+            continue  # no GPUs asked, or a partition the general check refuses
+        most = max(node.gpus for node in partition.nodes)
+        if per_node > most:
+            lines.append(f"run_train point {job.wildcards.point}: train.gpus_per_node: "
+                         f"{per_node} GPUs per node, more than a node of partition {name!r} "
+                         f"has ({most}, sinfo Gres)")
+    return lines
+
+
+def _without_train_gpus(problems: list[str]) -> list[str]:
+    """The general check's lines less its GPU count of run_train alone (each point's own
+    line says it)."""
+    return [line for line in problems
+            if not (line.startswith("gpu: ") and "(rule run_train)" in line)]
+
+
 def _settings(workflow: Any) -> RunSettings:
     executor = workflow.executor_settings
     return RunSettings(qos=_text(getattr(executor, "qos", None)),
@@ -235,6 +262,8 @@ def _preflight(workflow: Any, logger: Any, executor: str) -> None:
     try:
         facts = cluster_facts(getpass.getuser())
         problems = check(requests, settings, facts, _group_requests(workflow), sweep)
+        points = _train_gpu_problems(workflow, facts)
+        problems = [*points, *(_without_train_gpus(problems) if points else problems)]
     except SlurmCommandError as error:
         facts, problems = None, [f"slurm: the cluster did not answer: {error}"]
     summary = summary_line(requests, settings, facts, sweep) if facts and not problems else None
@@ -279,10 +308,13 @@ def _executor(workflow: Any) -> Any:
 def _one_node_only(workflow: Any, executor: str) -> None:
     """Without Slurm every point runs on this one machine: refuse the run before any job
     when a point asks for more nodes."""
-    asked = {_number(job.resources.get("nodes")) or 1 for job in workflow.dag.needrun_jobs()}
-    if max(asked, default=1) > 1:
+    asked = {(_number(job.resources.get("nodes")) or 1, job.rule.name)
+             for job in workflow.dag.needrun_jobs()}
+    nodes, rule = max(asked, default=(1, ""))
+    if nodes > 1:
+        key = "train.nodes" if rule == "run_train" else "collectives.nodes"
         refuse(
-            f"{REFUSED}config collectives.nodes: {max(asked)}: the {executor} executor runs "
+            f"{REFUSED}config {key}: {nodes}: the {executor} executor runs "
             "every point on this one machine (accepted here: 1); multi-node points need a "
             "profile with `executor: slurm`")
 

@@ -19,7 +19,7 @@ from hpcmem.train.spec import TRAIN
 from hpcmem.workflow import commands
 from hpcmem.workflow.config import check_config, validate_config
 from hpcmem.workflow.containers import container_binds, resolve_container
-from hpcmem.workflow.points import collectives_points, point_layout, train_points
+from hpcmem.workflow.points import collectives_points, point_layout, train_layout, train_points
 from hpcmem.workflow.refusal import refuse_bad_input
 from hpcmem.workflow.run_lock import hold_run_folder
 
@@ -71,10 +71,12 @@ wildcard_constraints:
     image=f"{CONTAINERS.cpu.name}|{CONTAINERS.gpu.name}",  # the rules constrain their point
 
 
-def get_layout(wildcards):
-    """Where the collectives point's ranks run, from its folder's nodes and ranks."""
+def get_layout(wildcards, spec=COLLECTIVES):
+    """Where the point's ranks run: its folder's layout, or GPU count in the train sweep's."""
     with stop_on_error():
-        return point_layout(COLLECTIVES.parse_folder(wildcards.point))
+        point = spec.parse_folder(wildcards.point)
+        return (point_layout(point) if spec is COLLECTIVES
+                else train_layout(config, point["world_size"]))
 
 
 def get_hpcmem(wildcards, input):
