@@ -161,6 +161,8 @@ def test_every_schema_key_has_type_description_and_default():
         ({"collectives": {"op": ["bcast"]}}, "'op' was unexpected"),
         ({"collectives": {"ranks": [2]}}, "'ranks' was unexpected"),  # tasks_per_node
         ({"train": {"budget": "8G"}}, "'budget' was unexpected"),
+        ({"train": {"gpus_per_node": [0]}}, "0 is less than the minimum of 1"),
+        ({"train": {"device": "gpu"}}, "'gpu' is not one of ['cuda', 'cpu']"),
         ({"container": {"enabled": "maybe"}}, "'maybe' is not one of"),
         ({"collectives": {"custom_bindings": {"n0": "--membind=0 --cpubind=0"}}}, "does not match"),
         ({"collectives": {"custom_bindings": {"Bad-Name": "--membind=0"}}}, "does not match"),
@@ -287,6 +289,14 @@ def test_a_prebuilt_image_that_is_not_a_sif_is_named_on_a_host_without_a_runtime
          "config train.policy_files: 'cuda' is a built-in name"),
         ({"check": {"history": "a-file"}},
          "config check.history: 'a-file' is a file, not a folder"),
+        ({"train": {"nodes": [1, 2], "gpus_per_node": [1, 2]}},
+         "config train.nodes, train.gpus_per_node: 1 x 2 and 2 x 1 are both 2 GPUs"),
+        ({"train": {"gpus_per_node": [3]}},
+         "config train.models (transformer's own batch): 8 samples do not split evenly "
+         "between 3 GPUs"),
+        ({"train": {"device": "cpu", "policies": ["cuda", "um"]}},
+         "config train.policies: um with train.device cpu (accepted on the cpu device: "
+         "cuda only)"),
     ],
 )
 def test_workflow_checks_name_the_key(workdir, change, message):

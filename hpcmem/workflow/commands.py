@@ -118,9 +118,11 @@ def train_launch(layout: Any, launcher: str, python: str) -> list[str]:
                    f"--ntasks={layout.ranks}"]
         # the rendezvous: the job's first node, a port derived from the job id (two jobs
         # sharing a node meet at different ports)
-        rendezvous = ('export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST"'
-                      f' | head -n 1)"; export MASTER_PORT=$(({_PORT_BASE} +'
-                      ' ${SLURM_JOB_ID:-0} % 20000)); exec "$@"')
+        # (this host, where the job's script runs, when the job's variables are not seen)
+        rendezvous = ('MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null'
+                      ' | head -n 1)"; export MASTER_ADDR="${MASTER_ADDR:-$(hostname)}"; '
+                      f'export MASTER_PORT=$(({_PORT_BASE} + ${{SLURM_JOB_ID:-$$}} % 20000)); '
+                      'exec "$@"')
         return ["sh", "-c", rendezvous, "sh", *words, *options]
     if os.path.basename(words[0]) == "torchrun":
         words = [python, "-m", "torch.distributed.run"]
