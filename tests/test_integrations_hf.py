@@ -20,7 +20,7 @@ BUDGET = 2**30
 
 
 def _model():
-    torch.manual_seed(0)  # no dropout: a batch split into parts draws other masks
+    torch.manual_seed(0)  # no dropout: the batch split's measuring row draws masks too
     return transformers.GPT2LMHeadModel(transformers.GPT2Config(
         n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=32, use_cache=False,
         bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))

@@ -94,20 +94,30 @@ def test_a_split_batch_trains_as_the_whole_one(rows: int, micro: int):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
-def test_the_first_forward_measures_one_row_and_runs_the_rest_as_it_fits():
-    losses, _, record = _train(HostOptimizerOffload())
-    whole, _, _ = _train(HostOptimizerOffload(batch_split=False))
-    assert losses == pytest.approx(whole, rel=1e-6)
-    # the CPU transport counts no activations: the rest fits at once, later batches whole
-    assert record["token_bytes"] == 0 and record["parts"] == 1
+def test_the_measuring_row_leaves_the_training_as_it_was():
+    """The first forward measures a row, forward and backward, its gradients dropped: the
+    steps train as without it (the CPU transport counts no activations, so every batch then
+    runs whole)."""
+    losses, weights, record = _train(HostOptimizerOffload())
+    whole, whole_weights, _ = _train(HostOptimizerOffload(batch_split=False))
+    assert losses == whole
+    for a, b in zip(weights, whole_weights, strict=True):
+        assert torch.equal(a, b)
+    assert record["token_bytes"] == 1 and record["parts"] == 1
     assert record["floor_bytes"] is not None
 
 
-def _split(room: int, grads: int, live: int = 0) -> BatchSplit:
+def _split(room: int, grads: int, peak: list[int] | None = None) -> BatchSplit:
+    """A split planning with these figures (nothing held; ``peak[0]`` the peak)."""
+    peak = peak if peak is not None else [0]
     split = BatchSplit()
-    split.bind(Measure(live_bytes=lambda: live, peak_bytes=lambda: live, room=lambda: room,
-                       grad_bytes=grads))
+    split.bind(Measure(live_bytes=lambda: 0, peak_bytes=lambda: peak[0],
+                       reset_peak=lambda: None, room=lambda: room, grad_bytes=grads))
     return split
+
+
+def _no_dry_run() -> None:
+    raise AssertionError("measured already: no row runs again")
 
 
 @pytest.mark.parametrize(("room", "expected"), [
@@ -119,19 +129,33 @@ def _split(room: int, grads: int, live: int = 0) -> BatchSplit:
 def test_the_plan_splits_only_where_the_whole_batch_does_not_fit(room: int, expected):
     split = _split(room, grads=5 * 1024 * 100)
     split.token_bytes = 100
-    assert split.plan(8, 1024) == expected
+    assert split.plan(8, 1024, _no_dry_run) == expected
 
 
-def test_the_first_plan_measures_a_row_and_the_set_rows_are_kept():
+def test_the_first_plan_measures_a_row_less_the_fixed_bytes():
+    peak = [0]
+
+    def dry_run():  # one row of 1024 tokens: 100 bytes a token beside 4096 fixed ones
+        assert split.dropping
+        peak[0] = 1024 * 100 + 4096
+
+    split = _split(room=8 * 1024 * 100 + 4096 - 1, grads=2 * 1024 * 100, peak=peak)
+    split.fixed_bytes = 4096
+    assert split.plan(8, 1024, dry_run) == 5  # not all 8 rows: 5 beside the gradient set
+    assert not split.dropping and split.token_bytes == 100
+    assert split.floor_bytes == 1024 * 100 + 4096 + 2 * 1024 * 100  # a row and the gradients
+    assert split.plan(8, 512, _no_dry_run) is None  # half the tokens a row: the batch fits
+
+
+def test_set_rows_are_kept_and_one_row_or_none_runs_whole():
     split = _split(room=10**12, grads=0)
-    assert split.plan(8, 1024) == 1  # nothing measured yet
-    assert split.plan(1, 1024) is None  # one row cannot be split
+    assert split.plan(1, 1024, _no_dry_run) is None  # one row cannot be split
     fixed = BatchSplit(rows=3)
     fixed.bind(split.measure)
-    assert fixed.plan(8, 1024) == 3 and fixed.plan(3, 1024) is None
+    assert fixed.plan(8, 1024, _no_dry_run) == 3 and fixed.plan(3, 1024, _no_dry_run) is None
     off = BatchSplit(enabled=False)
     off.bind(split.measure)
-    assert off.plan(8, 1024) is None
+    assert off.plan(8, 1024, _no_dry_run) is None
 
 
 @pytest.mark.parametrize("value", [0, -2, 1.5, "auto"])
@@ -151,7 +175,7 @@ def test_a_budget_below_the_floor_names_the_largest_block_and_what_is_off_the_de
             model(input_ids=tokens, labels=tokens).loss.backward()
     said = str(caught.value)
     assert caught.value.minimum >= working
-    assert "working weights" in said and "a gradient set" in said
+    assert "working weights" in said and "bytes a token" in said
     assert "the largest block model.layers." in said and "(Qwen2DecoderLayer)" in said
     assert "already off the device: fp32 masters and optimizer state" in said
     assert "2 blocks recomputed" in said

@@ -50,7 +50,10 @@ def _train(torch, build, batch, loss_of, budget):
         with um.params():
             model = build().cuda()
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        um.attach(model, optimizer, offload=StreamedOffload() if budget else None)
+        # the loss as without a budget: the chunked loss, which sums in another order, is
+        # tested on its own (test_um_chunked_loss_gpu.py)
+        um.attach(model, optimizer,
+                  offload=StreamedOffload(chunked_loss=False) if budget else None)
         for step in range(STEPS):
             inputs = [um.stage(t) for t in batch(generator)]
             with um.activations():

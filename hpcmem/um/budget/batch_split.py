@@ -13,14 +13,16 @@ delivers them, so gradient hooks, accumulation over the loop's own micro-batches
 strategy's shipping see one gradient per parameter, as without the split. While the parts run,
 :attr:`BatchSplit.running` tells the strategy that gradients are not final yet.
 
-How many rows a part takes is measured, not guessed: the first forward runs one row alone,
-its device bytes (less the gradients it leaves, ``grad_bytes``) over its tokens are a
-token's activations, and the rest of the batch then runs in as many rows as the room
-(``room()``, what the budget leaves above the bytes held when the forward began) holds:
-the whole rest at once where it fits. Later forwards run in parts of the rows that fit, or
-whole. Splitting costs one gradient set held across the parts, which is counted in the room.
-Rows per part can also be
-set (``rows``).
+How many rows a part takes is measured, not guessed: before the first such forward, one row
+runs forward and backward alone, its gradients dropped as they come (:attr:`BatchSplit.
+dropping`; the strategy frees each at once, so no gradient set is held), and its device
+bytes above those held, less what a forward holds whatever its rows (``fixed_bytes``: the
+loss's chunk), over its tokens are a token's activations. A forward whose rows fit the room
+(``room()``, what the budget leaves above the bytes held when it began) then runs whole, as
+without a split; one that does not runs in parts of as many rows as fit beside the gradient
+set a split holds. The plan scales with the tokens a row has. The floor is the lesser of the
+whole batch and one row beside a gradient set. Rows per part can also be set (``rows``).
+The measuring row costs the first step one row's forward and backward more.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["BATCH_FIRST", "BatchSplit", "Measure"]
+__all__ = ["BATCH_FIRST", "BatchSplit", "Measure", "rows_of"]
 
 #: A Hugging Face forward's arguments that hold one entry per row of the batch.
 BATCH_FIRST = ("input_ids", "attention_mask", "position_ids", "token_type_ids",
@@ -44,15 +46,16 @@ class Measure:
     """What the split reads from the strategy that bound it."""
 
     live_bytes: Callable[[], int]  # device bytes allocated now
-    peak_bytes: Callable[[], int]  # their peak since the strategy last reset it
+    peak_bytes: Callable[[], int]  # their peak since the last reset
+    reset_peak: Callable[[], None]  # the peak from now on
     room: Callable[[], int]  # device bytes the plan may fill, in all
     grad_bytes: int  # the trained parameters' gradients, one set
 
     @classmethod
     def of(cls, transport: Any, room: int, trained: list[Any]) -> Measure:
         """Through ``transport``'s figures, ``room`` bytes in all, gradients of ``trained``."""
-        return cls(transport.live_bytes, transport.peak_bytes, lambda: room,
-                   sum(p.numel() * p.element_size() for p in trained))
+        return cls(transport.live_bytes, transport.peak_bytes, transport.reset_peak,
+                   lambda: room, sum(p.numel() * p.element_size() for p in trained))
 
 
 class _PartsLoss(torch.autograd.Function):
@@ -77,13 +80,16 @@ class BatchSplit:
     def __init__(self, rows: int | None = None, enabled: bool = True) -> None:
         self.fixed_rows = rows  # rows per part as set (None: measured)
         self.enabled = enabled
+        self.fixed_bytes = 0  # what a forward holds whatever its rows (the loss's chunk)
         self.running = False  # parts are running: gradients are not final yet
+        self.dropping = False  # the measuring row runs: its gradients are dropped
         self.measure: Measure | None = None
         self.token_bytes: int | None = None  # one token's activations, measured
         self.parts = 1  # of the last forward
         self.part_rows: int | None = None  # rows per part of the last split forward
-        self.floor_bytes: int | None = None  # the measured part's peak: the least a step needs
-        self._batch: tuple[int, int, int] | None = None  # the measured forward's rows, tokens
+        self.floor_bytes: int | None = None  # the least the measured batch needs, whole or split
+        self.floor_split = False  # that least is one row beside a gradient set
+        self._batch: tuple[int, int, int] | None = None  # the measured batch's rows, tokens
         # a row, and the bytes held when it began
 
     def bind(self, measure: Measure) -> None:
@@ -95,75 +101,90 @@ class BatchSplit:
         """What the split did in the last forward with labels."""
         return {"enabled": self.enabled and self.measure is not None, "parts": self.parts,
                 "part_rows": self.part_rows, "token_bytes": self.token_bytes,
-                "floor_bytes": self.floor_bytes, "exact": True}
+                "fixed_bytes": self.fixed_bytes, "floor_bytes": self.floor_bytes,
+                "exact": True}
 
-    def _rows_that_fit(self, held: int, rows: int, row_tokens: int, with_grads: bool) -> int:
+    def _rows_that_fit(self, held: int, rows: int, row_tokens: int) -> int:
         """Rows of ``rows`` (of ``row_tokens`` tokens) one part fits in the room above
-        ``held``: all of them where they fit (without a gradient set unless ``with_grads``:
-        it is held already), else as many as fit beside a gradient set (at least one)."""
+        ``held``: all of them where they fit, else as many as fit beside the gradient set a
+        split holds (at least one)."""
         assert self.measure is not None and self.token_bytes is not None
-        room = self.measure.room() - held
-        grads = self.measure.grad_bytes
+        room = self.measure.room() - held - self.fixed_bytes
         per_row = max(1, self.token_bytes * row_tokens)
-        if rows * per_row + (grads if with_grads else 0) <= room:
+        if rows * per_row <= room:
             return rows
-        return min(rows, max(1, (room - grads) // per_row))
+        return min(rows, max(1, (room - self.measure.grad_bytes) // per_row))
 
-    def plan(self, rows: int, row_tokens: int) -> int | None:
+    def plan(self, rows: int, row_tokens: int, dry_run: Callable[[], None]) -> int | None:
         """Rows of the first part of a forward over ``rows`` rows of ``row_tokens`` tokens
-        (None: whole, unsplit)."""
+        (None: whole, unsplit). The first such forward measures a row first: ``dry_run()``
+        runs one row's forward and backward, whose gradients the strategy drops
+        (:attr:`dropping`)."""
         self.parts, self.part_rows = 1, None
         if not self.enabled or self.measure is None or rows < 2:
             return None
         if self.fixed_rows is not None:
             return None if self.fixed_rows >= rows else self.fixed_rows
         if self.token_bytes is None:
-            return 1  # measure one row first
-        fit = self._rows_that_fit(self.measure.live_bytes(), rows, row_tokens, with_grads=False)
+            self._measure_row(rows, row_tokens, dry_run)
+        fit = self._rows_that_fit(self.measure.live_bytes(), rows, row_tokens)
         return None if fit >= rows else fit
 
-    def run(self, forward: Callable[[dict[str, Any]], Any], arguments: dict[str, Any],
-            rows: int, row_tokens: int, first: int, params: list[Any]) -> Any:
-        """``forward`` (a part's arguments to its loss, already divided by the whole batch's
-        target count) over ``arguments`` in parts, the first of ``first`` rows, each part's
-        backward run at once. The summed loss, whose backward delivers the parameters'
-        summed gradients."""
+    def _measure_row(self, rows: int, row_tokens: int, dry_run: Callable[[], None]) -> None:
+        """A token's activations from one row's forward and backward above the bytes held
+        (less the forward's fixed bytes), and the floor: the least of the whole batch and
+        of one row beside a gradient set."""
         assert self.measure is not None
+        held = self.measure.live_bytes()
+        self.measure.reset_peak()
+        self.dropping = True
+        try:
+            dry_run()
+        finally:
+            self.dropping = False
+        used = max(0, self.measure.peak_bytes() - held)
+        self.token_bytes = max(1, math.ceil((used - self.fixed_bytes) / row_tokens))
+        self._batch = (rows, row_tokens, held)
+        whole = held + self.fixed_bytes + self.token_bytes * rows * row_tokens
+        split = held + used + self.measure.grad_bytes
+        self.floor_bytes, self.floor_split = min(whole, split), split < whole
+
+    def run(self, forward: Callable[[dict[str, Any]], Any], arguments: dict[str, Any],
+            rows: int, first: int, params: list[Any]) -> Any:
+        """``forward`` (a part's arguments to its loss, already divided by the whole batch's
+        target count) over ``arguments`` in parts of ``first`` rows, each part's backward run
+        at once. The summed loss, whose backward delivers the parameters' summed
+        gradients."""
         earlier = [p.grad for p in params]  # the loop's own accumulation, kept aside
         for p in params:
             p.grad = None
-        held = self.measure.live_bytes()
-        total, start, size, parts = None, 0, first, 0
+        total, start, parts = None, 0, 0
         self.running = True
         try:
             while start < rows:
-                stop = min(rows, start + size)
-                loss = forward(_rows(arguments, start, stop, rows))
+                stop = min(rows, start + first)
+                loss = forward(rows_of(arguments, start, stop, rows))
                 with torch.autocast(loss.device.type, enabled=False):
                     loss.backward()
                 total = loss.detach() if total is None else total + loss.detach()
-                if self.token_bytes is None and self.fixed_rows is None:
-                    self._measured(held, (stop - start) * row_tokens)  # the first part's
-                    self._batch = (rows, row_tokens, held)
-                    size = self._rows_that_fit(held, rows - stop, row_tokens, with_grads=True)
                 start, parts = stop, parts + 1
         finally:
             self.running = False
             grads = [p.grad for p in params]
             for p, grad in zip(params, earlier, strict=True):
                 p.grad = grad
-        self.parts, self.part_rows = parts, size
+        self.parts, self.part_rows = parts, first
         return _PartsLoss.apply(total, grads, *params)
 
     def whole_bytes(self) -> int | None:
-        """The device bytes the measured forward's batch would reach whole, where later
-        forwards of its size run whole (None: they are split, or nothing was measured)."""
+        """The device bytes the measured batch reaches whole, where batches of its size run
+        whole (None: they are split, or nothing was measured)."""
         if self._batch is None or self.token_bytes is None or self.measure is None:
             return None
         rows, row_tokens, held = self._batch
-        if self._rows_that_fit(held, rows, row_tokens, with_grads=False) < rows:
+        if self._rows_that_fit(held, rows, row_tokens) < rows:
             return None
-        return held + self.token_bytes * rows * row_tokens
+        return held + self.fixed_bytes + self.token_bytes * rows * row_tokens
 
     def add_kept(self, nbytes: int) -> None:
         """Blocks no longer recomputed keep ``nbytes`` more over the measured batch: a
@@ -172,16 +193,8 @@ class BatchSplit:
             rows, row_tokens, _ = self._batch
             self.token_bytes += math.ceil(nbytes / (rows * row_tokens))
 
-    def _measured(self, held: int, tokens: int) -> None:
-        """A part of ``tokens`` tokens ran above ``held`` bytes: a token's activations, and
-        the floor (a part of that size beside a gradient set)."""
-        assert self.measure is not None
-        used = max(0, self.measure.peak_bytes() - held - self.measure.grad_bytes)
-        self.token_bytes = math.ceil(used / tokens)
-        self.floor_bytes = held + self.measure.grad_bytes + used
 
-
-def _rows(arguments: dict[str, Any], start: int, stop: int, rows: int) -> dict[str, Any]:
+def rows_of(arguments: dict[str, Any], start: int, stop: int, rows: int) -> dict[str, Any]:
     """``arguments`` with every per-row tensor (``BATCH_FIRST``) cut to rows start..stop."""
     return {name: value[start:stop] if name in BATCH_FIRST and torch.is_tensor(value)
             and value.dim() > 0 and value.shape[0] == rows else value

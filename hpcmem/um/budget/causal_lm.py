@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from hpcmem.um.budget.batch_split import BatchSplit
+from hpcmem.um.budget.batch_split import BatchSplit, rows_of
 from hpcmem.um.budget.chunked_loss import chunk_rows, linear_cross_entropy
 from hpcmem.um.errors import BudgetError
 
@@ -129,6 +129,7 @@ class ChunkedLoss:
         self._on = self.reason is None  # until close()
         if self._on:
             self.rows = chunk_rows(self.model.config.vocab_size, self.chunk_bytes)
+            self.split.fixed_bytes = 3 * self.chunk_bytes // 2  # fp32 logits, a bf16 copy
             self._install()
 
     @property
@@ -176,7 +177,7 @@ class ChunkedLoss:
             if labels is None or not self._on or self._call is not None:
                 return forward(*args, **kwargs)
             named = _named(signature, args, kwargs)
-            first = self._split_plan(named, labels)
+            first = self._split_plan(forward, named, labels)
             if first is None:
                 return self._chunked(forward, named)
             return self._split_run(forward, named, labels, first)
@@ -201,12 +202,20 @@ class ChunkedLoss:
                 "chunked_loss=False")
         return _without_logits(output)
 
-    def _split_plan(self, named: dict[str, Any], labels: Any) -> int | None:
-        """Rows of the first part where this forward's batch is split (None: whole)."""
+    def _split_plan(self, forward: Any, named: dict[str, Any], labels: Any) -> int | None:
+        """Rows of a part where this forward's batch is split (None: whole)."""
         if (not torch.is_grad_enabled() or labels.dim() < 2
                 or named.get("past_key_values") is not None):
             return None
-        return self.split.plan(labels.shape[0], labels.shape[-1])
+        rows = labels.shape[0]
+
+        def dry_run() -> None:  # one row, forward and backward; the strategy drops its grads
+            output = self._chunked(forward, rows_of(named, 0, 1, rows))
+            loss = output[0] if isinstance(output, tuple) else output.loss
+            with torch.autocast(loss.device.type, enabled=False):
+                loss.backward()
+
+        return self.split.plan(rows, labels.shape[-1], dry_run)
 
     def _split_run(self, forward: Any, named: dict[str, Any], labels: Any, first: int) -> Any:
         """The batch in parts (:class:`BatchSplit`), each part's loss over the whole batch's
@@ -222,7 +231,7 @@ class ChunkedLoss:
             last[:] = [output]
             return output[0] if isinstance(output, tuple) else output.loss
 
-        loss = self.split.run(part, named, labels.shape[0], labels.shape[-1], first, params)
+        loss = self.split.run(part, named, labels.shape[0], first, params)
         if isinstance(last[0], tuple):
             return (loss,)
         return type(last[0])(loss=loss)

@@ -169,8 +169,11 @@ class HostOptimizer:
     def _on_grad(self, param: Any) -> None:
         """A gradient is complete: on the step's last micro-batch, send it to the host
         (not while a split batch's parts run: their sum comes after them)."""
-        if self._micro < self.offload.micro_batches or (
-                self.batch_split is not None and self.batch_split.running):
+        split = self.batch_split
+        if split is not None and split.dropping:
+            param.grad = None  # the split's measuring row: no step takes it
+            return
+        if self._micro < self.offload.micro_batches or (split is not None and split.running):
             return  # accumulates on the device
         index, position = self._where[id(param)]
         if self._first_grad is None:

@@ -22,8 +22,9 @@ def probe(engine: Any) -> int:
     transport, base = engine.transport, engine._base_bytes
     working = sum(tensor_bytes(f) for f in engine.flats)
     split = engine.batch_split
-    if split is not None and split.floor_bytes is not None:
-        minimum = max(split.floor_bytes - base + engine.outside_bytes, working)
+    if split is not None and split.floor_bytes is not None:  # the context, not plain memory
+        context = max(0, engine.outside_bytes - engine.plain_bytes)
+        minimum = max(split.floor_bytes - base + context, working)
     else:
         minimum = max(transport.peak_bytes() - base,
                       transport.resident_peak_bytes() + engine.outside_bytes, working)

@@ -55,7 +55,8 @@ def floor_detail(engine: Any) -> str:
     measured = split is not None and split.token_bytes is not None
     return describe_floor(
         {"working weights": working, "copies' buffers": engine.plain_bytes - working,
-         "a gradient set (the batch split)": split.measure.grad_bytes if measured else 0},
+         "a gradient set (the batch split)":
+             split.measure.grad_bytes if measured and split.floor_split else 0},
         split.token_bytes if measured else None, engine.recompute, engine._names,
         {"fp32 masters and optimizer state on the host": engine.host.held_bytes()},
         split.parts if split is not None else 1)
