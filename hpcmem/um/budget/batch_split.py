@@ -3,15 +3,17 @@ accumulation, with no change to the training loop.
 
 A Hugging Face causal LM's forward given ``labels`` (where the chunked loss stands in,
 :mod:`hpcmem.um.budget.causal_lm`) runs its batch in parts of rows when the budget's room
-holds fewer rows' activations than the batch has. Each part's forward and backward run at
-once, inside the model's forward; its loss is divided by the whole batch's target count, so
-the parts' gradients add up to the whole batch's (float summation order aside; dropout
-draws its masks part by part, from the same distribution, not the same draws). The forward
-returns the summed loss through :class:`_PartsLoss`, whose backward hands each parameter its
-summed gradient times the loss's gradient: the loop's ``loss.backward()`` (scaled or not)
-delivers them, so gradient hooks, accumulation over the loop's own micro-batches and the
-strategy's shipping see one gradient per parameter, as without the split. While the parts run,
-:attr:`BatchSplit.running` tells the strategy that gradients are not final yet.
+holds fewer rows' activations than the batch has. Each part's loss is divided by the whole
+batch's target count, so the parts' gradients add up to the whole batch's (float summation
+order aside; dropout draws its masks part by part, from the same distribution, not the same
+draws). Every part but the last runs forward and backward at once, inside the model's
+forward, its gradients summed aside (:attr:`BatchSplit.running` tells the strategy they are
+not final); the forward returns the last part's loss plus theirs, and the loop's
+``loss.backward()`` (scaled or not) runs the last part's backward, in which each
+parameter's gradient gets the earlier sum, times the loss's gradient, as autograd delivers
+it (:class:`_Earlier`). Gradient hooks, accumulation over the loop's own micro-batches and
+the strategy's shipping so see one gradient per parameter, as without the split, and the
+host optimizer steps each bucket as it lands, overlapped with that last backward.
 
 How many rows a part takes is measured, not guessed: before the first such forward, one row
 runs forward and backward alone, its gradients dropped as they come (:attr:`BatchSplit.
@@ -58,19 +60,54 @@ class Measure:
                    lambda: room, sum(p.numel() * p.element_size() for p in trained))
 
 
+class _Earlier:
+    """The earlier parts' summed gradients, added to each parameter's gradient of the last
+    part as autograd delivers it (times the loss's gradient), or at the end of backward to
+    those the last part gives none."""
+
+    def __init__(self, params: list[Any], sums: list[Any]) -> None:
+        self.scale: Any = None  # the loss's gradient, known when backward starts
+        self._left = {id(p): (p, s) for p, s in zip(params, sums, strict=True)
+                      if s is not None}
+        self._hooks = [p.register_hook(self._adder(p)) for p, _ in self._left.values()]
+
+    def _adder(self, param: Any) -> Callable[[Any], Any]:
+        def add(grad: Any) -> Any:
+            entry = self._left.pop(id(param), None)
+            if entry is None:  # added already (a backward run again over a kept graph)
+                return grad
+            return grad + entry[1].mul_(self.scale.to(entry[1].dtype))
+
+        return add
+
+    def started(self, scale: Any) -> None:
+        """Backward began with the loss's gradient ``scale``: the rest at its end."""
+        self.scale = scale
+        torch.autograd.Variable._execution_engine.queue_callback(self._finish)
+
+    def _finish(self) -> None:
+        for handle in self._hooks:
+            handle.remove()
+        for param, summed in self._left.values():
+            summed.mul_(self.scale.to(summed.dtype))
+            param.grad = summed if param.grad is None else param.grad.add_(summed)
+        self._left.clear()
+
+
 class _PartsLoss(torch.autograd.Function):
-    """The parts' summed loss; backward gives each parameter its summed gradient, scaled."""
+    """The last part's loss plus the earlier parts' (a number): backward hands the last
+    part's its gradient and the earlier gradients their scale (:class:`_Earlier`)."""
 
     @staticmethod
-    def forward(ctx: Any, total: Any, grads: list[Any], *params: Any) -> Any:
-        ctx.grads = grads
-        return total.clone()
+    def forward(ctx: Any, last: Any, earlier_total: Any, earlier: _Earlier) -> Any:
+        ctx.earlier = earlier
+        return last + earlier_total
 
     @staticmethod
     def backward(ctx: Any, grad_output: Any) -> Any:
-        grads, ctx.grads = ctx.grads, None
-        return (None, None, *(None if g is None else g.mul_(grad_output.to(g.dtype))
-                              for g in grads))
+        earlier, ctx.earlier = ctx.earlier, None
+        earlier.started(grad_output)
+        return grad_output, None, None
 
 
 class BatchSplit:
@@ -152,29 +189,33 @@ class BatchSplit:
     def run(self, forward: Callable[[dict[str, Any]], Any], arguments: dict[str, Any],
             rows: int, first: int, params: list[Any]) -> Any:
         """``forward`` (a part's arguments to its loss, already divided by the whole batch's
-        target count) over ``arguments`` in parts of ``first`` rows, each part's backward run
-        at once. The summed loss, whose backward delivers the parameters' summed
-        gradients."""
+        target count) over ``arguments`` in parts of ``first`` rows: every part's backward
+        but the last's run at once, their gradients summed aside; the last part's loss plus
+        theirs is returned, and its backward (the loop's) adds the earlier sums to each
+        parameter's gradient as autograd delivers it, so the strategy ships each as it
+        lands, overlapped with that backward."""
         earlier = [p.grad for p in params]  # the loop's own accumulation, kept aside
         for p in params:
             p.grad = None
         total, start, parts = None, 0, 0
         self.running = True
         try:
-            while start < rows:
-                stop = min(rows, start + first)
-                loss = forward(rows_of(arguments, start, stop, rows))
+            while rows - start > first:
+                loss = forward(rows_of(arguments, start, start + first, rows))
                 with torch.autocast(loss.device.type, enabled=False):
                     loss.backward()
                 total = loss.detach() if total is None else total + loss.detach()
-                start, parts = stop, parts + 1
+                start, parts = start + first, parts + 1
         finally:
             self.running = False
-            grads = [p.grad for p in params]
+            sums = [p.grad for p in params]
             for p, grad in zip(params, earlier, strict=True):
                 p.grad = grad
-        self.parts, self.part_rows = parts, first
-        return _PartsLoss.apply(total, grads, *params)
+        last = forward(rows_of(arguments, start, rows, rows))
+        self.parts, self.part_rows = parts + 1, first
+        if total is None:
+            return last
+        return _PartsLoss.apply(last, total, _Earlier(params, sums))
 
     def whole_bytes(self) -> int | None:
         """The device bytes the measured batch reaches whole, where batches of its size run
