@@ -103,7 +103,7 @@ def test_the_measuring_row_leaves_the_training_as_it_was():
     assert losses == whole
     for a, b in zip(weights, whole_weights, strict=True):
         assert torch.equal(a, b)
-    assert record["token_bytes"] == 1 and record["parts"] == 1
+    assert record["token_bytes"] == 1 and record["parts"] == 1  # nothing counted on the CPU
     assert record["floor_bytes"] is not None
 
 
@@ -116,8 +116,8 @@ def _split(room: int, grads: int, peak: list[int] | None = None) -> BatchSplit:
     return split
 
 
-def _no_dry_run() -> None:
-    raise AssertionError("measured already: no row runs again")
+def _no_dry_run(count: int) -> None:
+    raise AssertionError(f"measured already: no row runs again ({count} asked)")
 
 
 @pytest.mark.parametrize(("room", "expected"), [
@@ -132,18 +132,20 @@ def test_the_plan_splits_only_where_the_whole_batch_does_not_fit(room: int, expe
     assert split.plan(8, 1024, _no_dry_run) == expected
 
 
-def test_the_first_plan_measures_a_row_less_the_fixed_bytes():
-    peak = [0]
+def test_the_first_plan_measures_one_row_and_two_for_the_fixed_bytes():
+    peak, counts = [0], []
 
-    def dry_run():  # one row of 1024 tokens: 100 bytes a token beside 4096 fixed ones
+    def dry_run(count):  # 100 bytes a token beside 4096 a forward holds whatever its rows
         assert split.dropping
-        peak[0] = 1024 * 100 + 4096
+        counts.append(count)
+        peak[0] = count * 1024 * 100 + 4096
 
     split = _split(room=8 * 1024 * 100 + 4096 - 1, grads=2 * 1024 * 100, peak=peak)
-    split.fixed_bytes = 4096
     assert split.plan(8, 1024, dry_run) == 5  # not all 8 rows: 5 beside the gradient set
-    assert not split.dropping and split.token_bytes == 100
+    assert counts == [1, 2] and not split.dropping
+    assert (split.token_bytes, split.fixed_bytes) == (100, 4096)
     assert split.floor_bytes == 1024 * 100 + 4096 + 2 * 1024 * 100  # a row and the gradients
+    assert split.floor_split
     assert split.plan(8, 512, _no_dry_run) is None  # half the tokens a row: the batch fits
 
 

@@ -16,15 +16,17 @@ the strategy's shipping so see one gradient per parameter, as without the split,
 host optimizer steps each bucket as it lands, overlapped with that last backward.
 
 How many rows a part takes is measured, not guessed: before the first such forward, one row
-runs forward and backward alone, its gradients dropped as they come (:attr:`BatchSplit.
-dropping`; the strategy frees each at once, so no gradient set is held), and its device
-bytes above those held, less what a forward holds whatever its rows (``fixed_bytes``: the
-loss's chunk), over its tokens are a token's activations. A forward whose rows fit the room
-(``room()``, what the budget leaves above the bytes held when it began) then runs whole, as
-without a split; one that does not runs in parts of as many rows as fit beside the gradient
-set a split holds. The plan scales with the tokens a row has. The floor is the lesser of the
-whole batch and one row beside a gradient set. Rows per part can also be set (``rows``).
-The measuring row costs the first step one row's forward and backward more.
+and then two run forward and backward alone, their gradients dropped as they come
+(:attr:`BatchSplit.dropping`; the strategy frees each at once, so no gradient set is held).
+The difference of their device bytes above those held is a row's activations
+(``token_bytes`` a token), the rest of one row's what a forward holds whatever its rows
+(``fixed_bytes``: the loss's chunk, the output weight's gradient the chunked loss makes in
+forward). A forward whose rows fit the room (``room()``, what the budget leaves above the
+bytes held when it began) then runs whole, as without a split; one that does not runs in
+parts of as many rows as fit beside the gradient set a split holds. The plan scales with
+the tokens a row has. The floor is the lesser of the whole batch and one row beside a
+gradient set. Rows per part can also be set (``rows``).
+The measuring rows cost the first step three rows' forward and backward more.
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ class BatchSplit:
     def __init__(self, rows: int | None = None, enabled: bool = True) -> None:
         self.fixed_rows = rows  # rows per part as set (None: measured)
         self.enabled = enabled
-        self.fixed_bytes = 0  # what a forward holds whatever its rows (the loss's chunk)
+        self.fixed_bytes = 0  # what a forward holds whatever its rows, measured
         self.running = False  # parts are running: gradients are not final yet
         self.dropping = False  # the measuring row runs: its gradients are dropped
         self.measure: Measure | None = None
@@ -152,10 +154,10 @@ class BatchSplit:
             return rows
         return min(rows, max(1, (room - self.measure.grad_bytes) // per_row))
 
-    def plan(self, rows: int, row_tokens: int, dry_run: Callable[[], None]) -> int | None:
+    def plan(self, rows: int, row_tokens: int, dry_run: Callable[[int], None]) -> int | None:
         """Rows of the first part of a forward over ``rows`` rows of ``row_tokens`` tokens
-        (None: whole, unsplit). The first such forward measures a row first: ``dry_run()``
-        runs one row's forward and backward, whose gradients the strategy drops
+        (None: whole, unsplit). The first such forward measures first: ``dry_run(n)`` runs the
+        first ``n`` rows' forward and backward, whose gradients the strategy drops
         (:attr:`dropping`)."""
         self.parts, self.part_rows = 1, None
         if not self.enabled or self.measure is None or rows < 2:
@@ -167,23 +169,28 @@ class BatchSplit:
         fit = self._rows_that_fit(self.measure.live_bytes(), rows, row_tokens)
         return None if fit >= rows else fit
 
-    def _measure_row(self, rows: int, row_tokens: int, dry_run: Callable[[], None]) -> None:
-        """A token's activations from one row's forward and backward above the bytes held
-        (less the forward's fixed bytes), and the floor: the least of the whole batch and
-        of one row beside a gradient set."""
+    def _measure_row(self, rows: int, row_tokens: int,
+                     dry_run: Callable[[int], None]) -> None:
+        """What a forward holds whatever its rows (``fixed_bytes``: the loss's chunk, the
+        output weight's gradient made in forward) and a token's activations, from one row's
+        and two rows' forward and backward above the bytes held; and the floor: the least of
+        the whole batch and of one row beside a gradient set."""
         assert self.measure is not None
         held = self.measure.live_bytes()
-        self.measure.reset_peak()
+        used = []
         self.dropping = True
         try:
-            dry_run()
+            for count in (1, 2):
+                self.measure.reset_peak()
+                dry_run(count)
+                used.append(max(0, self.measure.peak_bytes() - held))
         finally:
             self.dropping = False
-        used = max(0, self.measure.peak_bytes() - held)
-        self.token_bytes = max(1, math.ceil((used - self.fixed_bytes) / row_tokens))
+        self.token_bytes = max(1, math.ceil((used[1] - used[0]) / row_tokens))
+        self.fixed_bytes = max(0, used[0] - self.token_bytes * row_tokens)
         self._batch = (rows, row_tokens, held)
         whole = held + self.fixed_bytes + self.token_bytes * rows * row_tokens
-        split = held + used + self.measure.grad_bytes
+        split = held + used[0] + self.measure.grad_bytes
         self.floor_bytes, self.floor_split = min(whole, split), split < whole
 
     def run(self, forward: Callable[[dict[str, Any]], Any], arguments: dict[str, Any],

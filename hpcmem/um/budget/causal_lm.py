@@ -129,7 +129,6 @@ class ChunkedLoss:
         self._on = self.reason is None  # until close()
         if self._on:
             self.rows = chunk_rows(self.model.config.vocab_size, self.chunk_bytes)
-            self.split.fixed_bytes = 3 * self.chunk_bytes // 2  # fp32 logits, a bf16 copy
             self._install()
 
     @property
@@ -209,8 +208,8 @@ class ChunkedLoss:
             return None
         rows = labels.shape[0]
 
-        def dry_run() -> None:  # one row, forward and backward; the strategy drops its grads
-            output = self._chunked(forward, rows_of(named, 0, 1, rows))
+        def dry_run(count: int) -> None:  # forward and backward; the strategy drops the grads
+            output = self._chunked(forward, rows_of(named, 0, count, rows))
             loss = output[0] if isinstance(output, tuple) else output.loss
             with torch.autocast(loss.device.type, enabled=False):
                 loss.backward()
