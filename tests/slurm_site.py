@@ -69,6 +69,7 @@ def site_profile(folder: Path, cluster: SlurmCluster, sweep: dict[str, Any],
         "set-resources.run_collectives_native.slurm_partition": cluster.other_partition,
         "set-resources.run_train.slurm_partition": cluster.partition,
         "set-resources.run_train.gpu": 0,
+        "set-resources.run_train_ranks.slurm_partition": cluster.partition,
     }
     if not unedited:
         cpus = cluster.run("sinfo", "-h", "-p", cluster.partition, "-o", "%c").stdout.split()
@@ -76,6 +77,8 @@ def site_profile(folder: Path, cluster: SlurmCluster, sweep: dict[str, Any],
             "set-resources.build_wheel.cpus_per_task": int(cpus[0]),
             "set-resources.run_train.cpus_per_task": 1,
             "set-resources.run_train.mem_mb": 2000,
+            "set-resources.run_train_ranks.cpus_per_task": 1,
+            "set-resources.run_train_ranks.mem_mb": 2000,
         })
     site.update({key.replace("__", "."): value for key, value in changes.items()})
     for dotted, value in site.items():

@@ -240,7 +240,7 @@ def test_the_report_draws_scaling_curves(sweep: Sweep, rerun: dict, tmp_path: Pa
 @pytest.fixture(scope="module")
 def trained(sweep: Sweep, rerun: dict) -> subprocess.CompletedProcess:
     """The sweep's training point, after the collectives (node2 back)."""
-    return run_logged(sweep.command(until="run_train"), sweep.cluster, cwd=sweep.workdir,
+    return run_logged(sweep.command(until="run_train_ranks"), sweep.cluster, cwd=sweep.workdir,
                       timeout=600)
 
 

@@ -212,7 +212,7 @@ def _train_gpu_problems(workflow: Any, facts: Any) -> list[str]:
     of its partition has (sinfo's Gres), naming the point, the field and both numbers."""
     lines = []
     for job in _submitted(workflow):
-        if job.rule.name != "run_train":
+        if job.rule.name != "run_train_ranks":  # one GPU a point asks none per node
             continue
         per_node = gpu_count(str(job.resources.get("gres") or ""))
         name = _text(job.resources.get("slurm_partition")) or facts.default_partition
@@ -228,10 +228,10 @@ def _train_gpu_problems(workflow: Any, facts: Any) -> list[str]:
 
 
 def _without_train_gpus(problems: list[str]) -> list[str]:
-    """The general check's lines less its GPU count of run_train alone (each point's own
+    """The general check's lines less its GPU count of run_train_ranks (each point's own
     line says it)."""
     return [line for line in problems
-            if not (line.startswith("gpu: ") and "(rule run_train)" in line)]
+            if not (line.startswith("gpu: ") and "(rule run_train_ranks)" in line)]
 
 
 def _settings(workflow: Any) -> RunSettings:
@@ -312,7 +312,7 @@ def _one_node_only(workflow: Any, executor: str) -> None:
              for job in workflow.dag.needrun_jobs()}
     nodes, rule = max(asked, default=(1, ""))
     if nodes > 1:
-        key = "train.nodes" if rule == "run_train" else "collectives.nodes"
+        key = "train.nodes" if rule.startswith("run_train") else "collectives.nodes"
         refuse(
             f"{REFUSED}config {key}: {nodes}: the {executor} executor runs "
             "every point on this one machine (accepted here: 1); multi-node points need a "
