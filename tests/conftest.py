@@ -119,6 +119,18 @@ def torch() -> Any:
     return torch
 
 
+@pytest.fixture
+def one_thread() -> Any:
+    """PyTorch on one intra-op thread for the test: matrices this small run fastest so (two
+    threads wait on each other when the machine's cores are busy)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def hpcmem_exe() -> str:
     """Path of the installed ``hpcmem`` console script."""

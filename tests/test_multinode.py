@@ -223,15 +223,20 @@ def test_records_say_where_each_rank_ran(sweep: Sweep, rerun: dict, layout: str,
     assert shown.stdout.strip() == f"{nodes}|COMPLETED"
 
 
-def test_the_report_draws_scaling_curves(sweep: Sweep, rerun: dict, tmp_path: Path) -> None:
+def _report(records: Path, folder: Path) -> str:
+    """``hpcmem aggregate`` of ``records``, then ``hpcmem report`` of it, in ``folder``: the
+    report's HTML."""
     hpcmem = str(BIN / "hpcmem")
-    records = sweep.workdir / "results" / RUN_ID / "collectives"
-    for command in ([hpcmem, "aggregate", "--out", str(tmp_path / "summary"), str(records)],
-                    [hpcmem, "report", str(tmp_path / "summary"), "--out",
-                     str(tmp_path / "report.html")]):
+    for command in ([hpcmem, "aggregate", "--out", str(folder / "summary"), str(records)],
+                    [hpcmem, "report", str(folder / "summary"), "--out",
+                     str(folder / "report.html")]):
         made = subprocess.run(command, capture_output=True, text=True, timeout=120)
         assert made.returncode == 0, made.stderr
-    report = (tmp_path / "report.html").read_text()
+    return (folder / "report.html").read_text()
+
+
+def test_the_report_draws_scaling_curves(sweep: Sweep, rerun: dict, tmp_path: Path) -> None:
+    report = _report(sweep.workdir / "results" / RUN_ID / "collectives", tmp_path)
     assert "Scaling with node count" in report
     assert 'alt="allreduce latency and bus bandwidth against node count (numpy, cores, 2 ' \
         'ranks per node)"' in report
@@ -264,14 +269,8 @@ def test_a_two_node_training_point_writes_one_merged_record(sweep: Sweep, traine
 
 
 def test_the_report_shows_the_training_point(sweep: Sweep, trained, tmp_path: Path) -> None:
-    hpcmem = str(BIN / "hpcmem")
-    records = sweep.workdir / "results" / RUN_ID / "train"
-    for command in ([hpcmem, "aggregate", "--out", str(tmp_path / "summary"), str(records)],
-                    [hpcmem, "report", str(tmp_path / "summary"), "--out",
-                     str(tmp_path / "report.html")]):
-        made = subprocess.run(command, capture_output=True, text=True, timeout=120)
-        assert made.returncode == 0, made.stderr
-    text = " ".join(re.sub(r"<[^>]+>", " ", (tmp_path / "report.html").read_text()).split())
+    report = _report(sweep.workdir / "results" / RUN_ID / "train", tmp_path)
+    text = " ".join(re.sub(r"<[^>]+>", " ", report).split())
     # the point's row of the step-time table (its GPU count is its key's; the table has no
     # column of it yet), and its record counted as ok
     assert "Training with Unified Memory" in text

@@ -17,31 +17,18 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from cpu_memory import CpuMemory  # noqa: E402
+from um_functions import tiny_qwen2  # noqa: E402
 
 from hpcmem.um import BudgetError  # noqa: E402
 from hpcmem.um.budget import HostOptimizerOffload  # noqa: E402
 from hpcmem.um.budget.batch_split import BatchSplit, Measure  # noqa: E402
 from hpcmem.um.budget.floor import BudgetTooSmallError  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 BUDGET = 2**30
 STEPS = 3
 ROWS, TOKENS = 5, 24
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def _qwen2():
-    torch.manual_seed(0)
-    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
-        vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-        use_cache=False))
 
 
 def _batches(vocab: int, micro: int):
@@ -61,7 +48,7 @@ def _batches(vocab: int, micro: int):
 def _train(offload: HostOptimizerOffload, micro: int = 1):
     """Losses and final weights of STEPS steps of ``micro`` loop micro-batches each (the
     loop scales each loss by its share, as HF Trainer does), and the split's record."""
-    model = _qwen2()
+    model = tiny_qwen2()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     losses = []
     with CpuMemory(gpu_budget=BUDGET) as memory:
@@ -167,7 +154,7 @@ def test_a_bad_batch_split_is_refused_naming_it(value):
 
 
 def test_a_budget_below_the_floor_names_the_largest_block_and_what_is_off_the_device():
-    model = _qwen2()
+    model = tiny_qwen2()
     working = sum(p.numel() * p.element_size() for p in model.parameters())
     tokens = torch.randint(512, (ROWS, TOKENS))
     with CpuMemory(gpu_budget=working // 2) as memory:
@@ -186,7 +173,7 @@ def test_a_budget_below_the_floor_names_the_largest_block_and_what_is_off_the_de
 def test_recompute_keeps_the_last_blocks_whose_saved_bytes_the_room_holds():
     from hpcmem.um.budget.recompute import Recompute, repeated_blocks
 
-    model = _qwen2()
+    model = tiny_qwen2()
     blocks = repeated_blocks(model)
     recompute = Recompute(blocks, live_bytes=lambda: 0)
     recompute.enable()

@@ -15,27 +15,14 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from cpu_memory import CpuMemory  # noqa: E402
+from um_functions import tiny_qwen2  # noqa: E402
 
 from hpcmem.um.budget import HostOptimizerOffload  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 BUDGET = 2**30
 STEPS = 4
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def _model():
-    torch.manual_seed(0)
-    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
-        vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-        use_cache=False))
 
 
 def _optimizer(model):
@@ -63,7 +50,7 @@ def _steps(model, optimizer, memory, batches):
 
 
 def test_the_state_dicts_hold_the_fp32_masters_and_moments():
-    model = _model()
+    model = tiny_qwen2()
     optimizer = _optimizer(model)
     memory = CpuMemory(gpu_budget=BUDGET)
     memory.attach(model, optimizer, offload=HostOptimizerOffload(working_dtype="bfloat16"))
@@ -89,13 +76,13 @@ def test_the_state_dicts_hold_the_fp32_masters_and_moments():
 @pytest.mark.parametrize("load", ["after_attach", "before_attach"])
 def test_a_resumed_run_continues_the_uninterrupted_losses(load, tmp_path):
     batches = _batches()
-    model = _model()
+    model = tiny_qwen2()
     optimizer = _optimizer(model)
     with CpuMemory(gpu_budget=BUDGET) as memory:
         memory.attach(model, optimizer, offload=HostOptimizerOffload())
         whole = _steps(model, optimizer, memory, batches)
 
-    model = _model()
+    model = tiny_qwen2()
     optimizer = _optimizer(model)
     with CpuMemory(gpu_budget=BUDGET) as memory:
         memory.attach(model, optimizer, offload=HostOptimizerOffload())
@@ -104,7 +91,7 @@ def test_a_resumed_run_continues_the_uninterrupted_losses(load, tmp_path):
                    tmp_path / "checkpoint.pt")
     saved = torch.load(tmp_path / "checkpoint.pt")
 
-    model = _model()  # another start: only the checkpoint carries the first steps
+    model = tiny_qwen2()  # another start: only the checkpoint carries the first steps
     optimizer = _optimizer(model)
     with CpuMemory(gpu_budget=BUDGET) as memory:
         if load == "before_attach":

@@ -25,18 +25,10 @@ from hpcmem.um.budget.chunked_loss import chunk_rows, linear_cross_entropy  # no
 
 ROWS, WIDTH, VOCAB, CHUNK = 37, 16, 300, 8  # chunks of 8 rows: the last one holds 5
 GRAD_TOLERANCE = {False: 1e-5, True: 1e-2}
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 BUDGET = 2**30
 STEPS = 3
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Matrices this small run fastest on one intra-op thread (two wait on each other when
-    the machine's cores are busy)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _inputs(bias: bool):

@@ -59,6 +59,18 @@ class Net(nn.Module):
         return nn.functional.cross_entropy(logits[:-1].float(), tokens[1:])
 
 
+def tiny_qwen2():
+    """A two-layer Qwen2 causal LM (512-token tied vocabulary), seeded: where the chunked
+    loss and the batch split apply."""
+    import transformers
+
+    torch.manual_seed(0)
+    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+        vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+        use_cache=False))
+
+
 def make_optimizer(model, kind="AdamW", groups=False):
     """``kind`` over ``model``'s trained parameters; ``groups``: HF's two param groups."""
     if groups:  # HF's layout: weight decay on matrices, none on biases and norms
