@@ -11,6 +11,8 @@ last-bit difference there moves its update most).
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -29,6 +31,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 BUDGET = 2**30
 STEPS = 3
 ROWS, TOKENS = 5, 24
+LOSS_SCALE = 0.25
 
 
 def _batches(vocab: int, micro: int):
@@ -47,7 +50,8 @@ def _batches(vocab: int, micro: int):
 
 def _train(offload: HostOptimizerOffload, micro: int = 1):
     """Losses and final weights of STEPS steps of ``micro`` loop micro-batches each (the
-    loop scales each loss by its share, as HF Trainer does), and the split's record."""
+    loop scales each loss by its share, as HF Trainer does, and by ``LOSS_SCALE``, as a loss
+    scaler would), and the split's record."""
     model = tiny_qwen2()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     losses = []
@@ -58,7 +62,7 @@ def _train(offload: HostOptimizerOffload, micro: int = 1):
             for tokens, labels, mask in step:
                 with memory.activations():
                     loss = model(input_ids=tokens, attention_mask=mask, labels=labels).loss
-                    (loss / micro).backward()
+                    (loss * LOSS_SCALE / micro).backward()
                 total += loss.item() / micro
             optimizer.step()
             optimizer.zero_grad()
@@ -67,15 +71,18 @@ def _train(offload: HostOptimizerOffload, micro: int = 1):
     return losses, [p.detach().clone() for p in model.parameters()], record
 
 
-@pytest.mark.parametrize("micro", [1, 2])
-@pytest.mark.parametrize("rows", [1, 2])
-def test_a_split_batch_trains_as_the_whole_one(rows: int, micro: int):
+@pytest.mark.parametrize(("rows", "micro", "host"), [
+    (1, 1, False), (2, 1, False), (1, 2, False), (2, 2, False),
+    (1, 1, True), (2, 1, True),  # the parts' gradients summed in host memory
+])
+def test_a_split_batch_trains_as_the_whole_one(rows: int, micro: int, host: bool):
     whole, whole_weights, record = _train(HostOptimizerOffload(batch_split=False,
                                                                micro_batches=micro), micro)
     assert record["parts"] == 1 and record["enabled"] is False
-    split, split_weights, record = _train(HostOptimizerOffload(batch_split=rows,
-                                                               micro_batches=micro), micro)
+    split, split_weights, record = _train(HostOptimizerOffload(
+        batch_split=rows, micro_batches=micro, host_accumulation=host or None), micro)
     assert record["parts"] == -(-ROWS // rows) and record["exact"] is True
+    assert record["sums"] == ("host" if host else "device")
     assert split == pytest.approx(whole, rel=1e-6)
     for a, b in zip(split_weights, whole_weights, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
@@ -94,12 +101,21 @@ def test_the_measuring_row_leaves_the_training_as_it_was():
     assert record["floor_bytes"] is not None
 
 
-def _split(room: int, grads: int, peak: list[int] | None = None) -> BatchSplit:
+class _HostSums:
+    """Where a strategy that can sum the parts in host memory says it does."""
+
+    def __init__(self, always: bool = False) -> None:
+        self.always = always
+
+
+def _split(room: int, grads: int, peak: list[int] | None = None,
+           host: _HostSums | None = None) -> BatchSplit:
     """A split planning with these figures (nothing held; ``peak[0]`` the peak)."""
     peak = peak if peak is not None else [0]
     split = BatchSplit()
     split.bind(Measure(live_bytes=lambda: 0, peak_bytes=lambda: peak[0],
-                       reset_peak=lambda: None, room=lambda: room, grad_bytes=grads))
+                       reset_peak=lambda: None, room=lambda: room, grad_bytes=grads,
+                       host_sums=host))
     return split
 
 
@@ -117,6 +133,20 @@ def test_the_plan_splits_only_where_the_whole_batch_does_not_fit(room: int, expe
     split = _split(room, grads=5 * 1024 * 100)
     split.token_bytes = 100
     assert split.plan(8, 1024, _no_dry_run) == expected
+
+
+@pytest.mark.parametrize(("room", "always", "expected", "host"), [
+    (8 * 1024 * 100, False, None, False),  # the whole batch fits
+    (8 * 1024 * 100 - 1, False, 2, False),  # two rows fit beside the gradient set
+    (6 * 1024 * 100 - 1, False, 5, True),  # none does: five without it, summed on the host
+    (8 * 1024 * 100 - 1, True, 7, True),  # always on the host: seven rows a part
+])
+def test_where_no_row_fits_beside_the_gradients_the_parts_sum_on_the_host(
+        room: int, always: bool, expected, host: bool):
+    split = _split(room, grads=5 * 1024 * 100, host=_HostSums(always))
+    split.token_bytes = 100
+    assert split.plan(8, 1024, _no_dry_run) == expected
+    assert split.host_summed is host
 
 
 def test_the_first_plan_measures_one_row_and_two_for_the_fixed_bytes():
@@ -153,6 +183,13 @@ def test_a_bad_batch_split_is_refused_naming_it(value):
         HostOptimizerOffload(batch_split=value)
 
 
+@pytest.mark.parametrize(("fields", "named"), [
+    ({"micro_batches": 2}, "micro_batches=2"), ({"batch_split": False}, "batch_split=False")])
+def test_sums_in_host_memory_that_cannot_apply_are_refused_naming_why(fields, named):
+    with pytest.raises(BudgetError, match=f"offload host_accumulation: True .* {named} rules"):
+        HostOptimizerOffload(host_accumulation=True, **fields)
+
+
 def test_a_budget_below_the_floor_names_the_largest_block_and_what_is_off_the_device():
     model = tiny_qwen2()
     working = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -185,3 +222,36 @@ def test_recompute_keeps_the_last_blocks_whose_saved_bytes_the_room_holds():
     recompute.saved_bytes = [30, 20, 50, 40]
     assert recompute.keep_within(140) == 140 and not recompute.enabled
     assert all("forward" not in b.__dict__ for b in blocks)
+
+
+def test_parameters_with_gradients_in_some_parts_only_sum_over_those():
+    """Summed in host memory: a parameter given a gradient in some parts only sums those
+    (the others count as zero), times the loop's scale for the earlier parts; one given none
+    is stepped as missing."""
+    from hpcmem.um.budget import CpuTransport
+    from hpcmem.um.host_optimizer import HostOptimizer
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3, bias=False),
+                                torch.nn.Linear(3, 3, bias=False))
+    engine = HostOptimizer(model, torch.optim.AdamW(model.parameters()),
+                           transport=CpuTransport(), budget=BUDGET,
+                           offload=HostOptimizerOffload(), device_scope=nullcontext)
+    sums, (bucket,) = engine.part_sums, engine.buckets
+    grads = [torch.full((3, 3), value) for value in (1.0, 2.0, 4.0, 8.0)]
+    try:
+        sums.begin()
+        sums.send(0, 0, grads[0])  # part 1: the first position only
+        sums.part_done()
+        sums.send(0, 0, grads[1])  # part 2: the first again
+        sums.part_done()
+        sums.scale(torch.tensor(0.5))  # the last part: the second position only
+        sums.send(0, 1, grads[3])
+        assert sums.holds(0, 0) and not sums.holds(0, 1)
+        sums.finish(0)
+        sums.end_step()
+        home = engine.host.grads[0][0]
+        assert torch.equal(bucket.slot(home, 0), torch.full((3, 3), 0.5 * (1.0 + 2.0)))
+        assert torch.equal(bucket.slot(home, 1), grads[3])
+        assert not sums.active and not sums.holds(0, 0)
+    finally:
+        engine.close()

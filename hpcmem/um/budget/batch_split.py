@@ -23,9 +23,11 @@ The difference of their device bytes above those held is a row's activations
 (``fixed_bytes``: the loss's chunk, the output weight's gradient the chunked loss makes in
 forward). A forward whose rows fit the room (``room()``, what the budget leaves above the
 bytes held when it began) then runs whole, as without a split; one that does not runs in
-parts of as many rows as fit beside the gradient set a split holds. The plan scales with
-the tokens a row has. The floor is the lesser of the whole batch and one row beside a
-gradient set. Rows per part can also be set (``rows``).
+parts of as many rows as fit beside the gradient set a split holds, or, where not one row
+does and the strategy can (:class:`HostSums`), of as many as fit without it, the parts'
+gradients summed in host memory as they land. The plan scales with the tokens a row has.
+The floor is the least of the whole batch, one row beside a gradient set and, where the
+parts can sum in host memory, one row alone. Rows per part can also be set (``rows``).
 The measuring rows cost the first step three rows' forward and backward more.
 """
 
@@ -34,11 +36,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
-__all__ = ["BATCH_FIRST", "BatchSplit", "Measure", "rows_of"]
+__all__ = ["BATCH_FIRST", "BatchSplit", "HostSums", "Measure", "rows_of"]
 
 #: A Hugging Face forward's arguments that hold one entry per row of the batch.
 BATCH_FIRST = ("input_ids", "attention_mask", "position_ids", "token_type_ids",
@@ -54,12 +56,32 @@ class Measure:
     reset_peak: Callable[[], None]  # the peak from now on
     room: Callable[[], int]  # device bytes the plan may fill, in all
     grad_bytes: int  # the trained parameters' gradients, one set
+    host_sums: HostSums | None = None  # where the parts' gradients can sum off the device
 
     @classmethod
-    def of(cls, transport: Any, room: int, trained: list[Any]) -> Measure:
-        """Through ``transport``'s figures, ``room`` bytes in all, gradients of ``trained``."""
+    def of(cls, transport: Any, room: int, trained: list[Any],
+           host_sums: HostSums | None = None) -> Measure:
+        """Through ``transport``'s figures, ``room`` bytes in all, gradients of ``trained``,
+        summed in ``host_sums`` where they can be."""
         return cls(transport.live_bytes, transport.peak_bytes, transport.reset_peak,
-                   lambda: room, sum(p.numel() * p.element_size() for p in trained))
+                   lambda: room, sum(p.numel() * p.element_size() for p in trained),
+                   host_sums)
+
+
+class HostSums(Protocol):
+    """Where a strategy sums the earlier parts' gradients in host memory, as they land
+    (:mod:`hpcmem.um.host_optimizer.part_sums`)."""
+
+    always: bool  # every split forward's parts (else where no gradient set fits beside one)
+
+    def begin(self) -> None:
+        """A split forward's parts begin: their gradients go to the host from now on."""
+
+    def part_done(self) -> None:
+        """An earlier part's backward is over."""
+
+    def scale(self, value: Any) -> None:
+        """The loop's backward began with the loss's gradient ``value``."""
 
 
 class _Earlier:
@@ -67,8 +89,9 @@ class _Earlier:
     part as autograd delivers it (times the loss's gradient), or at the end of backward to
     those the last part gives none."""
 
-    def __init__(self, params: list[Any], sums: list[Any]) -> None:
+    def __init__(self, params: list[Any], sums: list[Any], host: HostSums | None) -> None:
         self.scale: Any = None  # the loss's gradient, known when backward starts
+        self.host = host  # where the rest of the earlier parts' gradients were summed
         self._left = {id(p): (p, s) for p, s in zip(params, sums, strict=True)
                       if s is not None}
         self._hooks = [p.register_hook(self._adder(p)) for p, _ in self._left.values()]
@@ -85,6 +108,8 @@ class _Earlier:
     def started(self, scale: Any) -> None:
         """Backward began with the loss's gradient ``scale``: the rest at its end."""
         self.scale = scale
+        if self.host is not None:
+            self.host.scale(scale)
         torch.autograd.Variable._execution_engine.queue_callback(self._finish)
 
     def _finish(self) -> None:
@@ -128,6 +153,7 @@ class BatchSplit:
         self.part_rows: int | None = None  # rows per part of the last split forward
         self.floor_bytes: int | None = None  # the least the measured batch needs, whole or split
         self.floor_split = False  # that least is one row beside a gradient set
+        self.host_summed = False  # the last split forward summed its parts in host memory
         self._batch: tuple[int, int, int] | None = None  # the measured batch's rows, tokens
         # a row, and the bytes held when it began
 
@@ -141,32 +167,41 @@ class BatchSplit:
         return {"enabled": self.enabled and self.measure is not None, "parts": self.parts,
                 "part_rows": self.part_rows, "token_bytes": self.token_bytes,
                 "fixed_bytes": self.fixed_bytes, "floor_bytes": self.floor_bytes,
+                "sums": None if self.parts == 1 else "host" if self.host_summed else "device",
                 "exact": True}
 
-    def _rows_that_fit(self, held: int, rows: int, row_tokens: int) -> int:
+    def _rows_that_fit(self, held: int, rows: int, row_tokens: int) -> tuple[int, bool]:
         """Rows of ``rows`` (of ``row_tokens`` tokens) one part fits in the room above
-        ``held``: all of them where they fit, else as many as fit beside the gradient set a
-        split holds (at least one)."""
+        ``held`` (at least one), and whether the parts sum their gradients in host memory:
+        all rows where they fit; else as many as fit beside a gradient set, or, where not
+        one does or the strategy always sums there, as many as fit without it."""
         assert self.measure is not None and self.token_bytes is not None
         room = self.measure.room() - held - self.fixed_bytes
         per_row = max(1, self.token_bytes * row_tokens)
         if rows * per_row <= room:
-            return rows
-        return min(rows, max(1, (room - self.measure.grad_bytes) // per_row))
+            return rows, False
+        host = self.measure.host_sums
+        beside = (room - self.measure.grad_bytes) // per_row
+        if host is not None and (host.always or beside < 1):
+            return min(rows, max(1, room // per_row)), True
+        return min(rows, max(1, beside)), False
 
     def plan(self, rows: int, row_tokens: int, dry_run: Callable[[int], None]) -> int | None:
         """Rows of the first part of a forward over ``rows`` rows of ``row_tokens`` tokens
         (None: whole, unsplit). The first such forward measures first: ``dry_run(n)`` runs the
         first ``n`` rows' forward and backward, whose gradients the strategy drops
         (:attr:`dropping`)."""
-        self.parts, self.part_rows = 1, None
+        self.parts, self.part_rows, self.host_summed = 1, None, False
         if not self.enabled or self.measure is None or rows < 2:
             return None
         if self.fixed_rows is not None:
+            host = self.measure.host_sums
+            self.host_summed = host is not None and host.always
             return None if self.fixed_rows >= rows else self.fixed_rows
         if self.token_bytes is None:
             self._measure_row(rows, row_tokens, dry_run)
-        fit = self._rows_that_fit(self.measure.live_bytes(), rows, row_tokens)
+        fit, self.host_summed = self._rows_that_fit(self.measure.live_bytes(), rows,
+                                                    row_tokens)
         return None if fit >= rows else fit
 
     def _measure_row(self, rows: int, row_tokens: int,
@@ -190,7 +225,7 @@ class BatchSplit:
         self.fixed_bytes = max(0, used[0] - self.token_bytes * row_tokens)
         self._batch = (rows, row_tokens, held)
         whole = held + self.fixed_bytes + self.token_bytes * rows * row_tokens
-        split = held + used[0] + self.measure.grad_bytes
+        split = held + used[0] + (0 if self.measure.host_sums else self.measure.grad_bytes)
         self.floor_bytes, self.floor_split = min(whole, split), split < whole
 
     def run(self, forward: Callable[[dict[str, Any]], Any], arguments: dict[str, Any],
@@ -205,12 +240,17 @@ class BatchSplit:
         for p in params:
             p.grad = None
         total, start, parts = None, 0, 0
+        host = self.measure.host_sums if self.host_summed and self.measure else None
+        if host is not None:
+            host.begin()
         self.running = True
         try:
             while rows - start > first:
                 loss = forward(rows_of(arguments, start, start + first, rows))
                 with torch.autocast(loss.device.type, enabled=False):
                     loss.backward()
+                if host is not None:
+                    host.part_done()
                 total = loss.detach() if total is None else total + loss.detach()
                 start, parts = start + first, parts + 1
         finally:
@@ -222,7 +262,7 @@ class BatchSplit:
         self.parts, self.part_rows = parts + 1, first
         if total is None:
             return last
-        return _PartsLoss.apply(last, total, _Earlier(params, sums))
+        return _PartsLoss.apply(last, total, _Earlier(params, sums, host))
 
     def whole_bytes(self) -> int | None:
         """The device bytes the measured batch reaches whole, where batches of its size run
@@ -230,7 +270,7 @@ class BatchSplit:
         if self._batch is None or self.token_bytes is None or self.measure is None:
             return None
         rows, row_tokens, held = self._batch
-        if self._rows_that_fit(held, rows, row_tokens) < rows:
+        if self._rows_that_fit(held, rows, row_tokens)[0] < rows:
             return None
         return held + self.fixed_bytes + self.token_bytes * rows * row_tokens
 

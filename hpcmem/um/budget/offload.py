@@ -142,8 +142,13 @@ class HostOptimizerOffload(Offload):
         parts of rows inside its forward where the budget cannot hold its activations whole
         (:mod:`hpcmem.um.budget.batch_split`): None or True measured (the first forward
         runs one row alone, then the rows that fit), a number of rows per part, or False
-        (never). The gradients are the whole batch's; a split holds one gradient set across
-        its parts.
+        (never). The gradients are the whole batch's.
+    host_accumulation : where a split batch's earlier parts sum their gradients: on the
+        device (False: a gradient set held across the parts), in host memory (True: each
+        part's gradients leave as they land, and the CPU adds them up,
+        :mod:`hpcmem.um.host_optimizer.part_sums`), or None: in host memory where the
+        budget lacks the room for a gradient set beside one part. On one rank, with the
+        batch as one micro-batch (``micro_batches=1``); elsewhere on the device.
     host_memory : where the masters, moments and gradients live in host memory
         (:mod:`hpcmem.um.budget.host_memory`): ``torch`` (PyTorch's allocator), or a memory
         kind of :mod:`hpcmem.hbw` (``dram``, ``hbw``, ``hbw_preferred``, ``hbw_interleave``,
@@ -161,6 +166,7 @@ class HostOptimizerOffload(Offload):
     state_dtype: str | None = None
     max_grad_norm: float | None = None
     batch_split: bool | int | None = None
+    host_accumulation: bool | None = None
     host_memory: str | None = None
 
     def __post_init__(self) -> None:
@@ -170,6 +176,12 @@ class HostOptimizerOffload(Offload):
                 not isinstance(self.batch_split, int) or self.batch_split < 1):
             raise BudgetError(f"offload batch_split: {self.batch_split!r} is not true, false, "
                               "null or a number of rows >= 1")
+        if self.host_accumulation and (self.micro_batches > 1 or self.batch_split is False):
+            other = ("micro_batches" if self.micro_batches > 1 else "batch_split")
+            raise BudgetError(f"offload host_accumulation: True sums a split batch's parts, "
+                              f"which {other}={getattr(self, other)!r} rules out; accepted: "
+                              "micro_batches=1 and batch_split not false, or "
+                              "host_accumulation null or false")
         if self.bucket_bytes < 1:
             raise BudgetError(f"offload bucket_bytes: {self.bucket_bytes} must be >= 1")
         if self.threads is not None and self.threads < 1:

@@ -30,15 +30,17 @@ for that step, with its waiting gradients (:meth:`DeviceStep.release`).
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import replace
 from typing import Any
 
 from hpcmem.um.budget.host import HostArena
 from hpcmem.um.budget.transport import Transport
 from hpcmem.um.host_optimizer.buckets import Bucket
 from hpcmem.um.host_optimizer.host import IMPLEMENTATION_KEYS, HostBuckets
-from hpcmem.um.host_optimizer.split import Split
+from hpcmem.um.host_optimizer.ledger import StepTimes
+from hpcmem.um.host_optimizer.split import ROOM_MARGIN, Split, plan_split
 
-__all__ = ["DeviceStep"]
+__all__ = ["DeviceStep", "plan_device_step"]
 
 
 class _Slot:
@@ -239,3 +241,35 @@ class DeviceStep:
             self.host.masters[index].copy_(slot.master)
             for key, tensor in slot.states.items():
                 state[key].copy_(tensor)
+
+
+def plan_device_step(engine: Any, times: StepTimes) -> tuple[Split | None, DeviceStep | None]:
+    """The buckets ``engine`` (a :class:`~.engine.HostOptimizer`) has the GPU step from now on,
+    planned from its median step ``times``: the budget's room above what a step held is spent
+    on buckets streamed when the CPU optimizer outlasts backward, kept on the device with the
+    rest of the room (:mod:`.split`). None for both under several ranks, clipping, a split
+    batch summed in host memory, or where the CPU computes the model too."""
+    offload, transport, sums = engine.offload, engine.transport, engine.part_sums
+    if engine.exchange or engine.clip or (sums is not None and sums.used) or (
+            transport.device.type != "cuda" and offload.gpu_share is None):
+        return None, None
+    held = max(engine.probe_bytes or 0,
+               transport.resident_peak_bytes() + transport.outside_bytes())
+    per_step = engine.ledger.per_step()
+    split = plan_split(
+        window_ms=times.compute_ms if offload.delayed_update else times.backward_ms,
+        cpu_ms=times.cpu_ms,
+        bucket_numels=[b.numel for b in engine.buckets], order=engine._order,
+        states=engine.host.state_count(),
+        bytes_h2d=per_step["bytes_h2d"], bytes_d2h=per_step["bytes_d2h"],
+        bandwidth=engine.bandwidth, asked=offload.gpu_share,
+        room_bytes=int((1 - ROOM_MARGIN) * engine.budget) - held,
+    )
+    if not split.share:
+        return split, None
+    if engine.batch_split is not None and engine.batch_split.measure is not None:
+        # the slots take the room: a later split's parts sum on the device
+        engine.batch_split.bind(replace(engine.batch_split.measure, host_sums=None))
+    with engine._plain():
+        return split, DeviceStep(engine.host, engine.flats, transport, engine.arena, split,
+                                 engine._order)

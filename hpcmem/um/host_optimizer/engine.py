@@ -57,14 +57,15 @@ from hpcmem.um.budget.transport import BANDWIDTH_PROBE_BYTES, Transport
 from hpcmem.um.errors import BudgetError
 from hpcmem.um.host_optimizer.checkpoint import Checkpoints
 from hpcmem.um.host_optimizer.clip import Clip
-from hpcmem.um.host_optimizer.device_step import DeviceStep
+from hpcmem.um.host_optimizer.device_step import DeviceStep, plan_device_step
 from hpcmem.um.host_optimizer.host import check_supported
 from hpcmem.um.host_optimizer.ledger import Ledger, StepTimes, median_times
+from hpcmem.um.host_optimizer.part_sums import PartSums
 from hpcmem.um.host_optimizer.parts import make_parts
 from hpcmem.um.host_optimizer.placement import PlainMemory
 from hpcmem.um.host_optimizer.probe import probe
 from hpcmem.um.host_optimizer.record import record
-from hpcmem.um.host_optimizer.split import PLAN_AFTER, ROOM_MARGIN, Split, plan_split
+from hpcmem.um.host_optimizer.split import PLAN_AFTER, Split
 from hpcmem.um.host_optimizer.worker import Stepped
 from hpcmem.um.tensors import tensor_bytes
 
@@ -118,6 +119,10 @@ class HostOptimizer:
         self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad)
                        for p in parts.trained]
         self.ledger = Ledger(transport, self.bandwidth)
+        self.part_sums = None if (self.ring is None or offload.micro_batches > 1
+                                  or offload.host_accumulation is False) else PartSums(
+            self.buckets, self.host, self.ring, self.worker, transport, self.arena,
+            self.ledger, always=bool(offload.host_accumulation), parity=lambda: self._parity)
         self.recompute = Recompute(repeated_blocks(model), transport.live_bytes)
         if offload.recompute is not False:
             self.recompute.enable()
@@ -125,7 +130,7 @@ class HostOptimizer:
         self.batch_split = batch_split
         if batch_split is not None:
             batch_split.bind(Measure.of(transport, int(TARGET_FRACTION * budget) + self._base_bytes,
-                                        parts.trained))
+                                        parts.trained, self.part_sums))
         self._original_step = optimizer.__dict__.get("step")
         optimizer.step = self.step
         self.checkpoints = Checkpoints(model, optimizer, self.host, self.settle, self._reload)
@@ -173,9 +178,13 @@ class HostOptimizer:
         if split is not None and split.dropping:
             param.grad = None  # the split's measuring row: no step takes it
             return
+        index, position = self._where[id(param)]
+        if split is not None and split.running and self._summing:
+            self.part_sums.send(index, position, param.grad)  # an earlier part's
+            param.grad = None
+            return
         if self._micro < self.offload.micro_batches or (split is not None and split.running):
             return  # accumulates on the device
-        index, position = self._where[id(param)]
         if self._first_grad is None:
             self._first_grad = self.transport.mark()
         if self._submitted[index]:
@@ -202,6 +211,9 @@ class HostOptimizer:
         if self.exchange is not None:  # reduced first: the shard's bytes count when it lands
             self.exchange.send(grad, bucket.offsets[position], index)
             return
+        if self._summing:  # the last part's, added to the earlier parts' sum
+            self.part_sums.send(index, position, grad)
+            return
         self.ring.send(grad, home, bucket.offsets[position], key=index)
         self.ledger.d2h += grad.numel() * home.element_size()
 
@@ -219,6 +231,8 @@ class HostOptimizer:
             for position, grad in self.device_step.release(index):
                 self._send(index, position, grad)
         if self.exchange is None:
+            if self._summing:
+                self.part_sums.finish(index)
             self._to_worker(index, self.ring.flush(index), missing, before)
         else:  # a missing gradient is reduced as zeros
             for reduced, landed in self.exchange.complete(index, self.host.grads[0][index]):
@@ -263,7 +277,8 @@ class HostOptimizer:
             for position in sorted(self._left[bucket.index]):
                 param = bucket.params[position]
                 if param.grad is None:
-                    missing.append(position)
+                    if not (self._summing and self.part_sums.holds(bucket.index, position)):
+                        missing.append(position)
                 else:
                     self._ship(bucket.index, position, param)
             self._submit(bucket.index, missing)
@@ -281,7 +296,8 @@ class HostOptimizer:
         elif phase is Phase.MEASURE and self.offload.gpu_share != 0:
             self._measured.append(times)
             if self.phase is Phase.STEADY:
-                self._plan_split(median_times(self._measured))
+                times = median_times(self._measured)
+                self.split, self.device_step = plan_device_step(self, times)
         self._delayed = self.offload.delayed_update and self.phase is Phase.STEADY
         self._begin_step()
         return loss
@@ -328,32 +344,15 @@ class HostOptimizer:
         """The phase of the step under way (:class:`Phase`)."""
         return Phase.of(self._steps + 1, PLAN_AFTER)
 
-    def _plan_split(self, times: StepTimes) -> None:
-        """Spend the budget's room above what a step held on buckets the GPU steps:
-        streamed when the CPU optimizer outlasts backward, kept on the device with the rest
-        of the room (:mod:`.split`)."""
-        if self.exchange or self.clip or (self.transport.device.type != "cuda"
-                                          and self.offload.gpu_share is None):
-            return  # several ranks, clipping, or the CPU computes the model too
-        held = max(self.probe_bytes or 0,
-                   self.transport.resident_peak_bytes() + self.transport.outside_bytes())
-        states = self.host.state_count()
-        per_step = self.ledger.per_step()
-        self.split = plan_split(
-            window_ms=times.compute_ms if self.offload.delayed_update else times.backward_ms,
-            cpu_ms=times.cpu_ms,
-            bucket_numels=[b.numel for b in self.buckets], order=self._order, states=states,
-            bytes_h2d=per_step["bytes_h2d"], bytes_d2h=per_step["bytes_d2h"],
-            bandwidth=self.bandwidth, asked=self.offload.gpu_share,
-            room_bytes=int((1 - ROOM_MARGIN) * self.budget) - held,
-        )
-        if self.split.share:
-            with self._plain():
-                self.device_step = DeviceStep(self.host, self.flats, self.transport,
-                                              self.arena, self.split, self._order)
+    @property
+    def _summing(self) -> bool:
+        """Whether this step's split batch sums its parts' gradients in host memory."""
+        return self.part_sums is not None and self.part_sums.active
 
     def _begin_step(self) -> None:
         self.recompute.saved_bytes.clear()  # the probe read the first step's
+        if self.part_sums is not None:
+            self.part_sums.end_step()
         self._micro = 0
         self._left = [set(range(len(b.params))) for b in self.buckets]
         self._submitted = [False] * len(self.buckets)

@@ -163,7 +163,7 @@ def shard_buckets(ranks: Ranks, buckets: list[Bucket], offload: HostOptimizerOff
                   budget: int) -> None:
     """Pad ``buckets`` to equal, aligned shards on every rank, and refuse what data
     parallelism does not run with, or a layout that differs between the ranks."""
-    for name in ("delayed_update", "gpu_share"):
+    for name in ("delayed_update", "gpu_share", "host_accumulation"):
         value = getattr(offload, name)
         if value:
             raise BudgetError(f"offload {name}: {value!r} is not supported with data "

@@ -53,10 +53,12 @@ def floor_detail(engine: Any) -> str:
     working = sum(tensor_bytes(f) for f in engine.flats)
     split = engine.batch_split
     measured = split is not None and split.token_bytes is not None
+    grads = split.measure.grad_bytes if measured and split.floor_split else 0
+    on_host = measured and split.measure.host_sums is not None
     return describe_floor(
         {"working weights": working, "copies' buffers": engine.plain_bytes - working,
-         "a gradient set (the batch split)":
-             split.measure.grad_bytes if measured and split.floor_split else 0},
+         "a gradient set (the batch split)": 0 if on_host else grads},
         split.token_bytes if measured else None, engine.recompute, engine._names,
-        {"fp32 masters and optimizer state on the host": engine.host.held_bytes()},
+        {"fp32 masters and optimizer state on the host": engine.host.held_bytes(),
+         **({"the split's gradient sums to the host": grads} if on_host and grads else {})},
         split.parts if split is not None else 1)

@@ -19,6 +19,7 @@ it), which is bound to ``cpus`` first, so the OpenMP threads it starts are too
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -79,6 +80,10 @@ class Worker:
             raise RuntimeError(f"host optimizer: bucket {index} submitted twice")
         self._jobs[index] = self._pool.submit(self._run, index, landed, released, missing,
                                               parity, before, scale)
+
+    def call(self, fn: Callable[..., None], *args: Any) -> Future[None]:
+        """``fn(*args)`` on the worker's thread, after every job submitted before it."""
+        return self._pool.submit(fn, *args)
 
     def measure(self, index: int, landed: Any, missing: list[int], parity: int = 0) -> None:
         """Take bucket ``index``'s squared gradient norm once ``landed`` is done (clipping:
