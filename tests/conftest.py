@@ -1,5 +1,5 @@
 """Shared pytest fixtures: real Open MPI launches, GPU detection and PyTorch on the GPU,
-the hpcmem executable."""
+the hpcmem executable; real ``torchrun`` launches (:func:`torchrun`)."""
 
 from __future__ import annotations
 
@@ -137,6 +137,24 @@ def hpcmem_exe() -> str:
     exe = BIN / "hpcmem"
     assert exe.exists(), f"{exe} missing: run `make setup`"
     return str(exe)
+
+
+#: every variable a launcher sets: none leaks in from the environment the tests run in
+LAUNCH = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
+          "SLURM_LOCALID", "SLURM_NTASKS", "LOCAL_WORLD_SIZE", "GROUP_RANK")
+
+
+def rank_environment() -> dict[str, str]:
+    """The tests' environment without a launcher's variables, one thread a process."""
+    return {**{k: v for k, v in os.environ.items() if k not in LAUNCH}, "OMP_NUM_THREADS": "1"}
+
+
+def torchrun(ranks: int, *arguments: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """Python with ``arguments`` as ``ranks`` ranks of a real ``torchrun`` on this machine
+    (``--standalone``: a free port), in :func:`rank_environment`."""
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node", str(ranks), *arguments], env=rank_environment(),
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def mpi_environment() -> dict[str, str]:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import LAUNCH, REPO, torchrun
 
 from hpcmem.cli import main
 from hpcmem.peers.tables import Work, rows
@@ -27,9 +27,6 @@ SCRIPT = GPU_DIR / "hf_offload.py"
 RANKS = Path(__file__).with_name("hf_dp_ranks.py")
 REFERENCES = REPO / "config" / "references.yaml"
 GIB = 2**30
-#: every variable a launcher sets: none leaks in from the environment the tests run in
-LAUNCH = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
-          "SLURM_LOCALID", "SLURM_NTASKS", "LOCAL_WORLD_SIZE", "GROUP_RANK")
 TORCHRUN = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": "29500"}
 SRUN = {"SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_NTASKS": "2"}
@@ -161,10 +158,7 @@ def test_a_failed_rank_fails_the_record_naming_it() -> None:
 
 def test_torchrun_ranks_hand_their_figures_to_rank_zero_over_gloo(tmp_path: Path) -> None:
     out = tmp_path / "merged.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-         "2", str(RANKS), str(out)], env=_env(OMP_NUM_THREADS="1"), capture_output=True,
-        text=True, timeout=240)
+    done = torchrun(2, str(RANKS), str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     written = json.loads(out.read_text())
     assert written["launch"] == {"rank": 0, "local_rank": 0, "world_size": 2,

@@ -11,28 +11,27 @@ relative over three steps.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import LAUNCH, rank_environment, torchrun
 
 from hpcmem.cli import main
 
 TINY = ["--device", "cpu", "--policy", "cuda", "--params", "1M", "--vocab", "256",
         "--seq-len", "32", "--batch", "4", "--accumulate", "2", "--steps", "2",
         "--warmup", "1", "--dtype", "fp32"]
-LAUNCH = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
-          "SLURM_LOCALID", "SLURM_NTASKS", "LOCAL_WORLD_SIZE", "GROUP_RANK")
 
 
-def _train(tmp_path: Path, name: str, launcher: list[str]) -> dict:
+def _train(tmp_path: Path, name: str, ranks: int) -> dict:
+    """``hpcmem train`` in one process (``ranks`` 1) or as ``ranks`` ranks of torchrun."""
     out = tmp_path / f"{name}.jsonl"
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH}
-    done = subprocess.run([*launcher, "-m", "hpcmem", "train", *TINY, "--output", str(out)],
-                          env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True,
-                          text=True, timeout=240)
+    command = ["-m", "hpcmem", "train", *TINY, "--output", str(out)]
+    done = (torchrun(ranks, *command) if ranks > 1 else
+            subprocess.run([sys.executable, *command], env=rank_environment(),
+                           capture_output=True, text=True, timeout=240))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("hpcmem train:") == 1  # rank 0 alone says it
     [record] = [json.loads(line) for line in out.read_text().splitlines()]
@@ -40,9 +39,8 @@ def _train(tmp_path: Path, name: str, launcher: list[str]) -> dict:
 
 
 def test_two_ranks_train_as_one_process_and_write_one_merged_record(tmp_path):
-    one = _train(tmp_path, "one", [sys.executable])
-    two = _train(tmp_path, "two", [sys.executable, "-m", "torch.distributed.run",
-                                   "--standalone", "--nproc-per-node", "2"])
+    one = _train(tmp_path, "one", 1)
+    two = _train(tmp_path, "two", 2)
     assert (one["world_size"], two["world_size"]) == (1, 2) and "ranks" not in one
     assert two["batch"] == one["batch"] == 4  # the global micro-batch
     for end in ("first", "last"):
