@@ -5,7 +5,8 @@ without a GPU budget.
     python examples/lightning_fit.py --gpu-budget 1G     # within 1 GiB of GPU memory
     python examples/lightning_fit.py --gpu-budget 1G --offload streamed
 
-``UnifiedMemoryStrategy`` is a single-device Lightning ``Strategy``: it attaches the module
+``UnifiedMemoryStrategy`` is a Lightning ``Strategy`` (one GPU here; ``devices=N`` trains
+data-parallel, one rank a GPU): it attaches the module
 and its optimizer as training starts and closes the memory at teardown
 (docs/training-integrations.md). Under a budget, validation and gradient clipping under the
 host optimizer are refused; turn them off, as here (checkpoints hold the fp32 state; this

@@ -1,6 +1,7 @@
 """What the trainer integrations share (hpcmem.integrations, .training), without a framework:
-the Offload a trainer's settings make, a missing framework named with its install, and an
-example on a machine without a GPU (tests/test_integrations_gpu.py runs them on one)."""
+the Offload a trainer's settings make, a rank's memory on another GPU refused, a missing
+framework named with its install, and an example on a machine without a GPU
+(tests/test_integrations_gpu.py runs them on one)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from hpcmem.integrations import IntegrationError
-from hpcmem.integrations.training import trainer_offload
-from hpcmem.um import BudgetError, Offload, StreamedOffload
+from hpcmem.integrations.training import check_device, trainer_offload
+from hpcmem.um import BudgetError, Offload, StreamedOffload, UnifiedMemoryError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,6 +31,20 @@ def test_the_trainer_s_accumulation_and_autocast_make_the_offload():
 def test_an_offload_naming_other_micro_batches_than_the_trainer_is_refused():
     with pytest.raises(BudgetError, match="micro_batches=2: the trainer accumulates 4"):
         trainer_offload(Offload(micro_batches=2), micro_batches=4, bf16=False)
+
+
+def test_a_rank_s_memory_on_another_gpu_is_refused():
+    torch = pytest.importorskip("torch")
+    from cpu_memory import CpuMemory
+
+    memory = CpuMemory()  # device 0
+    with pytest.raises(UnifiedMemoryError) as refused:
+        check_device(memory, torch.device("cuda", 1), "TrainingArguments.device")
+    assert str(refused.value) == (
+        "UnifiedMemory device=0: this rank trains on cuda:1 (TrainingArguments.device); "
+        "accepted: device=1, the rank's GPU (LOCAL_RANK)")
+    for device in (torch.device("cuda", 0), torch.device("cuda"), torch.device("cpu")):
+        check_device(memory, device, "Trainer devices")
 
 
 @pytest.mark.parametrize(("module", "missing", "install"), [

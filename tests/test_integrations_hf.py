@@ -1,15 +1,23 @@
 """``UnifiedMemoryTrainer`` on the CPU (hpcmem.integrations.hf with the CPU stand-in of
 ``UnifiedMemory``): where it attaches, scopes and closes, training under a budget that agrees
-with a plain ``transformers.Trainer``, and the settings a budget refuses."""
+with a plain ``transformers.Trainer``, the settings a budget refuses, and two data-parallel
+ranks of a real ``torchrun`` (``tests/trainer_ranks.py``) training as one process on the
+global batch."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from conftest import torchrun  # noqa: E402
 from cpu_memory import CpuMemory  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+from test_um_data_parallel import LOSS_TOLERANCE, WEIGHT_TOLERANCE  # noqa: E402
 
 from hpcmem.integrations.hf import UnifiedMemoryTrainer  # noqa: E402
 from hpcmem.um import BudgetError  # noqa: E402
@@ -40,14 +48,14 @@ def _arguments(tmp_path, **overrides):
     return transformers.TrainingArguments(**settings)
 
 
-def _train(tmp_path, memory=None, **overrides):
+def _train(tmp_path, memory=None, offload=None, **overrides):
     """The logged losses, the weights after training, the trainer."""
     kwargs = {"model": _model(), "args": _arguments(tmp_path, **overrides),
               "train_dataset": _data()}
     if memory is None:
         trainer = transformers.Trainer(**kwargs)
     else:
-        trainer = UnifiedMemoryTrainer(**kwargs, memory=memory)
+        trainer = UnifiedMemoryTrainer(**kwargs, memory=memory, offload=offload)
     trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     return losses, [p.detach().float() for p in trainer.model.parameters()], trainer
@@ -111,3 +119,41 @@ def test_evaluation_under_a_budget_is_refused(tmp_path):
                                    eval_dataset=_data()[:4], memory=CpuMemory(gpu_budget=BUDGET))
     with pytest.raises(BudgetError, match="evaluation"):
         trainer.evaluate()
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """``tests/trainer_ranks.py``'s cases on two ranks, half of each batch a rank: where
+    they trained, and what they returned."""
+    out = tmp_path_factory.mktemp("ranks")
+    done = torchrun(2, str(Path(__file__).with_name("trainer_ranks.py")), "hf", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out, json.loads((out / "results.json").read_text())
+
+
+def test_two_ranks_under_a_budget_train_as_one_process_on_the_global_batch(
+        tmp_path, two_ranks, one_thread):
+    """The model unwrapped (the strategy averages the gradients), the losses and the weights
+    a checkpoint gathered from both ranks those of one process on the whole batch."""
+    out, ranks = two_ranks
+    losses, _, _ = _train(tmp_path, CpuMemory(gpu_budget=BUDGET), save_strategy="steps",
+                          save_steps=2)
+    assert ranks["budget"]["trained"] == "GPT2LMHeadModel"
+    assert ranks["budget"]["losses"] == pytest.approx(losses, rel=LOSS_TOLERANCE)
+    ours, one = (load_file(folder / "checkpoint-2" / "model.safetensors")
+                 for folder in (out / "budget", tmp_path))
+    assert sorted(ours) == sorted(one)
+    for name, weight in one.items():
+        torch.testing.assert_close(ours[name], weight, rtol=0, atol=WEIGHT_TOLERANCE)
+
+
+def test_without_a_budget_two_ranks_are_trainer_s_own_ddp(two_ranks, reference):
+    ranks = two_ranks[1]["none"]
+    assert ranks["trained"] == "DistributedDataParallel"
+    assert ranks["losses"] == pytest.approx(reference[0], rel=LOSS_TOLERANCE)
+
+
+def test_two_ranks_refuse_the_streamed_strategy_in_one_line(two_ranks):
+    assert two_ranks[1]["streamed"] == {"refused": (
+        "offload strategy: 'streamed' (asked) runs one rank, not world size 2; accepted with "
+        "data parallelism: host_optimizer")}

@@ -1,16 +1,22 @@
 """``UnifiedMemoryStrategy`` on the CPU (hpcmem.integrations.lightning with the CPU stand-in
 of ``UnifiedMemory``): where it attaches, scopes and closes, training under both budget
-strategies (through ``optimizer.step(closure)``) that agrees with a plain Lightning fit, and
-the settings a budget refuses."""
+strategies (through ``optimizer.step(closure)``) that agrees with a plain Lightning fit, the
+settings a budget refuses, and ``devices=2`` under a real ``torchrun``
+(``tests/trainer_ranks.py``) fitting as one process on the global batch."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("lightning")
 import lightning.pytorch as pl  # noqa: E402
+from conftest import torchrun  # noqa: E402
 from cpu_memory import CpuMemory  # noqa: E402
+from test_um_data_parallel import LOSS_TOLERANCE  # noqa: E402
 
 from hpcmem.integrations.lightning import UnifiedMemoryStrategy  # noqa: E402
 from hpcmem.train.models import TransformerShape  # noqa: E402
@@ -35,6 +41,9 @@ class LanguageModel(pl.LightningModule):
         if validate:
             self.validation_step = lambda batch, index: self.net({"tokens": batch[0]})
 
+    def on_train_start(self):
+        self.trained = type(self.trainer.strategy.model).__name__  # this module, or a wrap
+
     def training_step(self, batch, index):
         loss = self.net({"tokens": batch[0]})
         self.losses.append(loss.item())
@@ -44,23 +53,28 @@ class LanguageModel(pl.LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
 
 
-def _data():
+def _data(batch_size=4, shuffled=False):
+    """The rows in order, or ``shuffled`` in the order Lightning's distributed sampler deals
+    them out to the ranks (seed 0)."""
     tokens = torch.randint(SHAPE.vocab, (STEPS * MICRO_BATCHES * 4, SHAPE.seq_len + 1),
                            generator=torch.Generator().manual_seed(1))
-    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(tokens), batch_size=4)
+    rows = torch.utils.data.TensorDataset(tokens)
+    sampler = (torch.utils.data.DistributedSampler(rows, num_replicas=1, rank=0)
+               if shuffled else None)
+    return torch.utils.data.DataLoader(rows, batch_size=batch_size, sampler=sampler)
 
 
-def _fit(memory=None, offload=None, validate=False, **settings):
+def _fit(memory=None, offload=None, validate=False, batch_size=4, shuffled=False,
+         **settings):
     """The losses and the weights after fitting, and the strategy."""
-    strategy = (UnifiedMemoryStrategy(memory, offload, device="cpu") if memory is not None
-                else "auto")
+    strategy = UnifiedMemoryStrategy(memory, offload) if memory is not None else "auto"
     trainer = pl.Trainer(**{
         "accelerator": "cpu", "strategy": strategy, "max_steps": STEPS,
         "accumulate_grad_batches": MICRO_BATCHES, "enable_checkpointing": False,
         "logger": False, "enable_progress_bar": False, "enable_model_summary": False,
         "num_sanity_val_steps": 0, **settings})
     module = LanguageModel(validate)
-    trainer.fit(module, _data(), _data() if validate else None)
+    trainer.fit(module, _data(batch_size, shuffled), _data() if validate else None)
     return module.losses, [p.detach().float() for p in module.parameters()], strategy
 
 
@@ -82,6 +96,8 @@ def test_under_a_budget_it_fits_as_plain_lightning(reference, strategy, toleranc
     assert memory.events == ["attach", *["inputs", "activations"] * (STEPS * MICRO_BATCHES),
                              "close"]
     assert ours.memory_stats["offload"]["strategy"] == strategy
+    # one process: launched, grouped and wrapped as by SingleDeviceStrategy: not at all
+    assert ours.launcher is None and not torch.distributed.is_initialized()
     assert ours.memory_stats["offload"]["bytes_h2d"] > 0
     assert losses == pytest.approx(reference[0], rel=tolerance)
     for mine, plain in zip(weights, reference[1], strict=True):
@@ -112,7 +128,7 @@ def test_a_checkpoint_holds_and_resumes_what_plain_lightnings_does(strategy, tol
         trainer = pl.Trainer(
             accelerator="cpu", max_steps=2, accumulate_grad_batches=MICRO_BATCHES,
             strategy=UnifiedMemoryStrategy(CpuMemory(gpu_budget=budget),
-                                           offload_named(strategy), device="cpu")
+                                           offload_named(strategy))
             if under_budget else "auto", callbacks=[] if resume else [saver],
             enable_checkpointing=not resume, logger=False, enable_progress_bar=False,
             enable_model_summary=False)
@@ -153,3 +169,35 @@ def test_settings_a_budget_cannot_honour_are_refused_and_the_memory_closed(setti
     with pytest.raises(BudgetError, match=refused):
         _fit(memory, **settings)
     assert memory.events[-1] == "close"
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """``tests/trainer_ranks.py``'s cases on ``devices=2``, half of each batch a rank."""
+    out = tmp_path_factory.mktemp("ranks")
+    done = torchrun(2, str(Path(__file__).with_name("trainer_ranks.py")), "lightning",
+                    str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((out / "results.json").read_text())
+
+
+def test_two_ranks_under_a_budget_fit_as_one_process_on_the_global_batch(two_ranks,
+                                                                           one_thread):
+    """The module unwrapped (the strategy averages the gradients); each micro-batch's loss,
+    averaged over the ranks, that of one process on the whole batch."""
+    losses, _, _ = _fit(CpuMemory(gpu_budget=BUDGET), offload_named("host_optimizer"),
+                        shuffled=True)
+    assert two_ranks["budget"]["trained"] == "LanguageModel"
+    assert two_ranks["budget"]["losses"] == pytest.approx(losses, rel=LOSS_TOLERANCE)
+
+
+def test_without_a_budget_two_ranks_are_lightning_s_ddp(two_ranks, one_thread):
+    losses, _, _ = _fit(shuffled=True)
+    assert two_ranks["none"]["trained"] == "DistributedDataParallel"
+    assert two_ranks["none"]["losses"] == pytest.approx(losses, rel=LOSS_TOLERANCE)
+
+
+def test_two_ranks_refuse_the_streamed_strategy_in_one_line(two_ranks):
+    assert two_ranks["streamed"] == {"refused": (
+        "offload strategy: 'streamed' (asked) runs one rank, not world size 2; accepted with "
+        "data parallelism: host_optimizer")}

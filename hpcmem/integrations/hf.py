@@ -19,6 +19,16 @@ state is loaded (the host optimizer takes it over). Checkpoints while training
 (:mod:`hpcmem.um.host_optimizer.checkpoint`). The memory closes when ``train()`` returns or
 raises, which gives a budget's fp32 weights back to the model.
 
+Data-parallel ranks (``torchrun``'s variables, as ``Trainer`` reads them; each rank one GPU,
+``UnifiedMemory(device=LOCAL_RANK)``) shard the data as ``Trainer`` does, so the
+global batch is ``per_device_train_batch_size`` x ``world_size``. Under a budget the model
+is not wrapped in ``DistributedDataParallel`` (``_wrap_model``: ``accelerate`` prepares it
+for mixed precision only) and attaches over the default process group: the strategy averages
+the gradients over the ranks itself, which a DDP wrap would do a second time. Checkpoints
+gather the sharded state on every rank, rank 0 writing it. Without a budget several ranks
+are ``Trainer``'s own DDP, the memory choosing the pools only. One process driving several
+GPUs (``n_gpu > 1``, ``DataParallel``) is refused.
+
 For a subclass of ``Trainer`` (TRL's ``SFTTrainer``, say), put :class:`UnifiedMemoryMixin`
 first: ``class MyTrainer(UnifiedMemoryMixin, SFTTrainer)``.
 """
@@ -28,7 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 from hpcmem.integrations import require
-from hpcmem.integrations.training import attach, refuse_under_budget
+from hpcmem.integrations.training import attach, check_device, refuse_under_budget
 from hpcmem.um.budget.offload import Offload
 from hpcmem.um.errors import UnifiedMemoryError
 from hpcmem.um.memory import MemoryScopes
@@ -63,6 +73,14 @@ class UnifiedMemoryMixin:
             with self.memory.params():
                 super()._move_model_to_device(model, device)
 
+    def _wrap_model(self, model: Any, training: bool = True, dataloader: Any = None) -> Any:
+        """``Trainer``'s wrap; under a budget ``accelerate``'s preparation for mixed precision
+        alone (``evaluation_mode``: no ``DistributedDataParallel``; ``Trainer`` then prepares
+        the optimizer and leaves the prepared model): the strategy averages the gradients."""
+        if self.memory.gpu_budget is None:
+            return super()._wrap_model(model, training, dataloader)
+        return self.accelerator.prepare_model(model, device_placement=False, evaluation_mode=True)
+
     def training_step(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         """One micro-batch's forward and backward inside ``memory.activations()``."""
         if not self._attached:
@@ -73,6 +91,25 @@ class UnifiedMemoryMixin:
             self._attached = True
         with self.memory.activations():
             return super().training_step(model, inputs, *args, **kwargs)
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """``Trainer._save`` (rank 0 writes), every rank joining the gather of the weights."""
+        if self._gathering() and state_dict is None:
+            self.model.state_dict()
+        super()._save(output_dir, state_dict)
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        """``Trainer``'s (rank 0 writes), every rank joining the gather of the optimizer
+        state."""
+        if self._gathering():
+            self.optimizer.state_dict()
+        super()._save_optimizer_and_scheduler(output_dir)
+
+    def _gathering(self) -> bool:
+        """Whether this rank writes nothing while its state dicts gather the ranks' shards
+        (under a budget, attached, not the writing rank): it must call them as rank 0 does."""
+        return (self._attached and self.memory.gpu_budget is not None
+                and not self.args.should_save)
 
     def prediction_step(self, *args: Any, **kwargs: Any) -> Any:
         """``Trainer.prediction_step``; refused under a budget."""
@@ -97,11 +134,12 @@ class UnifiedMemoryTrainer(UnifiedMemoryMixin, hf_trainer.Trainer):
 
 def _check_arguments(args: Any, memory: MemoryScopes) -> None:
     """Refuse ``TrainingArguments`` the job's memory cannot train with."""
-    if args.n_gpu > 1 or args.world_size > 1:
+    if args.n_gpu > 1:
         raise UnifiedMemoryError(
-            f"UnifiedMemoryTrainer: one process on one GPU (n_gpu={args.n_gpu}, "
-            f"world_size={args.world_size}); set CUDA_VISIBLE_DEVICES to one device"
+            f"UnifiedMemoryTrainer n_gpu={args.n_gpu}: one GPU a process is accepted; set "
+            "CUDA_VISIBLE_DEVICES to one device, or start a rank per GPU (torchrun, srun)"
         )
+    check_device(memory, args.device, "TrainingArguments.device")
     if args.fp16:
         refuse_under_budget(memory, "fp16=True", "a loss scaler reads the gradients after "
                             "backward, when they have left the GPU,", "train with bf16=True")

@@ -19,8 +19,17 @@ batch hooks enclose the optimizer step too. Lightning's automatic optimization p
 forward and backward to ``optimizer.step(closure)``; the budget strategies run the closure
 first, as torch.optim does.
 
-Subclasses ``lightning.pytorch``'s ``SingleDeviceStrategy`` (``pytorch_lightning``'s when
-only that is installed): use the ``Trainer`` of the same package.
+Data-parallel: ``devices=N``, ``num_nodes``, under Lightning's own launch, ``torchrun`` or
+Slurm (each rank one GPU, its ``UnifiedMemory(device=LOCAL_RANK)``): the strategy is
+Lightning's ``DDPStrategy`` (its launch, process group, distributed sampler: each rank
+``batch_size`` rows of the global batch), but under a budget the module is not wrapped in
+``DistributedDataParallel``: the budget strategy averages the gradients over the default
+process group itself, which DDP would do a second time. Without a budget several ranks are
+plain DDP, the memory choosing the pools only. One process launches nothing, joins no process
+group, wraps nothing and keeps its loaders' samplers, as ``SingleDeviceStrategy``.
+
+Subclasses ``lightning.pytorch``'s ``DDPStrategy`` (``pytorch_lightning``'s when only that is
+installed): use the ``Trainer`` of the same package.
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from hpcmem.integrations import IntegrationError, require
-from hpcmem.integrations.training import attach, refuse_under_budget
+from hpcmem.integrations.training import attach, check_device, refuse_under_budget
 from hpcmem.um.budget.offload import Offload
 from hpcmem.um.errors import UnifiedMemoryError
 from hpcmem.um.memory import MemoryScopes
@@ -46,25 +55,51 @@ BF16_AUTOCAST = "bf16-mixed"
 LOSS_SCALED = "16-mixed"
 
 
-class UnifiedMemoryStrategy(pl.strategies.SingleDeviceStrategy):
-    """One GPU, ``memory``'s pools and budget (module docstring).
+class UnifiedMemoryStrategy(pl.strategies.DDPStrategy):
+    """``memory``'s pools and budget on each rank's GPU (module docstring).
 
     ``offload`` : the budget's :class:`~hpcmem.um.budget.offload.Offload` (None: planned, bf16
         working weights under ``precision="bf16-mixed"``); its micro-batches are the
         trainer's ``accumulate_grad_batches``.
-    ``device`` : None: ``memory``'s GPU.
+    ``kwargs`` : ``DDPStrategy``'s (used without a budget, over several ranks).
 
     ``memory_stats`` holds ``memory.stats()`` as training ended, before the memory closed.
     """
 
     def __init__(self, memory: MemoryScopes, offload: Offload | None = None,
-                 device: Any = None, **kwargs: Any) -> None:
-        super().__init__(device=device or f"cuda:{memory.device_index}", **kwargs)
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.memory = memory
         self.offload = offload
         self.memory_stats: dict[str, Any] | None = None
         self._attached = False
         self._open = ExitStack()  # the micro-batch's scope, from training_step to backward
+
+    @property
+    def _several(self) -> bool:
+        """Whether the trainer runs several ranks."""
+        return self.num_nodes * self.num_processes > 1
+
+    def _configure_launcher(self) -> None:
+        """Lightning's launch of several ranks; none for one process."""
+        if self._several:
+            super()._configure_launcher()
+
+    def setup_environment(self) -> None:
+        """This rank's GPU (``memory``'s), then its process group (several ranks only)."""
+        check_device(self.memory, self.root_device, "Trainer devices")
+        super().setup_environment()
+
+    def setup_distributed(self) -> None:
+        """Lightning's process group over several ranks; one process joins none."""
+        if self._several:
+            super().setup_distributed()
+
+    def configure_ddp(self) -> None:
+        """``DistributedDataParallel`` over several ranks without a budget; under one the
+        module stays as it is (the strategy averages the gradients over the ranks)."""
+        if self._several and self.memory.gpu_budget is None:
+            super().configure_ddp()
 
     def model_to_device(self) -> None:
         """Into the params pool; under a budget nowhere: attaching places the model."""
@@ -75,6 +110,8 @@ class UnifiedMemoryStrategy(pl.strategies.SingleDeviceStrategy):
     def setup(self, trainer: Any) -> None:
         """Lightning's set-up (the model moved, the optimizers made), refusing what the
         memory cannot fit with."""
+        if not self._several:  # one process: the loaders as given, not Lightning's
+            trainer._accelerator_connector.use_distributed_sampler = False  # shuffled shards
         fitting = trainer.state.fn == pl.trainer.states.TrainerFn.FITTING
         if not fitting:
             refuse_under_budget(self.memory, f"trainer.{trainer.state.fn.value}()",

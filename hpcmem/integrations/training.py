@@ -10,6 +10,9 @@ silently wrong:
   bucket, by the time a trainer clips them: it would clip nothing);
 * a loss scaler (fp16: it reads the gradients after backward);
 * evaluation (the strategies place the weights for training steps only).
+
+Over several data-parallel ranks each rank's memory must be on that rank's GPU
+(:func:`check_device`); the strategy takes the default process group.
 """
 
 from __future__ import annotations
@@ -18,10 +21,10 @@ from dataclasses import replace
 from typing import Any
 
 from hpcmem.um.budget.offload import Offload
-from hpcmem.um.errors import BudgetError
+from hpcmem.um.errors import BudgetError, UnifiedMemoryError
 from hpcmem.um.memory import MemoryScopes
 
-__all__ = ["attach", "refuse_under_budget", "trainer_offload"]
+__all__ = ["attach", "check_device", "refuse_under_budget", "trainer_offload"]
 
 
 def trainer_offload(offload: Offload | None, *, micro_batches: int, bf16: bool) -> Offload:
@@ -72,3 +75,13 @@ def refuse_under_budget(memory: MemoryScopes, setting: str, why: str, fix: str) 
     honour (a no-op without a budget)."""
     if memory.gpu_budget is not None:
         raise BudgetError(f"{setting}: {why} under a gpu_budget; {fix}")
+
+
+def check_device(memory: MemoryScopes, device: Any, setting: str) -> None:
+    """Refuse a trainer whose rank trains on another GPU (``device``, its ``setting``) than
+    ``memory``'s: a rank's memory is on that rank's GPU."""
+    if device.type == "cuda" and device.index not in (None, memory.device_index):
+        raise UnifiedMemoryError(
+            f"UnifiedMemory device={memory.device_index}: this rank trains on {device} "
+            f"({setting}); accepted: device={device.index}, the rank's GPU (LOCAL_RANK)"
+        )
