@@ -15,6 +15,12 @@ hooks the calls themselves:
 * ``optimizer.load_state_dict(sd)``: the state into the buckets, the hyperparameters by
   PyTorch's own load; the optimizer keeps no state of its own.
 
+A load is checked whole before anything is written, so a checkpoint of another model is
+refused in one line (:class:`~hpcmem.um.errors.BudgetError`, naming the entry and its shape
+or count) and leaves the masters and state as they were: a parameter's shape, one missing
+or not the model's under ``strict``, the optimizer's param groups and their sizes, a
+state's shape.
+
 Both are whole on every rank (a rank's shards gathered; each rank takes its shard back from
 a whole one), the state dicts an unbudgeted job writes: a checkpoint resumes on any number
 of ranks, or with no budget at all. Each call waits for the host's outstanding steps first
@@ -27,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from hpcmem.um.errors import BudgetError
 from hpcmem.um.host_optimizer.host import HostBuckets
 
 __all__ = ["Checkpoints"]
@@ -75,11 +82,25 @@ class Checkpoints:
                         state_dict[prefix + name] = bucket.slot(master, position)
 
     def _model_loading(self, module: Any, state_dict: dict[str, Any], prefix: str,
-                       *args: Any) -> None:
+                       local_metadata: Any, strict: bool, *args: Any) -> None:
+        if strict:
+            _refuse_keys(module, state_dict, prefix)
+        loaded = []
+        for bucket in self.host.buckets:
+            values = []
+            for param in bucket.params:
+                key = next((prefix + n for n in self._names.get(id(param), ())
+                            if prefix + n in state_dict), None)
+                value = None if key is None else state_dict[key]
+                if value is not None and tuple(value.shape) != tuple(param.shape):
+                    raise BudgetError(
+                        f"load_state_dict: {key!r} is {tuple(value.shape)} in the checkpoint, "
+                        f"not the model's {tuple(param.shape)} (a checkpoint of another "
+                        "model?); nothing was loaded")
+                values.append(value)
+            loaded.append(values)
         self._settle()
-        for index, bucket in enumerate(self.host.buckets):
-            values = [next((state_dict[prefix + n] for n in self._names.get(id(p), ())
-                            if prefix + n in state_dict), None) for p in bucket.params]
+        for index, values in enumerate(loaded):
             self.host.load_weights(index, values)
         self._reload()
 
@@ -97,11 +118,49 @@ class Checkpoints:
     def _optimizer_loading(self, optimizer: Any, state_dict: dict[str, Any]) -> dict[str, Any]:
         """The state into the buckets; PyTorch's load then takes the param groups only (it
         would make the state on the device, in the working dtype)."""
-        self._settle()
-        saved = [i for group in state_dict["param_groups"] for i in group["params"]]
+        groups = state_dict["param_groups"]
+        sizes = [len(g["params"]) for g in groups]
+        ours = [len(g["params"]) for g in optimizer.param_groups]
+        if sizes != ours:
+            raise BudgetError(f"optimizer.load_state_dict: param groups of {sizes} parameters "
+                              f"in the checkpoint, not the optimizer's {ours} (a checkpoint of "
+                              "another model?); nothing was loaded")
+        saved = [i for group in groups for i in group["params"]]
         by_param = {id(p): state_dict["state"].get(i)
                     for p, i in zip((p for g in optimizer.param_groups for p in g["params"]),
-                                    saved, strict=False)}
+                                    saved, strict=True)}
+        for param in (p for g in optimizer.param_groups for p in g["params"]):
+            for key, value in (by_param[id(param)] or {}).items():
+                if getattr(value, "dim", lambda: 0)() and tuple(value.shape) != tuple(
+                        param.shape):
+                    raise BudgetError(
+                        f"optimizer.load_state_dict: state {key!r} is {tuple(value.shape)} in "
+                        f"the checkpoint, not its parameter's {tuple(param.shape)} (a "
+                        "checkpoint of another model?); nothing was loaded")
+        self._settle()
         self.host.take_states(lambda param: by_param.get(id(param)))
         self._reload()
         return {**state_dict, "state": {}}
+
+
+def _refuse_keys(module: Any, state_dict: dict[str, Any], prefix: str) -> None:
+    """Under ``strict``, refuse a state dict that lacks an entry of ``module``'s or has one it
+    lacks, as PyTorch's load would, but before anything is written."""
+    import torch
+
+    expected = {prefix + name for name, _ in module.named_parameters(remove_duplicate=False)}
+    for name, sub in module.named_modules(remove_duplicate=False):
+        at = f"{prefix}{name}." if name else prefix
+        expected |= {at + b for b, value in sub._buffers.items()
+                     if value is not None and b not in sub._non_persistent_buffers_set}
+        if type(sub).get_extra_state is not torch.nn.Module.get_extra_state:
+            expected.add(at + "_extra_state")
+    given = {key for key in state_dict if key.startswith(prefix)}
+    missing, extra = expected - given, given - expected
+    for keys, what in ((missing, "missing from"), (extra, "not the model's but in")):
+        if keys:
+            shown = ", ".join(repr(k) for k in sorted(keys)[:3])
+            more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+            raise BudgetError(f"load_state_dict: {shown}{more} {what} the checkpoint (a "
+                              "checkpoint of another model?); accepted: the model's own "
+                              "entries, or strict=False; nothing was loaded")
