@@ -241,7 +241,9 @@ def hbm_job(fleet: Fleet) -> dict[str, Any]:
           guest)
     output = fleet.scratch / f"job-{job}.out"
     records = fleet.scratch / "records.jsonl"
-    return {"job": job, "sacct": sacct(), "output": output.read_text() if output.exists() else "",
+    said = output.read_text() if output.exists() else ""
+    assert records.exists(), f"job {job} ({sacct()}) wrote no records:\n{said[-3000:]}"
+    return {"job": job, "sacct": sacct(), "output": said,
             "slurmd": (fleet.scratch / "slurmd-version").read_text().strip(),
             "records": [json.loads(line) for line in records.read_text().splitlines()]}
 

@@ -114,12 +114,11 @@ class Guest:
         if self.found is not None:
             return self.found
         deadline = self.started + GUEST_SECONDS
-        done = self.out / "command.rc", self.out / "rc"
-        while not any(path.exists() for path in done) and self.process.poll() is None:
+        while (status := self._status()) is None and self.process.poll() is None:
             assert time.monotonic() < deadline, f"{self.topology}: no result in {GUEST_SECONDS} s"
             time.sleep(1)
         seconds = round(time.monotonic() - self.started, 1)
-        status = next((path.read_text().strip() for path in done if path.exists()), "none")
+        status = status or self._status() or "none"
         log = self.out / "guest.log"
         assert status == "0", (f"{self.topology}: exit {status}, boot {self.process.poll()}\n"
                                + (log.read_text()[-4000:] if log.exists() else ""))
@@ -128,6 +127,14 @@ class Guest:
         print(f"{self.topology}: {seconds} s on the host, guest {checks['seconds']}")
         self.found = checks
         return checks
+
+    def _status(self) -> str | None:
+        """The guest command's exit status once written (a file the guest is still writing
+        reads empty), or None."""
+        for path in (self.out / "command.rc", self.out / "rc"):
+            if path.exists() and (text := path.read_text().strip()):
+                return text
+        return None
 
     def stop(self) -> None:
         """Ask a guest that serves Slurm jobs to power off; end the VM (its QEMU too, which

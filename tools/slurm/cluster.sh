@@ -662,7 +662,7 @@ do_vm_node() {
   out="$(realpath -m "$1")"
   shift
   mkdir -p "$out"
-  rm -f "$out/stop" "$out/command.rc"
+  rm -f "$out/stop" "$out/command.rc" "$out/command.rc.part"
   install -m 600 "$(munge_key)" "$out/munge.key"
   exec python3 "$REPO/tools/vm/boot.py" --timeout "${HPCMEM_VM_TIMEOUT:-3600}" \
     --share-rw "$STATE/log" --host-port "$CTLD_PORT" --guest-port "$VM_PORT" "${VM_OPTIONS[@]}" \

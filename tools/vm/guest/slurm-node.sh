@@ -22,7 +22,8 @@ slurmd -N "$node" --conf-server "127.0.0.1:$port"
 echo "slurm-node: slurmd of $node started"
 rc=0
 [ $# -eq 0 ] || "$@" || rc=$?
-echo $rc >/mnt/out/command.rc
+# whole or not at all: the host polls for it
+echo $rc >/mnt/out/command.rc.part && mv /mnt/out/command.rc.part /mnt/out/command.rc
 until [ -e /mnt/out/stop ]; do sleep 1; done
 kill "$(cat "$state/run/slurmd-$node.pid")"
 exit $rc
