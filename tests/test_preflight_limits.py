@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from hpcmem.errors import BadInputError
+from hpcmem.slurm.facts import QueuedJob, queued_jobs
 from hpcmem.slurm.limit_checks import job_findings, sweep_findings
 from hpcmem.slurm.limits import Limits, applying
 from hpcmem.slurm.requests import Grouping, JobRequest, SweepRequest
@@ -44,6 +45,28 @@ def test_points_after_one_build_are_queued_together_up_to_jobs() -> None:
     assert setting == "jobs: 50"
     assert problem.startswith("lets 4 Slurm jobs be queued at once (the run submits 6, at most "
                               "4 at a time), more than QOS 'bench' allows (MaxSubmitJobsPU=3)")
+
+
+def test_jobs_queued_already_count_against_max_submit_jobs() -> None:
+    needs = (frozenset(), *[frozenset({0})] * 2, frozenset({1, 2}))
+    jobs = tuple(JobRequest(f"job{i}") for i in range(4))
+    bench = (Limits("QOS 'bench'", counts={"MaxSubmitJobsPU": 3}),)
+    limits = [[bench]] * 4
+    sweep = SweepRequest(jobs, needs, most_at_once=50)
+    assert list(sweep_findings(sweep, limits, [[bench]])) == []  # 2 at once beside 1: 3
+    [(setting, problem)] = sweep_findings(sweep, limits, [[bench]] * 2 + [[(OWN,)]])
+    assert setting == "jobs: 50" and problem == (
+        "lets 2 Slurm jobs be queued at once (the run submits 4, at most 2 at a time), more "
+        "than QOS 'bench' allows (MaxSubmitJobsPU=3) beside the 2 of your jobs queued already "
+        "(squeue --me): sbatch refuses the jobs past it; set jobs: 1 or fewer")
+    [(_, full)] = sweep_findings(sweep, limits, [[bench]] * 3)
+    assert full.endswith("queued already (squeue --me): sbatch refuses the jobs past it; "
+                         "wait for your queued jobs to end")
+
+
+def test_squeues_lines_of_the_users_jobs_are_read() -> None:
+    assert queued_jobs("12|batch|HPC|Normal\nnot a job\n13|hbm|hpc|bench\n") == (
+        QueuedJob("12", "batch", "hpc", "normal"), QueuedJob("13", "hbm", "hpc", "bench"))
 
 
 @pytest.mark.parametrize(("text", "amounts"), [

@@ -6,8 +6,8 @@ group or the whole sweep, is refused by `hpcmem preflight` in under 5 s: one lin
 problem naming the setting, the limit and the value, exit 2, nothing submitted (neither
 sacct nor squeue knows a job from the run's folder). Points grouped one per job past
 MaxSubmitJobsPU name the group-components that fit; grouped as the template groups them
-they pass. Each case has a QOS or an account of
-its own, so no limit reaches another test.
+they pass, unless the user's jobs queued already fill the limit. Each case has a QOS or an
+account of its own, so no limit reaches another test.
 """
 
 from __future__ import annotations
@@ -118,6 +118,27 @@ def test_points_grouped_within_max_submit_jobs_pass(slurm_cluster: SlurmCluster,
         "slurm-qos": "limsubmit", "default-resources__slurm_account": "limqos"})
     result = preflight(slurm_cluster, profile, workdir)
     assert result.returncode == 0, result.stdout
+
+
+def test_jobs_queued_already_count_against_max_submit_jobs(slurm_cluster: SlurmCluster,
+                                                            workdir: Path,
+                                                            tmp_path: Path) -> None:
+    # the sweep that passes above, beside two jobs of the user's queued (held) already
+    limited_qos(slurm_cluster, "limqueued", "MaxSubmitJobsPU=2")
+    limited_account(slurm_cluster, "limqueue", "limqueued")
+    profile = site_profile(tmp_path / "hpcmem", slurm_cluster, THREE_POINTS, jobs=2, **{
+        "slurm-qos": "limqueued", "default-resources__slurm_account": "limqueue"})
+    held = [slurm_cluster.run("sbatch", "--parsable", "--hold", "-A", "limqueue", "-q",
+                              "limqueued", "-p", "batch", "--wrap", "true").stdout.strip()
+            for _ in range(2)]
+    try:
+        [line] = refused(slurm_cluster, profile, workdir)
+    finally:
+        slurm_cluster.run("scancel", *held)
+    assert line.startswith("jobs: 2 lets 1 Slurm jobs be queued at once"), line
+    assert line.endswith("more than QOS 'limqueued' allows (MaxSubmitJobsPU=2) beside the 2 "
+                         "of your jobs queued already (squeue --me): sbatch refuses the jobs "
+                         "past it; wait for your queued jobs to end"), line
 
 
 def test_an_association_max_jobs_exceeded_by_the_sweep_is_refused(

@@ -30,11 +30,13 @@ __all__ = [
     "ClusterFacts",
     "NodeFacts",
     "PartitionFacts",
+    "QueuedJob",
     "SlurmCommandError",
     "cluster_facts",
     "gpu_count",
     "node_facts",
     "partition_facts",
+    "queued_jobs",
     "slurm_command",
 ]
 
@@ -42,6 +44,8 @@ __all__ = [
 COMMAND_TIMEOUT = 60
 _PARTITIONS = ("scontrol", "show", "partition", "-o")
 _NODES = ("sinfo", "-h", "-N", "-a", "-o", "%R|%N|%c|%m|%G|%f")
+#: the user's jobs in the queue (pending, running, ...: what MaxSubmitJobs counts); then USER
+_QUEUED = ("squeue", "-h", "-o", "%i|%P|%a|%q", "-u")
 #: the most CPUs, or MB of memory, a node may have (Slurm counts both in 64 bits)
 _MOST = 2**63 - 1
 
@@ -130,6 +134,16 @@ class Association:
 
 
 @dataclass(frozen=True)
+class QueuedJob:
+    """One of the user's jobs in the queue already (pending or running), as squeue lists it."""
+
+    job_id: str
+    partition: str
+    account: str
+    qos: str
+
+
+@dataclass(frozen=True)
 class ClusterFacts:
     """Everything the preflight compares a run's jobs with."""
 
@@ -146,6 +160,10 @@ class ClusterFacts:
     accounting_disabled: bool = False
     #: why ``sacctmgr`` could not list the accounts and QOS, or None
     accounting_error: str | None = None
+    #: the user's jobs in the queue already (None: squeue could not list them)
+    queued: tuple[QueuedJob, ...] | None = ()
+    #: why squeue could not list them, or None
+    queue_error: str | None = None
 
     @property
     def knows_associations(self) -> bool:
@@ -228,6 +246,18 @@ def node_facts(line: str) -> tuple[str, NodeFacts]:
         gpus=gpu_count(gres),
         features=frozenset(f for f in features.split(",") if f and f != "(null)"),
     )
+
+
+def queued_jobs(text: str) -> tuple[QueuedJob, ...]:
+    """The jobs of ``squeue -h -o %i|%P|%a|%q -u USER`` output (lines of other shapes left
+    out), their account and QOS in lower case as sacctmgr lists them."""
+    jobs = []
+    for line in filter(None, text.splitlines()):
+        fields = line.split("|")
+        if len(fields) == 4:
+            job_id, partition, account, qos = fields
+            jobs.append(QueuedJob(job_id, partition, account.lower(), qos.lower()))
+    return tuple(jobs)
 
 
 def _lines(args: tuple[str, ...]) -> list[str]:
@@ -331,6 +361,10 @@ def cluster_facts(user: str) -> ClusterFacts:
     enforce = frozenset(f for f in config.get("AccountingStorageEnforce", "").split(",")
                         if f and f != "none")
     facts = ClusterFacts(name=name, user=user, enforce=enforce, partitions=_partitions())
+    try:
+        facts = replace(facts, queued=queued_jobs(slurm_command(*_QUEUED, user)))
+    except SlurmCommandError as error:
+        facts = replace(facts, queued=None, queue_error=str(error))
     if config.get("AccountingStorageType", "").endswith("/none"):
         return replace(facts, accounting_disabled=True)
     try:

@@ -19,7 +19,7 @@ from hpcmem.slurm.facts import Association, ClusterFacts, PartitionFacts
 from hpcmem.slurm.limits import Limits, applying
 from hpcmem.slurm.requests import Grouping, JobRequest, RunSettings, SweepRequest
 
-__all__ = ["Finding", "job_findings", "limit_chains", "sweep_findings"]
+__all__ = ["Finding", "job_findings", "limit_chains", "queued_chains", "sweep_findings"]
 
 #: the setting a line names, and what is wrong with it
 Finding = tuple[str, str]
@@ -148,9 +148,26 @@ def _crowded_finding(sweep: SweepRequest, crowded: _Crowded, limit: str) -> Find
             f"than {limit}: set group-components: {grouping.name}={crowded.needed} or more")
 
 
-def sweep_findings(sweep: SweepRequest, chains: Sequence[Sequence[tuple[Limits, ...]]]
+def queued_chains(facts: ClusterFacts) -> list[list[tuple[Limits, ...]]]:
+    """The limits that apply to each of the user's jobs in the queue already."""
+    return [limit_chains(JobRequest("queued", qos=job.qos), RunSettings(), facts, job.account,
+                         facts.partitions.get(job.partition))
+            for job in facts.queued or ()]
+
+
+def _already(queued: Sequence[Sequence[tuple[Limits, ...]]], source: str, name: str) -> int:
+    """How many jobs of ``queued`` (each job's limit chains) count against ``source``'s
+    ``name``."""
+    return sum(any(limits.source == source for chain in chains
+                   for limits in applying(chain, name)) for chains in queued)
+
+
+def sweep_findings(sweep: SweepRequest, chains: Sequence[Sequence[tuple[Limits, ...]]],
+                   queued: Sequence[Sequence[tuple[Limits, ...]]] = ()
                    ) -> Iterator[Finding]:
-    """Job count limits the run's jobs together go past; ``chains``: each job's limits.
+    """Job count limits the run's jobs together go past; ``chains``: each job's limits,
+    ``queued``: those of each of the user's jobs in the queue already, which count against
+    its MaxSubmitJobs limits too.
 
     The jobs of a wave are queued together: past a MaxSubmitJobs limit sbatch refuses the
     rest, or (``jobs:`` at most the limit) they wait their turn, as they do past ``jobs:``.
@@ -171,16 +188,21 @@ def sweep_findings(sweep: SweepRequest, chains: Sequence[Sequence[tuple[Limits, 
     crowding: list[tuple[_Crowded, str]] = []
     for (source, name), (bound, jobs) in counted.items():
         doing = _COUNT_FIELDS[name]
-        limit = f"{source} allows ({name}={bound})"
-        if doing == "queued" and (crowded := _crowded(sweep, waves, jobs, bound)):
+        already = _already(queued, source, name) if doing == "queued" else 0
+        room = bound - already
+        limit = f"{source} allows ({name}={bound})" + (
+            f" beside the {already} of your jobs queued already (squeue --me)" if already
+            else "")
+        if doing == "queued" and room > 0 and (crowded := _crowded(sweep, waves, jobs, room)):
             crowding.append((crowded, limit))
             continue
         at_once = _widest(waves, jobs) if most is None else min(most, _widest(waves, jobs))
-        if at_once <= bound:
+        if at_once <= room:
             continue
         then = ("sbatch refuses the jobs past it" if doing == "queued"
                 else "the jobs past it pend")
-        fix = f"; set jobs: {bound} or fewer" if bound else ""
+        fix = (f"; set jobs: {room} or fewer" if room > 0 else
+               "; wait for your queued jobs to end" if already else "")
         yield setting, (f"lets {at_once} Slurm jobs be {doing} at once (the run submits "
                         f"{len(sweep.jobs)}, at most {widest} at a time), more than {limit}: "
                         f"{then}{fix}")

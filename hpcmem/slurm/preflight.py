@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 
 from hpcmem.slurm.facts import ClusterFacts, PartitionFacts
-from hpcmem.slurm.limit_checks import job_findings, limit_chains, sweep_findings
+from hpcmem.slurm.limit_checks import job_findings, limit_chains, queued_chains, sweep_findings
 from hpcmem.slurm.requests import Grouping, GroupRequest, JobRequest, RunSettings, SweepRequest
 
 __all__ = ["GroupRequest", "Grouping", "JobRequest", "RunSettings", "SweepRequest", "check",
@@ -237,7 +237,7 @@ def _check_sweep(sweep: SweepRequest, settings: RunSettings, facts: ClusterFacts
     chains = [limit_chains(job, settings, facts, _effective_account(job, settings, facts),
                            facts.partitions.get(job.partition or facts.default_partition or ""))
               for job in sweep.jobs]
-    for head, tail in sweep_findings(sweep, chains):
+    for head, tail in sweep_findings(sweep, chains, queued_chains(facts)):
         problems.add(head, tail)
 
 
@@ -276,6 +276,8 @@ def summary_line(requests: Iterable[JobRequest], settings: RunSettings, facts: C
     qos = {q for r in requests for q in (r.qos, settings.qos) if q} or {"(default)"}
     checked = "; accounts and QOS not checked: accounting is disabled" \
         if facts.accounting_disabled else ""
+    if sweep is not None and facts.queued is None:
+        checked += f"; your jobs queued already not counted: {facts.queue_error}"
     jobs = _submissions(sweep) if sweep is not None else ""
     return (f"{len({r.rule for r in requests})} rules fit cluster {facts.name!r}: partitions "
             f"{_listed(partitions)}; accounts {_listed(accounts)}; QOS {_listed(qos)}{jobs}"
