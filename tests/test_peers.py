@@ -18,9 +18,11 @@ import pytest
 from conftest import REPO
 
 from hpcmem.cli import main
+from hpcmem.draw.plots import new_figure
+from hpcmem.peers.floor import bars, draw
 from hpcmem.peers.tables import Work, rows
 from hpcmem.results.aggregate import aggregate
-from hpcmem.results.summary import benchmark_points
+from hpcmem.results.summary import benchmark_points, read_summary
 
 RESULTS = REPO / "benchmarks" / "results"
 #: cuda, ZeRO-2 and ZeRO-3 with offload, FSDP2 offload and hpcmem, GPT-2-large and Llama
@@ -62,7 +64,8 @@ def test_peer_records_aggregate_report_and_check_like_the_others(tmp_path: Path)
     figures = {row["figure"]: row for row in json.loads(verdict.read_text())["figures"]}
     section = _section(page)
     assert 'alt="peers: step time against GPU memory held"' in section
-    assert section.count("<table>") == 2  # GPT-2-large and Llama, 8 x 1024 tokens
+    # GPT-2-large and Llama, 8 x 1024 tokens, and the smallest budget's
+    assert section.count("<table>") == 3
     for model in ("gpt2-large", "llama-0.9b"):
         ours, zero = _step(records, "hpcmem", model), _step(records, "deepspeed", model)
         assert f"{ours:.1f}" in section and f"{ours / zero:.2f}x" in section
@@ -355,3 +358,54 @@ def test_a_work_with_records_without_a_mean_compares_on_the_median(tmp_path: Pat
         _section(page))
     with (summary / "peers_step_time.csv").open() as written:
         assert {line["step_basis"] for line in csv.DictReader(written)} == {"mixed"}
+
+
+def test_the_smallest_budget_sets_hpcmems_floor_beside_each_peers_peak(tmp_path: Path) -> None:
+    def offload(floor: int) -> dict:
+        return {"offload": {"strategy": "host_optimizer", "probe_bytes": floor}}
+
+    refused = {"status": "failed", "reason": "BudgetTooSmallError: gpu_budget: below"}
+    runs = [  # batch 8: every kind of entry; 16: a refusal only; 32: no floor recorded
+        _run("cuda", [50.0], checkpointing=False, nvml_peak_bytes=30 * GIB,
+             peak_reserved_bytes=28 * GIB),
+        _run("deepspeed", [400.0], peak_reserved_bytes=9 * GIB),
+        {**_run("fsdp2", [1.0]), "status": "failed", "reason": "OutOfMemoryError: CUDA oom"},
+        {**_run("hpcmem", [130.0]), **refused, "gpu_budget": 6 * GIB,
+         "budget_minimum_bytes": int(7.5 * GIB)},
+        {**_run("hpcmem", [130.0]), "gpu_budget": 10 * GIB, "memory": offload(int(7.25 * GIB))},
+        {**_run("hpcmem", [1.0]), **refused, "batch": 16, "budget_minimum_bytes": int(6.5 * GIB)},
+        _run("megatrain", [900.0], checkpointing=False, batch=32, nvml_peak_bytes=18 * GIB),
+        {**_run("hpcmem", [1.0]), "batch": 32, "status": "failed", "reason": "RuntimeError: x"},
+    ]
+    records, summary, page = tmp_path / "hf.jsonl", tmp_path / "summary", tmp_path / "r.html"
+    records.write_text("".join(json.dumps(run) + "\n" for run in runs))
+    assert main(["aggregate", str(records), "--out", str(summary)]) == 0
+    assert main(["report", str(summary), "--out", str(page)]) == 0
+    section = _section(page)
+    figure = section[section.index("The smallest budget</h3>"):]
+    assert "alt=\"peers: hpcmem&#x27;s least budget against each peer&#x27;s peak" in figure
+    shown = [[cell.split(">", 1)[1] for cell in row.split("</td>")[:-1]]
+             for row in figure.split("<tr>")[2:]]
+    assert shown == [
+        ["m, bf16, 8 x 1024 tokens per step", "hpcmem: least budget accepted", "7.25",
+         "the probe&#x27;s floor in a run it accepted (10.00 GiB budget)"],
+        ["m, bf16, 8 x 1024 tokens per step", "cuda, no limit", "30.00", "NVML per-process peak"],
+        ["m, bf16, 8 x 1024 tokens per step", "DeepSpeed ZeRO-2 + offload_optimizer cpu",
+         "9.00", "PyTorch reserved peak (no NVML)"],
+        ["m, bf16, 8 x 1024 tokens per step", "FSDP2 + CPUOffloadPolicy", "-",
+         "failed: OutOfMemoryError: CUDA oom"],
+        ["m, bf16, 16 x 1024 tokens per step", "hpcmem: least budget accepted", "6.50",
+         "the probe&#x27;s floor in a run it refused (8.00 GiB budget)"],
+        ["m, bf16, 32 x 1024 tokens per step", "hpcmem: least budget accepted", "-",
+         "unknown: no run recorded the probe&#x27;s floor"],
+        ["m, bf16, 32 x 1024 tokens per step", "MegaTrain, layers streamed from host memory",
+         "18.00", "NVML per-process peak"],
+    ]
+    read = read_summary(summary)
+    drawn = bars(benchmark_points(read.points, "peers"), benchmark_points(read.skipped, "peers"))
+    for work, said in zip(drawn, (["failed (the table says why)"], [], ["floor unknown"]),
+                          strict=True):
+        _figure, (axes,) = new_figure(4, 3)
+        draw(axes, drawn[work])
+        assert [text.get_text().strip() for text in axes.texts
+                if not text.get_text().strip()[0].isdigit()] == said

@@ -41,3 +41,6 @@ class Reporting:
     #: the report draws this section only where the summary holds the benchmark's points or
     #: records left out; otherwise always (saying there are none)
     optional: bool = False
+    #: the HTML drawn from these points with the benchmark's records left out of them (its
+    #: rows of ``skipped.csv``: failed and skipped runs), placed after ``section``; None: none
+    left_out_section: Callable[[pd.DataFrame, pd.DataFrame], str] | None = None

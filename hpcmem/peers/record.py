@@ -13,7 +13,8 @@ bf16, one micro-batch, each variant's own checkpointing, one GPU: ``world_size``
 data-parallel run's record, merged by its rank 0, has ``world_size``, ``ranks`` and
 ``host_peak_bytes``), hpcmem's per-step accounting
 (``memory.offload``) is lifted to the top level under the names ``hpcmem train`` records use,
-and the loss curve gives ``final_loss`` (its last step's) and ``loss_steps`` (its length).
+with its probe's floor (``probe_bytes``: the least budget it accepts) as :data:`FLOOR`, and
+the loss curve gives ``final_loss`` (its last step's) and ``loss_steps`` (its length).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from hpcmem.errors import clip
 from hpcmem.peers.variants import CHECKPOINTED, VARIANTS
 from hpcmem.record.provenance import STATUSES
 
-__all__ = ["ACCOUNTING", "BYTE_FIELDS", "NAME", "PEAKS", "adopt", "check"]
+__all__ = ["ACCOUNTING", "BYTE_FIELDS", "FLOOR", "NAME", "PEAKS", "adopt", "check"]
 
 #: the benchmark's name in the record contract
 NAME = "peers"
@@ -34,8 +35,12 @@ NAME = "peers"
 #: per-process peak, and that with hpcmem's managed bytes on the GPU
 PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "nvml_peak_bytes", "held_peak_bytes")
 #: a record's optional byte counts: a number at least 0, or null (``host_peak_bytes``: the
-#: largest resident host memory of a data-parallel run's ranks)
-BYTE_FIELDS = ("gpu_budget", *PEAKS, "host_peak_bytes")
+#: largest resident host memory of a data-parallel run's ranks; ``budget_minimum_bytes``: a
+#: refused budget's measured minimum)
+BYTE_FIELDS = ("gpu_budget", *PEAKS, "host_peak_bytes", "budget_minimum_bytes")
+#: the least GPU budget an ok hpcmem run's probe would have accepted (``memory.offload``'s
+#: ``probe_bytes``)
+FLOOR = "budget_floor_bytes"
 #: hpcmem's per-step accounting (``memory.offload``) the record carries at its top level
 ACCOUNTING = ("bytes_h2d", "bytes_d2h", "pcie_transfer_ms", "compute_ms", "backward_ms",
               "h2d_busy_ms", "d2h_busy_ms", "cpu_optimizer_ms", "step_bound_ms",
@@ -125,14 +130,15 @@ def check(record: Mapping[str, Any]) -> None:
 
 
 def _accounting(record: Mapping[str, Any]) -> dict[str, Any]:
-    """hpcmem's per-step accounting, each figure where the record has a number for it."""
+    """hpcmem's per-step accounting and its probe's floor (:data:`FLOOR`), each figure where
+    the record has a number for it."""
     memory = record.get("memory") if isinstance(record.get("memory"), dict) else {}
     offload = memory.get("offload") if isinstance(memory.get("offload"), dict) else {}
     split = offload.get("split") if isinstance(offload.get("split"), dict) else {}
     found = {**{name: offload.get(name) for name in ACCOUNTING},
              "gpu_step_share": split.get("share"),
              "peak_gpu_resident_bytes": memory.get("peak_gpu_resident_bytes"),
-             "escaped_bytes": memory.get("escaped_bytes")}
+             "escaped_bytes": memory.get("escaped_bytes"), FLOOR: offload.get("probe_bytes")}
     return {name: value for name, value in found.items() if _is_number(value)}
 
 

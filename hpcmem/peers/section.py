@@ -23,7 +23,7 @@ from hpcmem.peers.variants import LABELS, VARIANTS
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["section"]
+__all__ = ["PANELS", "color", "peers_figure", "scaling_figure", "section"]
 
 HEADERS = ("variant", "checkpointing", "budget GiB", "step ms", "each repeat", "tokens/s",
            "allocated GiB", "reserved GiB", "NVML GiB", "held GiB", "vs fastest ZeRO-Offload",
@@ -51,9 +51,10 @@ def _cells(row: Row, parallel: bool) -> list[Any]:
             loss_shown(row, missing=None), *extra]
 
 
-def _color(variant: str) -> str:
-    """hpcmem's colour, or one per peer tool."""
-    return PALETTE[0 if variant == "hpcmem" else (1 + VARIANTS.index(variant)) % len(PALETTE)]
+def color(variant: str) -> str:
+    """hpcmem's colour, or one per peer tool, never hpcmem's."""
+    return PALETTE[0 if variant == "hpcmem"
+                   else 1 + VARIANTS.index(variant) % (len(PALETTE) - 1)]
 
 
 def scaling_figure(tables: Mapping[Work, Sequence[Row]]) -> str | None:
@@ -74,7 +75,7 @@ def scaling_figure(tables: Mapping[Work, Sequence[Row]]) -> str | None:
         for (variant, label), points in found.items():
             points.sort()
             axes.plot([gpus for gpus, _ in points], [rate for _, rate in points], "-o",
-                      color=_color(variant), label=label)
+                      color=color(variant), label=label)
         axes.set_xscale("log", base=2)
         axes.set_xlabel("GPUs (one rank each)")
         axes.set_ylabel("tokens/s over all GPUs")
@@ -112,7 +113,7 @@ def peers_figure(tables: Mapping[Work, Sequence[Row]]) -> str | None:
         for row in measured:
             if row.variant != "hpcmem":  # a colour per tool; a diamond where it recomputed nothing
                 axes.plot(row.gpu_bytes / GIB, row.step_ms, "s" if row.checkpointing else "D",
-                          markersize=7, color=_color(row.variant), label=row.label)
+                          markersize=7, color=color(row.variant), label=row.label)
         axes.set_xscale("log", base=2)
         axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
         axes.set_xlabel("GPU memory held (GiB)")

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hpcmem.peers.record import ACCOUNTING, NAME, PEAKS, adopt
+from hpcmem.peers.record import ACCOUNTING, FLOOR, NAME, PEAKS, adopt
 from hpcmem.peers.variants import VARIANTS
 from hpcmem.record.spec import HIGHER, LOWER, NONNEGATIVE, Benchmark, Coordinate, Metric
 
@@ -119,6 +119,8 @@ PEERS = Benchmark(
                schema={**NONNEGATIVE, "maximum": 1}),
         Metric("peak_gpu_resident_bytes", "bytes", LOWER, required=False),
         Metric("escaped_bytes", "bytes", LOWER, required=False),
+        # the least budget hpcmem's probe accepts (hpcmem.peers.floor draws it)
+        Metric(FLOOR, "bytes", LOWER, required=False),
     ),
     fields={
         "required": ["variant", "model", "batch", "accumulate", "seq_len", "dtype",

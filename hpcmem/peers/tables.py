@@ -31,8 +31,9 @@ from hpcmem.record.samples import read_samples
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["BASES", "GIB", "WORK", "Row", "Work", "basis_note", "compared", "derive",
-           "loss_shown", "markdown", "rows", "scaling", "shown", "step_time_table"]
+__all__ = ["BASES", "GIB", "WORK", "Row", "Work", "basis_note", "compared", "derive", "label",
+           "loss_shown", "markdown", "number", "rows", "scaling", "shown", "step_time_table",
+           "work_of"]
 
 STEP, MEAN = "step_ms.median", "step_ms.mean"
 #: a work's step figure: the metric each basis reads. "mixed": some of the work's runs
@@ -108,7 +109,7 @@ class Row:
         return next((v for v in (self.held, self.nvml, self.reserved) if v), None)
 
 
-def _number(value: Any) -> float | None:
+def number(value: Any) -> float | None:
     """``value`` as a float, None where it is missing or not finite."""
     try:
         number = float(value)
@@ -196,7 +197,7 @@ def scaling(points: pd.DataFrame, steps: pd.Series) -> pd.Series:
     return found
 
 
-def _label(point: Mapping[str, Any]) -> str:
+def label(point: Mapping[str, Any]) -> str:
     """What the variant ran, with every setting that sets the point apart."""
     variant = point["variant"]
     notes = []
@@ -224,14 +225,14 @@ def shown(value: float | None, form: str, scale: float = 1, unit: str = "",
 def accounting(point: Mapping[str, Any]) -> str:
     """hpcmem's per-step accounting, medians over its runs ("—" for what they lack)."""
     def ms(name: str) -> str:
-        return shown(_number(point.get(name)), ".1f")
+        return shown(number(point.get(name)), ".1f")
 
     def gigabytes(name: str) -> str:
-        return shown(_number(point.get(name)), ".2f", 1e9)
+        return shown(number(point.get(name)), ".2f", 1e9)
 
-    share = _number(point.get("gpu_step_share"))
-    threads = _number(point.get("host_threads"))
-    resident = _number(point.get("peak_gpu_resident_bytes"))
+    share = number(point.get("gpu_step_share"))
+    threads = number(point.get("host_threads"))
+    resident = number(point.get("peak_gpu_resident_bytes"))
     return (f"per step: H2D {gigabytes('bytes_h2d')} GB ({ms('h2d_busy_ms')} ms busy), "
             f"D2H {gigabytes('bytes_d2h')} GB ({ms('d2h_busy_ms')} ms busy), "
             f"compute {ms('compute_ms')} ms (backward {ms('backward_ms')}), "
@@ -239,27 +240,27 @@ def accounting(point: Mapping[str, Any]) -> str:
             f"({shown(threads, '.0f')} threads), bound {ms('step_bound_ms')} ms"
             + (f", the GPU steps {share:.0%} of the elements" if share is not None else "")
             + f"; GPU-resident peak {shown(resident, '.2f', GIB)} GiB; "
-            f"escaped {shown(_number(point.get('escaped_bytes')), '.0f')} bytes")
+            f"escaped {shown(number(point.get('escaped_bytes')), '.0f')} bytes")
 
 
 def _row(point: Mapping[str, Any], work: Work, fastest: str | None) -> Row:
-    step = _number(point["step_ms"])
+    step = number(point["step_ms"])
     return Row(
-        key=point["point"], variant=point["variant"], label=_label(point),
+        key=point["point"], variant=point["variant"], label=label(point),
         checkpointing=bool(point["checkpointing"]),
-        budget=None if _number(point["gpu_budget"]) is None else int(point["gpu_budget"]),
+        budget=None if number(point["gpu_budget"]) is None else int(point["gpu_budget"]),
         basis=point["step_basis"],
         each_ms=tuple(read_samples(point.get("samples")).get(BASES[point["step_basis"]]) or ()),
         step_ms=step, tokens_per_s=work.tokens / step * 1e3 if step else None,
-        allocated=_number(point["peak_allocated_bytes"]),
-        reserved=_number(point["peak_reserved_bytes"]),
-        nvml=_number(point["nvml_peak_bytes"]), held=_number(point["held_peak_bytes"]),
-        vs_zero=_number(point[VS_ZERO]), vs_best=_number(point[VS_BEST]), fastest_peer=fastest,
-        fastest_peer_ms=_number(point["fastest_peer_ms"]),
-        vs_cuda=_number(point[VS_CUDA]),
-        loss_vs_cuda=_number(point[LOSS_VS_CUDA]), loss_steps=_number(point["loss_steps"]),
+        allocated=number(point["peak_allocated_bytes"]),
+        reserved=number(point["peak_reserved_bytes"]),
+        nvml=number(point["nvml_peak_bytes"]), held=number(point["held_peak_bytes"]),
+        vs_zero=number(point[VS_ZERO]), vs_best=number(point[VS_BEST]), fastest_peer=fastest,
+        fastest_peer_ms=number(point["fastest_peer_ms"]),
+        vs_cuda=number(point[VS_CUDA]),
+        loss_vs_cuda=number(point[LOSS_VS_CUDA]), loss_steps=number(point["loss_steps"]),
         accounting=accounting(point) if point["variant"] == "hpcmem" else None,
-        host=_number(point.get("host_peak_bytes")), scaling=_number(point.get(SCALING)),
+        host=number(point.get("host_peak_bytes")), scaling=number(point.get(SCALING)),
     )
 
 
@@ -267,16 +268,17 @@ def rows(points: pd.DataFrame) -> dict[Work, list[Row]]:
     """One row per point, grouped by work in the order first seen, in :data:`VARIANTS`' order
     and then the points' keys within each."""
     records = points.join(compared(points)).to_dict("records")
-    labels = {point["point"]: _label(point) for point in records}
-    tables: dict[Work, list[Row]] = {work: [] for work in map(_work, records)}
+    labels = {point["point"]: label(point) for point in records}
+    tables: dict[Work, list[Row]] = {work: [] for work in map(work_of, records)}
     for point in sorted(records, key=lambda p: (VARIANTS.index(p["variant"]), p["point"])):
-        work = _work(point)
+        work = work_of(point)
         tables[work].append(_row(point, work, labels.get(point["fastest_peer"])))
     return tables
 
 
-def _work(point: Mapping[str, Any]) -> Work:
-    gpus = _number(point.get("world_size"))
+def work_of(point: Mapping[str, Any]) -> Work:
+    """The work a point (or a point key's coordinates) trained."""
+    gpus = number(point.get("world_size"))
     return Work(point["model"], point["dtype"], int(point["batch"]), int(point["seq_len"]),
                 int(point["accumulate"]), int(gpus) if gpus else 1)
 

@@ -164,7 +164,8 @@ class Loaded:
             status, why = reason
             self.skipped.append({**where, "benchmark": record["benchmark"], "status": status,
                                  "point": key, "reason": why, "run_id": record["run_id"],
-                                 "host": record["host"]})
+                                 "host": record["host"],
+                                 "budget_minimum_bytes": record.get("budget_minimum_bytes")})
             return
         for name, value in _flatten(record, coordinates, key).items():
             self.columns[name].append(sys.intern(value) if isinstance(value, str) else value)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import html
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcmem import __version__
 from hpcmem.draw.html import PAGE, badge, section, table
@@ -29,6 +29,9 @@ from hpcmem.results.registry import REPORTS
 from hpcmem.results.summary import Summary, benchmark_points
 from hpcmem.results.verdict import CONCLUSIVE, headline
 from hpcmem.results.virtual import split, vm_section
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["render_report", "write_report"]
 
@@ -70,10 +73,15 @@ def _verdict_section(verdict: dict[str, Any]) -> str:
     return section("Regression check", *parts, anchor="verdict")
 
 
+def _left_out(summary: Summary, benchmark: str) -> pd.DataFrame:
+    """The failed and skipped records of ``benchmark`` (none where nothing was left out)."""
+    skipped = summary.skipped
+    return benchmark_points(skipped, benchmark) if len(skipped) else skipped
+
+
 def _left_out_note(summary: Summary, benchmark: str) -> str:
     """A pointer to the failed and skipped points of ``benchmark``, when it has any."""
-    skipped = summary.skipped
-    count = int((skipped["benchmark"] == benchmark).sum()) if len(skipped) else 0
+    count = len(_left_out(summary, benchmark))
     if not count:
         return ""
     return (f'<p class="note">{count} {benchmark} point{"s" if count > 1 else ""} failed or '
@@ -161,7 +169,10 @@ def render_report(summary: Summary, verdict: dict[str, Any] | None = None,
         ours, left_out = benchmark_points(real, name), _left_out_note(summary, name)
         if reporting.optional and ours.empty and not left_out:
             continue
-        parts.append(section(reporting.title, reporting.section(ours) + left_out, anchor=name))
+        drawn = [reporting.section(ours)]
+        if reporting.left_out_section is not None:
+            drawn.append(reporting.left_out_section(ours, _left_out(summary, name)))
+        parts.append(section(reporting.title, "\n".join(drawn) + left_out, anchor=name))
     if len(virtual):
         parts.append(vm_section(virtual))
     if native is not None:

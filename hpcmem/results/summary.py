@@ -50,7 +50,9 @@ SUMMARY_COLUMNS = [
     "point", "benchmark", *COORDINATES,
     "emulated", *METRICS, "repeats", "run_ids", "hosts", "systems", *NODE_COLUMNS,
 ]
-SKIPPED_COLUMNS = ["file", "line", "benchmark", "status", "point", "reason", "run_id", "host"]
+#: ``budget_minimum_bytes``: a refused GPU budget's measured minimum, empty for other records
+SKIPPED_COLUMNS = ["file", "line", "benchmark", "status", "point", "reason", "run_id", "host",
+                   "budget_minimum_bytes"]
 REJECTED_COLUMNS = ["file", "line", "error"]
 
 
