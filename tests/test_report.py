@@ -152,10 +152,16 @@ def test_a_benchmark_points_to_its_skipped_points_only_when_there_are_any(
     assert 'href="#problems"' not in page and "below" not in page
 
 
-#: a site's sacct: knows jobs 9 and 1201 of the run, nothing of the others
+#: a site's sacct: knows jobs 9 and 1201 of the run, nothing of the others; their
+#: allocations (-X), else their use, by job and step
 SACCT = r"""#!/bin/sh
-printf '9|batch|hpc|bench|COMPLETED|00:00:12|0:0|\n'
-printf '1201|hbm|hpc|bench|FAILED|00:01:02|1:0|rule_run_collectives_wildcards_a|b\n'
+case " $* " in
+*" -X "*)
+  printf '9|batch|hpc|bench|COMPLETED|00:00:12|0:0|\n'
+  printf '1201|hbm|hpc|bench|FAILED|00:01:02|1:0|rule_run_collectives_wildcards_a|b\n' ;;
+*) printf '9||00:18.000|24\n9.batch|1024K|00:00.010|24\n9.0|3072K|00:17.990|24\n'
+   printf '1201||01:02.000|248\n1201.batch||01:02.000|248\n' ;;
+esac
 """
 #: sacct where accounting is off
 NO_ACCOUNTING = "#!/bin/sh\necho 'Slurm accounting storage is disabled' >&2\nexit 1\n"
@@ -182,14 +188,15 @@ def test_the_run_section_lists_every_slurm_job_by_id_with_what_sacct_says(
     page = (tmp_path / "r.html").read_text()
     rows = drawn_jobs(page)
     assert [row[0] for row in rows] == ["9", "10", "1200", "1201", "1202"]
-    unknown = ["-"] * 6
+    unknown = ["-"] * 8
     if sacct == SACCT:
         assert "As sacct gave them at " in page
         assert rows[0][1:] == ["run_collectives point=allreduce/numpy/ranks=2/binding=none",
-                               "batch", "hpc", "bench", "COMPLETED", "00:00:12", "0:0"]
+                               "batch", "hpc", "bench", "COMPLETED", "00:00:12", "0:0",
+                               "3 MiB", "75%"]  # its largest step; 18 of 24 CPU seconds
         # a job only the records name: its points as the executor's comment says
         assert rows[3][1:] == ["rule_run_collectives_wildcards_a|b", "hbm", "hpc", "bench",
-                               "FAILED", "00:01:02", "1:0"]
+                               "FAILED", "00:01:02", "1:0", "-", "25%"]
     else:
         assert ("sacct could not say (`sacct -X -j ID,... --format=JobID,Partition,Account,"
                 "QOS,State,Elapsed,ExitCode,Comment` failed: Slurm accounting storage is "

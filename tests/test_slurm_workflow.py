@@ -304,10 +304,17 @@ def test_the_reports_job_table_is_what_sacct_says_of_every_job_of_the_run(
     points = {read_records(path)[0]["slurm_job_id"]: str(path.relative_to(flow.workdir / RUN))
               .removesuffix(".jsonl").split("/", 1) for path in flow.records()}
     cancelled = first_run["job_id"]
+    sizes = []
     for job_id, named, *shown in drawn:
+        shown, (rss, efficiency) = shown[:6], shown[6:]
         if job_id in points:  # a benchmark job: the point its records are of
             kind, folder = points[job_id]
             assert named == f"run_{kind} point={folder}", named
+            # its CPU time used over allocated; its steps' largest resident set, where a
+            # sample (every second on the test cluster) caught one
+            assert re.fullmatch(r"\d+%", efficiency), efficiency
+            assert rss == "-" or re.fullmatch(r"[\d.]+ (KiB|MiB|GiB)", rss), rss
+            sizes.append(rss)
         elif job_id == cancelled:  # its point, redone by the rerun
             assert named in {row[1] for row in drawn if row[0] != cancelled}, named
             assert shown[3].startswith("CANCELLED") and shown[3] == sacct[job_id][3]
@@ -320,6 +327,7 @@ def test_the_reports_job_table_is_what_sacct_says_of_every_job_of_the_run(
         else:
             assert shown == sacct[job_id], job_id
     assert len(drawn) == ALL_POINTS + 3  # and the build, the cancelled job, summarise
+    assert set(sizes) - {"-"}, sizes  # the points' MPI runs last seconds: sampled
 
 
 def test_the_verdict_is_judged_for_the_benchmarks_partition(flow: Workflow, rerun: dict

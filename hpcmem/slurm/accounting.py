@@ -1,9 +1,13 @@
 """What Slurm's accounting says about a run's jobs: ``sacct``, one line per job.
 
 :func:`job_accounts` asks ``sacct -X`` (the job allocations, not their steps) for the
-partition, account, QOS, state, elapsed time, exit code and comment of given job ids. A
-cluster without accounting (no slurmdbd: ``Slurm accounting storage is disabled``), a
-``sacct`` that is missing, fails or prints what is not read here, is a
+partition, account, QOS, state, elapsed time, exit code and comment of given job ids, and
+``sacct`` of the jobs with their steps for what they used, as ``seff`` reads it
+(:class:`JobUsage`): the job's line sums its steps' CPU time (``TotalCPU``; the ``-X`` line
+leaves it zero) beside the CPU time allocated (``CPUTimeRAW``), and each step has its
+largest resident set (``MaxRSS``, sampled every ``JobAcctGatherFrequency``: a step shorter
+than that has none). A cluster without accounting (no slurmdbd: ``Slurm accounting storage
+is disabled``), a ``sacct`` that is missing, fails or prints what is not read here, is a
 :class:`~hpcmem.slurm.facts.SlurmCommandError` saying so.
 
 slurmdbd learns of a job's start from slurmctld a moment after it: a job already running
@@ -19,11 +23,34 @@ from dataclasses import dataclass, replace
 
 from hpcmem.slurm.facts import SlurmCommandError, slurm_command
 
-__all__ = ["FIELDS", "JobAccount", "job_accounts", "parse_accounting", "parse_queue",
-           "sacct_elapsed"]
+__all__ = ["FIELDS", "USAGE_FIELDS", "JobAccount", "JobUsage", "job_accounts",
+           "parse_accounting", "parse_queue", "parse_usage", "sacct_elapsed", "sacct_seconds"]
 
 #: what is asked of sacct, in its order (Comment last: it may hold ``|``)
 FIELDS = ("JobID", "Partition", "Account", "QOS", "State", "Elapsed", "ExitCode", "Comment")
+#: what is asked of sacct for each job and step's use
+USAGE_FIELDS = ("JobID", "MaxRSS", "TotalCPU", "CPUTimeRAW")
+#: sacct's size suffixes (``MaxRSS``: KiB without one), as powers of 1024
+_SIZE = {"K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
+
+
+@dataclass(frozen=True)
+class JobUsage:
+    """What a job used, as sacct has it (None: not known)."""
+
+    #: the largest resident set of any of its steps, bytes
+    max_rss: int | None = None
+    #: CPU seconds its steps used
+    cpu_seconds: float | None = None
+    #: CPU seconds allocated to it: elapsed time times CPUs
+    allocated_seconds: float | None = None
+
+    @property
+    def cpu_efficiency(self) -> float | None:
+        """CPU time used over CPU time allocated (None: unknown, or none allocated yet)."""
+        if self.cpu_seconds is None or not self.allocated_seconds:
+            return None
+        return self.cpu_seconds / self.allocated_seconds
 
 
 @dataclass(frozen=True)
@@ -39,6 +66,7 @@ class JobAccount:
     exit_code: str
     #: the executor's ``--comment`` (rule and wildcards), where the site stores job comments
     comment: str
+    usage: JobUsage = JobUsage()
 
 
 def parse_accounting(text: str, command: str = "sacct") -> dict[str, JobAccount]:
@@ -63,6 +91,12 @@ def job_accounts(job_ids: Sequence[str]) -> dict[str, JobAccount]:
     accounts = parse_accounting(slurm_command(
         "sacct", "-X", "--parsable2", "--noheader", "-j", ",".join(job_ids),
         f"--format={','.join(FIELDS)}", shown=shown), shown)
+    used = parse_usage(slurm_command(
+        "sacct", "--parsable2", "--noheader", "-j", ",".join(job_ids),
+        f"--format={','.join(USAGE_FIELDS)}",
+        shown=f"`sacct -j ID,... --format={','.join(USAGE_FIELDS)}`"))
+    accounts = {job_id: replace(account, usage=used.get(job_id, JobUsage()))
+                for job_id, account in accounts.items()}
     behind = [j for j in job_ids if j not in accounts or accounts[j].state == "PENDING"]
     if behind:
         try:
@@ -74,7 +108,8 @@ def job_accounts(job_ids: Sequence[str]) -> dict[str, JobAccount]:
             if job_id in behind:
                 before = accounts.get(job_id)
                 accounts[job_id] = replace(held, exit_code=before.exit_code if before else "",
-                                           comment=before.comment if before else "")
+                                           comment=before.comment if before else "",
+                                           usage=before.usage if before else JobUsage())
     return accounts
 
 
@@ -89,6 +124,53 @@ def parse_queue(text: str) -> dict[str, JobAccount]:
             jobs[job_id] = JobAccount(job_id, partition, account, qos, state,
                                       sacct_elapsed(elapsed), "", "")
     return jobs
+
+
+def parse_usage(text: str) -> dict[str, JobUsage]:
+    """Each job's use in ``sacct --format=JobID,MaxRSS,TotalCPU,CPUTimeRAW`` output (without
+    ``-X``): CPU time from the job's own line (``123``), the largest ``MaxRSS`` of its steps
+    (``123.batch``, ``123.0``); lines of other shapes are left out."""
+    usage: dict[str, JobUsage] = {}
+    for line in filter(None, text.splitlines()):
+        fields = line.split("|")
+        if len(fields) != len(USAGE_FIELDS):
+            continue
+        step, rss, cpu, allocated = fields
+        job_id, _, step_name = step.partition(".")
+        found = usage.get(job_id, JobUsage())
+        if not step_name:
+            found = replace(found, cpu_seconds=sacct_seconds(cpu),
+                            allocated_seconds=float(allocated) if allocated.isdigit() else None)
+        elif (nbytes := _bytes(rss)) is not None:
+            found = replace(found, max_rss=max(found.max_rss or 0, nbytes))
+        usage[job_id] = found
+    return usage
+
+
+def _bytes(size: str) -> int | None:
+    """sacct's ``2048K``, ``1.5M`` (a plain number: KiB) in bytes; None for what is not one."""
+    unit = size[-1:].upper()
+    number = size[:-1] if unit.isalpha() else size
+    if (unit.isalpha() and unit not in _SIZE) or not number.replace(".", "", 1).isdigit():
+        return None
+    return int(float(number) * 1024 ** _SIZE.get(unit, 1))
+
+
+def sacct_seconds(text: str) -> float | None:
+    """sacct's ``[DD-][HH:]MM:SS[.mmm]`` (or plain seconds) in seconds; None for what is
+    not one."""
+    days, _, clock = text.rpartition("-")
+    try:
+        values = [float(part) for part in clock.split(":")]
+        whole_days = int(days) if days else 0
+    except ValueError:
+        return None
+    if len(values) > 3:
+        return None
+    seconds = 0.0
+    for value in values:
+        seconds = seconds * 60 + value
+    return whole_days * 86400 + seconds
 
 
 def sacct_elapsed(text: str) -> str:

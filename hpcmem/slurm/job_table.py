@@ -4,9 +4,10 @@ One row per job, sorted by job id: the jobs the workflow submitted for the run
 (:mod:`hpcmem.slurm.journal`, every rerun included) and any other job its records name,
 each with its points (the rule and wildcards of each Snakemake job in it; for a job only
 the records name, the executor's ``--comment`` where sacct keeps it) and sacct's
-partition, account, QOS, state, elapsed time and exit code, as sacct gives them when the
-report is drawn. Without accounting, or when sacct fails, the table says why and shows
-the points alone.
+partition, account, QOS, state, elapsed time, exit code, largest resident set of a step
+(MaxRSS) and CPU efficiency (CPU time used over CPU time allocated, as ``seff`` gives it),
+as sacct gives them when the report is drawn. Without accounting, or when sacct fails, the
+table says why and shows the points alone.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ __all__ = ["HEADERS", "job_rows", "jobs_html", "run_job_ids"]
 
 #: the table's columns
 HEADERS = ("Slurm job", "points", "partition", "account", "QOS", "state", "elapsed",
-           "exit code")
-_KINDS = ("text", "key", "text", "text", "text", "text", "num", "text")
+           "exit code", "MaxRSS", "CPU efficiency")
+_KINDS = ("text", "key", "text", "text", "text", "text", "num", "text", "num", "num")
 
 
 def run_job_ids(submitted: Sequence[SubmittedJob], record_ids: Sequence[str]) -> list[str]:
@@ -45,9 +46,26 @@ def job_rows(job_ids: Sequence[str], submitted: Sequence[SubmittedJob],
         named = points.get(job_id) or ([account.comment] if account and account.comment
                                        else ["-"])
         shown = ([account.partition, account.account, account.qos, account.state,
-                  account.elapsed, account.exit_code] if account else ["-"] * 6)
+                  account.elapsed, account.exit_code, _size(account.usage.max_rss),
+                  _percent(account.usage.cpu_efficiency)] if account else ["-"] * 8)
         rows.append([job_id, "; ".join(named), *(value or "-" for value in shown)])
     return rows
+
+
+def _size(nbytes: int | None) -> str:
+    """Bytes in binary units, to three figures ('' unknown)."""
+    if nbytes is None:
+        return ""
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    power = 0
+    while power < len(units) - 1 and nbytes >= 1024 ** (power + 1):
+        power += 1
+    return f"{nbytes / 1024 ** power:.3g} {units[power]}"
+
+
+def _percent(share: float | None) -> str:
+    """A share as a whole percentage ('' unknown)."""
+    return "" if share is None else f"{share * 100:.0f}%"
 
 
 def jobs_html(submitted: Sequence[SubmittedJob], record_ids: Sequence[str]) -> str:
@@ -62,7 +80,8 @@ def jobs_html(submitted: Sequence[SubmittedJob], record_ids: Sequence[str]) -> s
             f" (by job {drawing}, still RUNNING then)." if drawing in job_ids else ".")
     except SlurmCommandError as error:
         accounts = {}
-        note = ("Partition, account, QOS, state, elapsed time and exit code unknown: "
+        note = ("Partition, account, QOS, state, elapsed time, exit code, MaxRSS and CPU "
+                "efficiency unknown: "
                 f"sacct could not say ({error}).")
     return (f"<h3>Slurm jobs ({len(job_ids)})</h3>\n"
             f'<p class="note">{html.escape(note)}</p>\n'
