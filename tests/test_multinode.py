@@ -252,7 +252,8 @@ def trained(sweep: Sweep, rerun: dict) -> subprocess.CompletedProcess:
 def test_a_two_node_training_point_writes_one_merged_record(sweep: Sweep, trained) -> None:
     output = trained.stdout
     assert trained.returncode == 0, output
-    assert re.search(r"srun --nodes=2 --ntasks-per-node=1 --ntasks=2 \S+/hpcmem train "
+    assert re.search(r"srun --nodes=2 --ntasks-per-node=1 --ntasks=2 --kill-on-bad-exit=1 "
+                     r"\S+/hpcmem train "
                      r".*--world-size 2", output), output
     path = sweep.workdir / "results" / RUN_ID / "train" / f"{TRAIN_POINT}.jsonl"
     [record] = read_records(path)

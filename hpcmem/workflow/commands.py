@@ -100,12 +100,14 @@ def train_launch(layout: Any, launcher: str, python: str) -> list[str]:
     """The words before a training point's command: none for one rank; for several, the
     rule's launcher (``resources.mpi``) with the layout's options: under srun the first
     node of the job as ``MASTER_ADDR`` and a port of the job's own as ``MASTER_PORT``
-    (``hpcmem train`` reads Slurm's ranks), else ``torchrun --standalone`` (one node)
-    running the command as it is (``--no-python``).
+    (``hpcmem train`` reads Slurm's ranks) and a rank that dies ending the others
+    (``--kill-on-bad-exit``: they would wait in a collective for gloo's or NCCL's timeout;
+    srun's error names the task and node), else ``torchrun --standalone`` (one node, which
+    ends the other ranks itself) running the command as it is (``--no-python``).
 
     >>> from hpcmem.workflow.layout import Layout
     >>> " ".join(train_launch(Layout(2, 1), "srun", "python"))  # doctest: +ELLIPSIS
-    'sh -c ... srun --nodes=2 --ntasks-per-node=1 --ntasks=2'
+    'sh -c ... srun --nodes=2 --ntasks-per-node=1 --ntasks=2 --kill-on-bad-exit=1'
     >>> train_launch(Layout(1, 2), "torchrun", "python")
     ['python', '-m', 'torch.distributed.run', '--standalone', '--nproc-per-node', '2', \
 '--no-python']
@@ -115,7 +117,7 @@ def train_launch(layout: Any, launcher: str, python: str) -> list[str]:
     words = shlex.split(launcher) or ["torchrun"]
     if os.path.basename(words[0]) == "srun":
         options = [f"--nodes={layout.nodes}", f"--ntasks-per-node={layout.tasks_per_node}",
-                   f"--ntasks={layout.ranks}"]
+                   f"--ntasks={layout.ranks}", "--kill-on-bad-exit=1"]
         # the rendezvous: the job's first node, a port derived from the job id (two jobs
         # sharing a node meet at different ports)
         # (this host, where the job's script runs, when the job's variables are not seen)
