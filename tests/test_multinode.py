@@ -8,7 +8,9 @@ the two-node job runs, node2 loses power (``cluster.sh node-down``: its slurmd a
 process on it killed): the run fails naming the job's Slurm log. With the node back, the
 rerun redoes that point alone; its records say its ranks ran on node1 and node2, two per
 node, each bound to its own core, and were checked against NumPy; the report made from them
-draws latency and bus bandwidth against node count.
+draws latency and bus bandwidth against node count. Then the two-node training point: a rank
+killed as it runs fails it, srun naming the task and its node; the rerun redoes that point
+alone.
 
 To keep the module short (its Slurm jobs wait on the executor's status polls): the wheel
 and the run's environment are built beforehand with the local profile, from the checkout
@@ -242,9 +244,55 @@ def test_the_report_draws_scaling_curves(sweep: Sweep, rerun: dict, tmp_path: Pa
         'ranks per node)"' in report
 
 
+def _kill_rank(process: subprocess.Popen, rank: int) -> None:
+    """Once training rank ``rank`` runs (a task of the job's first step with that
+    SLURM_PROCID), kill it."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"the run ended first:\n{process.communicate()[0]}")
+        found = subprocess.run(["pgrep", "-f", "hpcmem train"], capture_output=True, text=True)
+        for pid in found.stdout.split():
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:  # ended meanwhile
+                continue
+            if f"SLURM_PROCID={rank}".encode() in environ and b"SLURM_STEP_ID=0" in environ:
+                os.kill(int(pid), signal.SIGKILL)
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"training rank {rank} never ran")
+
+
 @pytest.fixture(scope="module")
-def trained(sweep: Sweep, rerun: dict) -> subprocess.CompletedProcess:
-    """The sweep's training point, after the collectives (node2 back)."""
+def killed_rank(sweep: Sweep, rerun: dict) -> dict[str, Any]:
+    """The sweep's training point, its rank 1 (on node2) killed as it runs."""
+    process = subprocess.Popen(sweep.cluster.on_login(sweep.command(until="run_train_ranks")),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               cwd=sweep.workdir,
+                               env={**sweep.cluster.env(), "PATH": f"{BIN}:{os.environ['PATH']}"},
+                               start_new_session=True)
+    try:
+        _kill_rank(process, 1)
+        output, _ = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    return {"rc": process.returncode, "output": output}
+
+
+def test_a_killed_rank_fails_its_point_naming_the_task_and_node(sweep: Sweep,
+                                                                killed_rank: dict) -> None:
+    output = killed_rank["output"]
+    assert killed_rank["rc"] == 1, output
+    assert "srun: error: node2: task 1: Killed" in output, output
+    assert not (sweep.workdir / "results" / RUN_ID / "train" / f"{TRAIN_POINT}.jsonl").exists()
+
+
+@pytest.fixture(scope="module")
+def trained(sweep: Sweep, killed_rank: dict) -> subprocess.CompletedProcess:
+    """The sweep's training point again, after the run whose rank was killed."""
     return run_logged(sweep.command(until="run_train_ranks"), sweep.cluster, cwd=sweep.workdir,
                       timeout=600)
 
@@ -252,6 +300,8 @@ def trained(sweep: Sweep, rerun: dict) -> subprocess.CompletedProcess:
 def test_a_two_node_training_point_writes_one_merged_record(sweep: Sweep, trained) -> None:
     output = trained.stdout
     assert trained.returncode == 0, output
+    # the rerun redoes the killed point alone
+    assert re.findall(r"^rule (\w+):", output, re.MULTILINE) == ["run_train_ranks"], output
     assert re.search(r"srun --nodes=2 --ntasks-per-node=1 --ntasks=2 --kill-on-bad-exit=1 "
                      r"\S+/hpcmem train "
                      r".*--world-size 2", output), output
