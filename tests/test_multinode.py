@@ -5,12 +5,13 @@ A site profile runs the sweep ``nodes: [1, 2]`` x ``tasks_per_node: [2]`` (allre
 NumPy buffers, ``cores`` binding) up to its benchmark jobs: the one-node point in
 ``ranks=2/binding=cores``, the two-node point in ``ranks=4/nodes=2/binding=cores``. While
 the two-node job runs, node2 loses power (``cluster.sh node-down``: its slurmd and every
-process on it killed): the run fails naming the job's Slurm log. With the node back, the
-rerun redoes that point alone; its records say its ranks ran on node1 and node2, two per
-node, each bound to its own core, and were checked against NumPy; the report made from them
-draws latency and bus bandwidth against node count. Then the two-node training point: a rank
-killed as it runs fails it, srun naming the task and its node; the rerun redoes that point
-alone.
+process on it killed): the job fails naming its Slurm log, and its retry (the template's
+``retries: 1``) waits for nodes that are up, not refused for the lost job's node list. With
+the node back, the same run redoes that point; its records say its ranks ran on node1 and
+node2, two per node, each bound to its own core, and were checked against NumPy; the report
+made from them draws latency and bus bandwidth against node count. Then the two-node
+training point: a rank killed as it runs fails it, srun naming the task and its node; the
+rerun redoes that point alone.
 
 To keep the module short (its Slurm jobs wait on the executor's status polls): the wheel
 and the run's environment are built beforehand with the local profile, from the checkout
@@ -20,7 +21,6 @@ itself (reusing its native build), and the Slurm runs stop after the benchmark j
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import signal
@@ -114,10 +114,6 @@ def node_down_while_running(sweep: Sweep, process: subprocess.Popen) -> str:
     raise AssertionError("the two-node job never ran")
 
 
-def fingerprint(path: Path) -> tuple[int, str]:
-    return path.stat().st_mtime_ns, hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 @pytest.fixture(scope="module")
 def sweep(multinode_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Sweep:
     work = tmp_path_factory.mktemp("multinode")
@@ -128,7 +124,7 @@ def sweep(multinode_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFact
     # 5 minutes a point, not the template's 1: on two cores shared with other work the
     # two-node point's 4 yielding ranks ran past a minute and Slurm ended the job (TIMEOUT)
     profile = site_profile(work / "site-profile", multinode_cluster, SWEEP, **ONE_JOB_PER_POINT,
-                           **{"set-resources.run_collectives.runtime": 5})
+                           retries=1, **{"set-resources.run_collectives.runtime": 5})
     sweep = Sweep(multinode_cluster, work / "work", profile)
     local = sweep.command(REPO / "profiles" / "local", until="install_wheel")
     built = subprocess.run([*local, "--configfile", str(profile / "sweep.yaml")],
@@ -138,10 +134,26 @@ def sweep(multinode_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFact
     return sweep
 
 
+def _retried(sweep: Sweep, job_id: str, process: subprocess.Popen) -> str:
+    """Until the lost two-node job's retry is queued (a job of two nodes besides it): its id."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"the run ended first:\n{process.communicate()[0]}")
+        queued = sweep.cluster.run("squeue", "-h", "-o", "%i|%D").stdout.split()
+        retry = next((job.split("|")[0] for job in queued
+                      if job.endswith("|2") and job.split("|")[0] != job_id), None)
+        if retry is not None:
+            return retry
+        time.sleep(0.5)
+    raise AssertionError(f"job {job_id}'s point was never submitted again")
+
+
 @pytest.fixture(scope="module")
 def lost_node(sweep: Sweep) -> dict[str, Any]:
-    """The sweep, node2 powered off under its two-node job; then node2 back. The two-node
-    point is submitted first, so the node is lost while the one-node point waits for it."""
+    """The sweep, node2 powered off under its two-node job, then back once the point's
+    retry is queued; the run to its end. The two-node point is submitted first, so the node
+    is lost while the one-node point waits for it."""
     first = ("--prioritize", str(sweep.records(TWO_NODES).relative_to(sweep.workdir)))
     process = subprocess.Popen(sweep.cluster.on_login([*sweep.command(), *first]),
                                stdout=subprocess.PIPE,
@@ -149,49 +161,39 @@ def lost_node(sweep: Sweep) -> dict[str, Any]:
                                env={**sweep.cluster.env(), "PATH": f"{BIN}:{os.environ['PATH']}"},
                                start_new_session=True)
     try:
-        job_id = node_down_while_running(sweep, process)
-        output, _ = process.communicate(timeout=300)
+        try:
+            job_id = node_down_while_running(sweep, process)
+            retry = _retried(sweep, job_id, process)
+        finally:
+            up = subprocess.run([str(CLUSTER_SH), "node-up", str(sweep.cluster.state_dir),
+                                 "node2"], capture_output=True, text=True, timeout=120)
+        assert up.returncode == 0, up.stderr
+        output, _ = process.communicate(timeout=600)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
-        up = subprocess.run([str(CLUSTER_SH), "node-up", str(sweep.cluster.state_dir), "node2"],
-                            capture_output=True, text=True, timeout=120)
-    assert up.returncode == 0, up.stderr
-    state = sweep.cluster.run("sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,NodeList")
-    return {"rc": process.returncode, "output": output, "job_id": job_id,
-            "state": state.stdout.strip()}
+    states = {job: sweep.cluster.run("sacct", "-n", "-X", "-P", "-j", job, "-o",
+                                     "State,NodeList").stdout.strip() for job in (job_id, retry)}
+    return {"rc": process.returncode, "output": output, "job_id": job_id, "retry": retry,
+            "states": states}
 
 
-def test_losing_a_node_fails_the_point_naming_the_jobs_log(sweep: Sweep, lost_node: dict
-                                                           ) -> None:
-    output, job_id = lost_node["output"], lost_node["job_id"]
-    assert lost_node["rc"] == 1, output
-    assert lost_node["state"] == "NODE_FAIL|node[1-2]"
+def test_losing_a_node_fails_the_job_naming_its_log_and_the_retry_redoes_it(
+        sweep: Sweep, lost_node: dict) -> None:
+    output, job_id, retry = lost_node["output"], lost_node["job_id"], lost_node["retry"]
+    assert lost_node["rc"] == 0, output
+    assert lost_node["states"] == {job_id: "NODE_FAIL|node[1-2]", retry: "COMPLETED|node[1-2]"}
     assert f"SLURM-job '{job_id}' failed due to a node failure" in output, output
+    assert "hpcmem: a job lost a node of node[1-2]: its retry runs on nodes Slurm has up" \
+        in output
+    assert "--exclude" not in output
     log = re.escape(f"/{TWO_NODES}/binding=cores.log")  # named as the point's folder
     logs = re.search(rf"log: (\S+{log}), (\S+/{job_id}\.log)", output)
     assert logs, output
     assert "node failure" in Path(logs[2]).read_text().lower()
-    assert not sweep.records(TWO_NODES).exists()
-    assert not sweep.records(TWO_NODES).with_suffix(".osu.txt").exists()
-
-
-@pytest.fixture(scope="module")
-def rerun(sweep: Sweep, lost_node: dict) -> dict[str, Any]:
-    """The same command again, with node2 back; the one-node point's records before it."""
-    before = fingerprint(sweep.records(ONE_NODE))
-    result = run_logged(sweep.command(), sweep.cluster, cwd=sweep.workdir, timeout=600)
-    return {"before": before, "result": result}
-
-
-def test_the_rerun_redoes_only_the_lost_point(sweep: Sweep, rerun: dict) -> None:
-    output = rerun["result"].stdout
-    assert rerun["result"].returncode == 0, output
-    ran = re.findall(r"^rule (run_collectives):\n(?:.*\n)*?\s+output: (\S+),", output,
-                     re.MULTILINE)
-    assert [path for _, path in ran] == [str(sweep.records(TWO_NODES).relative_to(sweep.workdir))]
-    assert fingerprint(sweep.records(ONE_NODE)) == rerun["before"]
+    # the lost job restarted once, and nothing else
+    assert len(re.findall(r"^Trying to restart job \d+\.$", output, re.MULTILINE)) == 1
 
 
 def per_host(records: list[dict]) -> dict[str, list[dict]]:
@@ -203,8 +205,8 @@ def per_host(records: list[dict]) -> dict[str, list[dict]]:
 
 
 @pytest.mark.parametrize(("layout", "nodes"), [(ONE_NODE, 1), (TWO_NODES, 2)])
-def test_records_say_where_each_rank_ran(sweep: Sweep, rerun: dict, layout: str, nodes: int
-                                         ) -> None:
+def test_records_say_where_each_rank_ran(sweep: Sweep, lost_node: dict, layout: str,
+                                         nodes: int) -> None:
     records = read_records(sweep.records(layout))
     assert [validate_record(r) for r in records] == [[]] * len(SIZES)
     assert sorted(r["size_bytes"] for r in records) == SIZES
@@ -237,7 +239,8 @@ def _report(records: Path, folder: Path) -> str:
     return (folder / "report.html").read_text()
 
 
-def test_the_report_draws_scaling_curves(sweep: Sweep, rerun: dict, tmp_path: Path) -> None:
+def test_the_report_draws_scaling_curves(sweep: Sweep, lost_node: dict, tmp_path: Path
+                                         ) -> None:
     report = _report(sweep.workdir / "results" / RUN_ID / "collectives", tmp_path)
     assert "Scaling with node count" in report
     assert 'alt="allreduce latency and bus bandwidth against node count (numpy, cores, 2 ' \
@@ -265,9 +268,11 @@ def _kill_rank(process: subprocess.Popen, rank: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def killed_rank(sweep: Sweep, rerun: dict) -> dict[str, Any]:
-    """The sweep's training point, its rank 1 (on node2) killed as it runs."""
-    process = subprocess.Popen(sweep.cluster.on_login(sweep.command(until="run_train_ranks")),
+def killed_rank(sweep: Sweep, lost_node: dict) -> dict[str, Any]:
+    """The sweep's training point, its rank 1 (on node2) killed as it runs, not retried
+    (``--retries 0``): the rerun is the next run."""
+    command = [*sweep.command(until="run_train_ranks"), "--retries", "0"]
+    process = subprocess.Popen(sweep.cluster.on_login(command),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                cwd=sweep.workdir,
                                env={**sweep.cluster.env(), "PATH": f"{BIN}:{os.environ['PATH']}"},

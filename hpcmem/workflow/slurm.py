@@ -55,7 +55,7 @@ from hpcmem.slurm.preflight import (
 )
 from hpcmem.slurm.watchdog import StuckJob, Watchdog
 from hpcmem.workflow.refusal import REFUSED, refuse
-from hpcmem.workflow.slurm_jobs import name_jobs
+from hpcmem.workflow.slurm_jobs import name_jobs, retry_on_nodes_up
 from hpcmem.workflow.submissions import note_submissions
 
 __all__ = ["PREFLIGHT_REPORT", "RERUN_HINT", "job_request", "on_error", "on_start",
@@ -334,6 +334,7 @@ def on_start(workflow: Any, logger: Any, run_id: str, journal: str) -> None:
                          run_id)
     logger.info(f"hpcmem: the Slurm jobs of this run are named {job_name}")
     note_submissions(executor_plugin, journal, logger)
+    retry_on_nodes_up(executor_plugin, logger)
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     Watchdog(job_name, lambda stuck: _on_stuck(stuck, logger), WATCH_INTERVAL).start()

@@ -15,6 +15,14 @@ another (``--jobs 1``). :func:`points_in_turn` gives each group job one
 :data:`ONE_AT_A_TIME` slot (a resource local to each submitted job) and every point takes
 all of it (:func:`point_slot`), so a group job asks for the most nodes, tasks and memory
 of its points and the sum of their runtimes.
+
+**Retries after a lost node.** When a job ends ``NODE_FAIL`` the plugin adds its whole node
+list to ``--exclude`` for every later submission of the run, the nodes that stayed up too,
+so its retry (``retries:``) is refused where the partition has no other nodes (``Requested
+node configuration is not available``) and later jobs lose healthy nodes. Slurm starts
+nothing on a node that is down, so :func:`retry_on_nodes_up` leaves the lost node to it:
+the retry waits for nodes that are up; the nodes a site excludes
+(``slurm-exclude-failed-nodes``) stay excluded.
 """
 
 from __future__ import annotations
@@ -23,7 +31,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ONE_AT_A_TIME", "job_name_prefix", "name_jobs", "point_slot", "points_in_turn"]
+__all__ = ["ONE_AT_A_TIME", "job_name_prefix", "name_jobs", "point_slot", "points_in_turn",
+           "retry_on_nodes_up"]
 
 #: the resource a grouped job has 1 of and each of its points takes all of
 ONE_AT_A_TIME = "one_at_a_time"
@@ -64,3 +73,22 @@ def point_slot(workflow: Any) -> Callable[[Any], int]:
     cluster executor, or a dry run showing its jobs), none on the local executor, whose
     points run side by side as its cores allow."""
     return lambda wildcards: 1 if workflow.non_local_exec_or_dryrun else 0
+
+
+class _SiteExcluded(set):
+    """The plugin's nodes to exclude: a site's, kept; a lost job's node list, said and left
+    to Slurm (module docstring)."""
+
+    def __init__(self, site: set[str], logger: Any) -> None:
+        super().__init__(site)
+        self._logger = logger
+
+    def add(self, nodes: str) -> None:
+        self._logger.warning(f"hpcmem: a job lost a node of {nodes}: its retry runs on nodes "
+                             "Slurm has up, none of them excluded")
+
+
+def retry_on_nodes_up(executor: Any, logger: Any) -> None:
+    """Leave a lost job's nodes to Slurm (module docstring) on the slurm executor's instance
+    ``executor`` (a plugin without its node list fails here, loudly)."""
+    executor._failed_nodes = _SiteExcluded(set(executor._failed_nodes), logger)

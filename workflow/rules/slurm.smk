@@ -1,8 +1,9 @@
 # On the slurm executor: a preflight of every job against the cluster before the first
 # submission, the run's jobs named hpcmem-<run id>_<uuid>, each submission noted in
 # SLURM_JOBS (the report's job table), a watchdog that ends the run naming a job cancelled
-# underneath it or pending for a reason that does not clear by itself, and SIGTERM handled
-# like Ctrl-C (the run's jobs are cancelled). See hpcmem/workflow/slurm.py. Without Slurm
+# underneath it or pending for a reason that does not clear by itself, SIGTERM handled
+# like Ctrl-C (the run's jobs are cancelled), and a job that lost a node retried on the
+# nodes Slurm has up (hpcmem/workflow/slurm_jobs.py). See hpcmem/workflow/slurm.py. Without Slurm
 # these do nothing. The points a profile groups (groups:, group-components:) run one at a
 # time in their job (hpcmem/workflow/slurm_jobs.py).
 
