@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from hpcmem.collectives.tables import LATENCY
-from hpcmem.draw.plots import PALETTE, embed, log_value_axis, new_figure, outside_legend
+from hpcmem.draw.plots import PALETTE, count_axis, embed, log_value_axis, new_figure, outside_legend
 from hpcmem.units import format_size
 
 if TYPE_CHECKING:
@@ -33,18 +33,6 @@ def _spread(sizes: list[int]) -> list[int]:
     return [sizes[round(i * step)] for i in range(MOST_SIZES)]
 
 
-def _node_axis(axes, nodes: list[int]) -> None:
-    """A log2 x axis with a tick at every node count measured."""
-    from matplotlib.ticker import FixedLocator, NullLocator
-
-    axes.set_xscale("log", base=2)
-    axes.xaxis.set_major_locator(FixedLocator(nodes))
-    axes.xaxis.set_minor_locator(NullLocator())
-    axes.set_xticklabels([str(n) for n in nodes])
-    axes.set_xlabel("nodes")
-    axes.grid(True, which="major", alpha=0.3)
-
-
 def scaling_figures(points: pd.DataFrame) -> Iterator[str]:
     """Latency and bus bandwidth against node count for each op, one line per size."""
     if "nodes" not in points.columns or points["nodes"].nunique() < 2:
@@ -64,7 +52,7 @@ def scaling_figures(points: pd.DataFrame) -> Iterator[str]:
             lat.plot(line["nodes"], line[LATENCY], **style)
             bw.plot(line["nodes"], line[_BUS_BANDWIDTH], **style)
         for axes in (lat, bw):
-            _node_axis(axes, nodes)
+            count_axis(axes, nodes, "nodes")
         log_value_axis(lat)
         if group[_BUS_BANDWIDTH].gt(0).any():
             log_value_axis(bw)

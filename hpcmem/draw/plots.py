@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = ["DPI", "PALETTE", "embed", "grouped_panels", "log_size_axis", "log_value_axis",
-           "new_figure", "outside_legend", "panel_grid", "panels"]
+__all__ = ["DPI", "PALETTE", "count_axis", "embed", "grouped_panels", "log_size_axis",
+           "log_value_axis", "new_figure", "outside_legend", "panel_grid", "panels"]
 
 DPI = 100
 #: colours of the lines and bars of one figure, in order
@@ -115,6 +115,18 @@ def log_size_axis(axes: Any, sizes: Any, most: int = 10) -> None:
     axes.xaxis.set_minor_locator(NullLocator())
     axes.xaxis.set_major_formatter(FuncFormatter(lambda size, _pos: format_size(size)))
     axes.set_xlabel("message size (bytes)")
+    axes.grid(True, which="major", alpha=0.3)
+
+
+def count_axis(axes: Any, counts: Sequence[int], label: str) -> None:
+    """A log2 x axis with a tick at every count measured (nodes, GPUs), labelled ``label``."""
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    axes.set_xscale("log", base=2)
+    axes.xaxis.set_major_locator(FixedLocator(counts))
+    axes.xaxis.set_minor_locator(NullLocator())
+    axes.set_xticklabels([str(n) for n in counts])
+    axes.set_xlabel(label)
     axes.grid(True, which="major", alpha=0.3)
 
 
