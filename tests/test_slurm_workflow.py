@@ -361,6 +361,17 @@ def test_a_failing_job_names_its_slurm_log_and_nothing_is_aggregated(flow: Workf
     assert not point.with_suffix(".osu.txt").exists()
     assert "rule aggregate_results:" not in result.stdout
     assert fingerprint([summary]) == before
+    # the run ends listing what it left undone, and why: the failed points, each with the
+    # Slurm job that ran it and what sacct says of it
+    listed = (flow.workdir / RUN / "logs" / "unfinished.txt").read_text().splitlines()
+    assert listed, result.stdout
+    for line in listed:
+        point, why = line.split("\t")
+        assert point.startswith("run_collectives point=") and "binding=nowhere" in point, line
+        assert re.fullmatch(r"failed \(Slurm job \d+: FAILED\)", why), line
+    assert f"(Slurm job {failed[1]}: FAILED)" in "\n".join(listed)
+    assert re.search(rf"hpcmem: {len(listed)} of \d+ points unfinished \(all in "
+                     rf"\S+/logs/unfinished\.txt\):\n  run_collectives point=", result.stdout)
 
 
 def history_runs(folder: Path) -> set[tuple[str, str, str]]:

@@ -3,12 +3,15 @@
 # SLURM_JOBS (the report's job table), a watchdog that ends the run naming a job cancelled
 # underneath it or pending for a reason that does not clear by itself, SIGTERM handled
 # like Ctrl-C (the run's jobs are cancelled), and a job that lost a node retried on the
-# nodes Slurm has up (hpcmem/workflow/slurm_jobs.py). See hpcmem/workflow/slurm.py. Without Slurm
-# these do nothing. The points a profile groups (groups:, group-components:) run one at a
-# time in their job (hpcmem/workflow/slurm_jobs.py).
+# nodes Slurm has up (hpcmem/workflow/slurm_jobs.py). See hpcmem/workflow/slurm.py.
+# Without Slurm these do nothing. On any executor, a run that fails or is ended lists its
+# unfinished points, and why, in RUN/logs/unfinished.txt (hpcmem/workflow/unfinished.py).
+# The points a profile groups (groups:, group-components:) run one at a time in their job
+# (hpcmem/workflow/slurm_jobs.py).
 
 from hpcmem.workflow import slurm as slurm_run
 from hpcmem.workflow.slurm_jobs import points_in_turn
+from hpcmem.workflow.unfinished import report_unfinished
 
 points_in_turn(workflow)
 
@@ -25,4 +28,5 @@ with refuse_bad_input():
 
 
 onerror:
+    report_unfinished(workflow, logger, SLURM_JOBS, f"{RUN}/logs/unfinished.txt")
     slurm_run.on_error(logger, RERUN_HINT)
