@@ -64,3 +64,11 @@ def test_the_job_table_shows_max_rss_and_cpu_efficiency_as_seff_does():
     row = job_rows(["12", "13"], [], {"12": replace(account, usage=used)})
     assert row[0][-2:] == ["1.5 MiB", "38%"] and row[1][-2:] == ["-", "-"]
     assert job_rows(["12"], [], {"12": account})[0][-2:] == ["-", "-"]  # nothing measured
+
+
+def test_a_job_cancelled_after_writing_records_says_they_are_kept():
+    cancelled = JobAccount("21", "batch", "hpc", "normal", "CANCELLED by 0", "00:00:09", "0:15",
+                           "")
+    accounts = {"21": cancelled, "22": replace(cancelled, job_id="22")}
+    rows = job_rows(["21", "22"], [], accounts, recorded={"21"})
+    assert [row[5] for row in rows] == ["CANCELLED by 0 (its records kept)", "CANCELLED by 0"]

@@ -6,15 +6,16 @@ each with its points (the rule and wildcards of each Snakemake job in it; for a 
 the records name, the executor's ``--comment`` where sacct keeps it) and sacct's
 partition, account, QOS, state, elapsed time, exit code, largest resident set of a step
 (MaxRSS) and CPU efficiency (CPU time used over CPU time allocated, as ``seff`` gives it),
-as sacct gives them when the report is drawn. Without accounting, or when sacct fails, the
-table says why and shows the points alone.
+as sacct gives them when the report is drawn. A job cancelled after its points wrote their
+records (the run's own cancel arriving as they finished) says so beside its state. Without
+accounting, or when sacct fails, the table says why and shows the points alone.
 """
 
 from __future__ import annotations
 
 import html
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from hpcmem.draw.html import table
 from hpcmem.record.provenance import slurm_job_order, utc_now
@@ -36,16 +37,22 @@ def run_job_ids(submitted: Sequence[SubmittedJob], record_ids: Sequence[str]) ->
 
 
 def job_rows(job_ids: Sequence[str], submitted: Sequence[SubmittedJob],
-             accounts: dict[str, JobAccount]) -> list[list[str]]:
+             accounts: dict[str, JobAccount], recorded: Collection[str] = ()
+             ) -> list[list[str]]:
     """One row per job of ``job_ids``: its points from ``submitted`` (else its comment),
-    sacct's columns from ``accounts`` ('-' for a job it does not list)."""
+    sacct's columns from ``accounts`` ('-' for a job it does not list); a job cancelled
+    after writing records (``recorded``: the job ids the run's records name) says so, its
+    finished points kept and not redone."""
     points = {job.job_id: job.points for job in submitted}
     rows = []
     for job_id in job_ids:
         account = accounts.get(job_id)
         named = points.get(job_id) or ([account.comment] if account and account.comment
                                        else ["-"])
-        shown = ([account.partition, account.account, account.qos, account.state,
+        state = account.state if account else ""
+        if state.startswith("CANCELLED") and job_id in recorded:
+            state += " (its records kept)"
+        shown = ([account.partition, account.account, account.qos, state,
                   account.elapsed, account.exit_code, _size(account.usage.max_rss),
                   _percent(account.usage.cpu_efficiency)] if account else ["-"] * 8)
         rows.append([job_id, "; ".join(named), *(value or "-" for value in shown)])
@@ -85,4 +92,4 @@ def jobs_html(submitted: Sequence[SubmittedJob], record_ids: Sequence[str]) -> s
                 f"sacct could not say ({error}).")
     return (f"<h3>Slurm jobs ({len(job_ids)})</h3>\n"
             f'<p class="note">{html.escape(note)}</p>\n'
-            + table(HEADERS, job_rows(job_ids, submitted, accounts), _KINDS))
+            + table(HEADERS, job_rows(job_ids, submitted, accounts, set(record_ids)), _KINDS))
