@@ -8,6 +8,7 @@ that cannot exist) fail for real, and the CPU image is built for real once per s
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
@@ -420,3 +421,25 @@ def test_overhead_is_the_container_latency_over_the_native_one(tmp_path: Path) -
     # records made natively: the section says there is nothing to compare
     html = container_section(read_summary(tmp_path / "a"), read_summary(tmp_path / "b"))
     assert "The sweep ran natively" in html and "<table>" not in html
+
+
+def test_a_build_says_each_stage_and_where_it_stays_while_its_output_goes_to_the_log(
+        tmp_path: Path) -> None:
+    from hpcmem.workflow.containers.progress import run_logged
+
+    script = ("echo 'INFO:    Starting build...'; echo 'Get:1 http://deb.debian.org'; "
+              "sleep 0.5; echo 'INFO:    Creating SIF file...'; exit 3")
+    said = io.StringIO()
+    with (tmp_path / "build.log").open("w") as log:
+        status = run_logged(["sh", "-c", script], log, "building cpu.sif", stream=said,
+                            quiet_seconds=0.2)
+    assert status == 3
+    assert (tmp_path / "build.log").read_text().splitlines() == [
+        "INFO:    Starting build...", "Get:1 http://deb.debian.org",
+        "INFO:    Creating SIF file..."]
+    lines = said.getvalue().splitlines()
+    assert re.fullmatch(r"hpcmem: building cpu\.sif: Starting build\.\.\. \(0 s\)", lines[0])
+    assert any(re.fullmatch(r"hpcmem: building cpu\.sif: still Starting build\.\.\. \(\d+ s\)",
+                            line) for line in lines[1:-1]), lines
+    assert re.fullmatch(r"hpcmem: building cpu\.sif: Creating SIF file\.\.\. \(\d+ s\)",
+                        lines[-1])

@@ -40,6 +40,7 @@ from typing import Any, TextIO
 from spython.main import Client
 
 from hpcmem.errors import HpcmemError, clip
+from hpcmem.workflow.containers.progress import run_logged
 
 __all__ = ["SQUASHFS_OPTIONS", "ContainerError", "build", "exec_command", "execute",
            "image_arch", "labels", "runtime_version"]
@@ -63,16 +64,18 @@ def _last_line(text: str | None) -> str:
 
 
 def _run(command: Sequence[str], *, log: TextIO | None = None,
-         cwd: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess:  # fmt: skip
-    """``command`` run to its end: its output into ``log`` (with the command line first), or
-    captured when there is no log; raises :class:`ContainerError` when it cannot start."""
+         cwd: str | os.PathLike[str] | None = None,
+         what: str = "") -> subprocess.CompletedProcess:  # fmt: skip
+    """``command`` run to its end: its output into ``log`` (with the command line first), its
+    stages said on stderr as ``what`` (:mod:`.progress`), or captured when there is no log;
+    raises :class:`ContainerError` when it cannot start."""
     try:
         if log is None:
             return subprocess.run(list(command), capture_output=True, text=True, cwd=cwd,
                                   timeout=SHORT_TIMEOUT)  # fmt: skip
         log.write(f"+ {shlex.join(command)}\n")
         log.flush()
-        return subprocess.run(list(command), stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
+        return subprocess.CompletedProcess(command, run_logged(command, log, what, cwd=cwd))
     except (OSError, subprocess.SubprocessError) as error:
         raise ContainerError(f"{shlex.join(command[:2])}: {error}") from None
 
@@ -81,14 +84,14 @@ class _Client(type(Client)):
     """spython's client whose commands run through :func:`_run`, keeping the last result."""
 
     def __init__(self, log: TextIO | None = None,
-                 cwd: str | os.PathLike[str] | None = None) -> None:  # fmt: skip
+                 cwd: str | os.PathLike[str] | None = None, what: str = "") -> None:  # fmt: skip
         super().__init__()
-        self.log, self.cwd = log, cwd
+        self.log, self.cwd, self.what = log, cwd, what
         self.quiet = False  # no --quiet: a build log keeps the runtime's INFO lines
         self.result: subprocess.CompletedProcess | None = None
 
     def _run_command(self, cmd: list[str], **_: Any) -> dict[str, Any]:
-        self.result = _run(cmd, log=self.log, cwd=self.cwd)
+        self.result = _run(cmd, log=self.log, cwd=self.cwd, what=self.what)
         return {"message": self.result.stdout, "return_code": self.result.returncode}
 
 
@@ -134,15 +137,17 @@ def runtime_version(runtime: str) -> str:
 
 
 def build(runtime: str, definition: Path, image: Path, *, build_args: Mapping[str, str],
-          binds: Sequence[str], context: str | os.PathLike[str], log: TextIO) -> None:
+          binds: Sequence[str], context: str | os.PathLike[str], log: TextIO,
+          shown: str | None = None) -> None:
     """Build ``image`` from ``definition`` (its ``%files`` relative to ``context``), with
-    ``--fakeroot``; ``binds`` are mounted while ``%post`` runs. Raises on failure."""
+    ``--fakeroot``; ``binds`` are mounted while ``%post`` runs; its stages said on stderr as
+    the build of ``shown`` (the image's file name; None: ``image``'s). Raises on failure."""
     options = ["--force", "--fakeroot", "--mksquashfs-args", SQUASHFS_OPTIONS]
     for name, value in sorted(build_args.items()):
         options += ["--build-arg", f"{name}={value}"]
     for bind in binds:
         options += ["--bind", bind]
-    client = _Client(log, cwd=context)
+    client = _Client(log, cwd=context, what=f"building {shown or image.name}")
     _call(runtime, f"building {image.name}",
           lambda: client.build(recipe=str(definition.resolve()), image=str(image), sudo=False,
                                options=options, quiet=True))  # fmt: skip

@@ -210,7 +210,7 @@ def build_image(definition: Definition, args: Mapping[str, str], image: Path, *,
     partial = image.with_name(f".{image.name}.{os.getpid()}.partial")
     try:
         apptainer.build(runtime, definition.path, partial, build_args=definition.build_args(args),
-                        binds=binds, context=context, log=log)  # fmt: skip
+                        binds=binds, context=context, log=log, shown=image.name)  # fmt: skip
     except ContainerError as error:
         partial.unlink(missing_ok=True)
         log.flush()
