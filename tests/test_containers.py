@@ -443,3 +443,25 @@ def test_a_build_says_each_stage_and_where_it_stays_while_its_output_goes_to_the
                             line) for line in lines[1:-1]), lines
     assert re.fullmatch(r"hpcmem: building cpu\.sif: Creating SIF file\.\.\. \(\d+ s\)",
                         lines[-1])
+
+
+@pytest.mark.parametrize(("train", "executor", "driver", "why"), [
+    ({"models": []}, "local", True, "no training points in the sweep"),
+    ({"models": ["transformer"], "enabled": False}, "local", True,
+     "no training points in the sweep"),
+    ({"models": ["transformer"], "device": "cpu"}, "slurm", True, "train.device is cpu"),
+    ({"models": ["transformer"]}, "local", False, "no NVIDIA driver on this machine"),
+    ({"models": ["transformer"]}, None, False, "no NVIDIA driver on this machine"),
+    ({"models": ["transformer"]}, "local", True, None),
+    ({"models": ["transformer"]}, "slurm", False, None),  # the GPUs are other nodes'
+])
+def test_the_gpu_image_is_built_only_where_a_training_point_can_run_in_it(
+        train: dict, executor: str | None, driver: bool, why: str | None,
+        tmp_path: Path) -> None:
+    from hpcmem.workflow.containers import gpu_image_unneeded
+
+    loaded = tmp_path / "nvidia"
+    if driver:
+        loaded.mkdir()
+    said = gpu_image_unneeded(train, executor, driver=loaded)
+    assert said == why if why is None else said.startswith(why)

@@ -48,6 +48,7 @@ from hpcmem.workflow.containers.plan import (
     ImageSpec,
     container_binds,
     find_runtime,
+    gpu_image_unneeded,
     resolve_container,
 )
 from hpcmem.workflow.containers.wheelhouse import (
@@ -81,6 +82,7 @@ __all__ = [
     "exec_command",
     "execute",
     "find_runtime",
+    "gpu_image_unneeded",
     "host_arch",
     "image_arch",
     "image_digest",

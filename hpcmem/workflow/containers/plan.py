@@ -43,7 +43,8 @@ from hpcmem.workflow.containers.images import ImageRef, host_arch, sif_problem
 from hpcmem.workflow.containers.wheelhouse import check_pip_source, pip_source
 
 __all__ = ["DEFAULT_DEBIAN", "DEFAULT_GPU_BASE", "DEFAULT_MIRROR", "RUNTIMES", "ContainerPlan",
-           "ImageSpec", "container_binds", "find_runtime", "resolve_container"]
+           "ImageSpec", "container_binds", "find_runtime", "gpu_image_unneeded",
+           "resolve_container"]
 
 #: container runtimes, in order of preference (Apptainer also installs `singularity`)
 RUNTIMES = ("apptainer", "singularity")
@@ -61,6 +62,23 @@ def container_binds(workdir: str, output_dir: str) -> list[str]:
     folder when it lies elsewhere (records are written there from inside the image)."""
     output = os.path.abspath(output_dir)
     return [workdir] if output.startswith(workdir + os.sep) else [workdir, output]
+
+
+def gpu_image_unneeded(train: Mapping[str, Any], executor: str | None,
+                       driver: Path = Path("/proc/driver/nvidia")) -> str | None:
+    """Why no training point needs the GPU image, or None: the sweep trains nothing or on
+    the CPU (``train``: the config's section), or its points run on this machine
+    (``executor``: not a Slurm one) and ``driver`` says no NVIDIA driver is loaded here, so
+    they record ``skipped`` without ever running in it. A Slurm job's GPU is another node's,
+    so there the image is always built."""
+    if not train.get("models") or not train.get("enabled", True):
+        return "no training points in the sweep"
+    if train.get("device") == "cpu":
+        return "train.device is cpu"
+    if not str(executor or "").startswith("slurm") and not driver.exists():
+        return (f"no NVIDIA driver on this machine ({driver} is missing): its training points "
+                "record skipped")
+    return None
 
 
 def find_runtime(path: str | None = None) -> str | None:
