@@ -5,7 +5,14 @@ on a text setting, and a combined job that does not fit where each of its rules 
 from __future__ import annotations
 
 from hpcmem.slurm.facts import ClusterFacts, NodeFacts, PartitionFacts
-from hpcmem.slurm.preflight import GroupRequest, JobRequest, RunSettings, check
+from hpcmem.slurm.preflight import (
+    Grouping,
+    GroupRequest,
+    JobRequest,
+    RunSettings,
+    SweepRequest,
+    check,
+)
 
 NODE = NodeFacts("node1", cpus=4, memory_mb=16000, gpus=0, features=frozenset())
 FACTS = ClusterFacts(
@@ -63,3 +70,15 @@ def test_two_groups_past_maxtime_by_the_same_minutes_are_each_named() -> None:
         "(MaxTime 60 minutes)"
         for name in ("build: build_wheel + install_wheel",
                      "summarise: aggregate_results + check_regressions + render_report")]
+
+
+def test_grouped_points_past_maxtime_name_the_group_components_that_fit() -> None:
+    # 25 points of 4 minutes a job: 100 minutes past MaxTime 60; 15 of them fit
+    point = JobRequest("run_collectives", partition="batch", runtime_min=4)
+    group = GroupRequest("points", ("run_collectives",), {}, JobRequest(
+        "group points", partition="batch", runtime_min=100))
+    sweep = SweepRequest((group.combined,) * 4, (frozenset(),) * 4, groupings=(
+        Grouping("points", components=25, points=100, jobs=frozenset(range(4))),))
+    assert check([point], RunSettings(), FACTS, [group], sweep) == [
+        "runtime: 100 (group points: run_collectives) minutes is longer than partition "
+        "'batch' allows (MaxTime 60 minutes): set group-components: points=15 or fewer"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 
 from hpcmem.slurm.facts import ClusterFacts, PartitionFacts
 from hpcmem.slurm.limit_checks import job_findings, limit_chains, queued_chains, sweep_findings
@@ -22,6 +23,10 @@ from hpcmem.slurm.requests import Grouping, GroupRequest, JobRequest, RunSetting
 
 __all__ = ["GroupRequest", "Grouping", "JobRequest", "RunSettings", "SweepRequest", "check",
            "summary_line"]
+
+
+#: how a problem line about a job's runtime begins
+_RUNTIME = "runtime: "
 
 
 class _Problems:
@@ -37,12 +42,17 @@ class _Problems:
         if rule is not None and rule not in rules:
             rules.append(rule)
 
-    def add_new(self, found: _Problems, group: GroupRequest) -> None:
+    def add_new(self, found: _Problems, group: GroupRequest, runtime_fix: str = "") -> None:
         """The problems ``found`` for ``group``'s combined job that its rules alone do not
-        have already, naming the group."""
+        have already, naming the group; ``runtime_fix`` follows each about its runtime."""
         for head, tail in found._rules:
             if (head, tail) not in self._rules:
-                self._groups.setdefault((head, tail, group.label))
+                fix = runtime_fix if head.startswith(_RUNTIME) else ""
+                self._groups.setdefault((head, f"{tail}{fix}", group.label))
+
+    def about_runtime(self) -> bool:
+        """Whether a problem is the job's runtime (past MaxTime or a MaxWall)."""
+        return any(head.startswith(_RUNTIME) for head, _ in self._rules)
 
     def __len__(self) -> int:
         return len(self._rules) + len(self._groups)
@@ -215,10 +225,12 @@ def _check_request(request: JobRequest, settings: RunSettings, facts: ClusterFac
 
 
 def _check_group(group: GroupRequest, settings: RunSettings, facts: ClusterFacts,
-                 problems: _Problems) -> None:
+                 problems: _Problems, point_minutes: dict[str, int],
+                 grouping: Grouping | None) -> None:
     """Rules of a group that ask for different text settings (Snakemake cannot submit the
     group), else what only the combined job does not fit (a runtime summed past MaxTime or
-    a QOS's MaxWall)."""
+    a QOS's MaxWall); for a job of grouped points (``grouping``), the ``group-components``
+    that would fit that runtime (``point_minutes``: each rule's runtime)."""
     for setting, values in sorted(group.disagreements.items()):
         asked = "; ".join(f"{rule}: {'unset' if value is None else repr(value)}"
                           for rule, value in sorted(values.items()))
@@ -228,7 +240,25 @@ def _check_group(group: GroupRequest, settings: RunSettings, facts: ClusterFacts
     if group.combined is not None:
         found = _Problems()
         _check_request(group.combined, settings, facts, found)
-        problems.add_new(found, group)
+        fix = ""
+        if grouping is not None and found.about_runtime():
+            fix = _fewer_points(group, grouping, settings, facts,
+                                max(point_minutes.get(rule) or 0 for rule in group.rules))
+        problems.add_new(found, group, fix)
+
+
+def _fewer_points(group: GroupRequest, grouping: Grouping, settings: RunSettings,
+                  facts: ClusterFacts, minutes: int) -> str:
+    """How many of ``grouping``'s points of ``minutes`` each one job fits in the time limits
+    its combined job goes past, as a fix to say; none when not even one does."""
+    assert group.combined is not None
+    for points in range(grouping.components - 1, 0, -1):
+        trial = _Problems()
+        _check_request(replace(group.combined, runtime_min=points * minutes), settings, facts,
+                       trial)
+        if not trial.about_runtime():
+            return f": set group-components: {grouping.name}={points} or fewer"
+    return ""
 
 
 def _check_sweep(sweep: SweepRequest, settings: RunSettings, facts: ClusterFacts,
@@ -247,13 +277,17 @@ def check(requests: Iterable[JobRequest], settings: RunSettings, facts: ClusterF
     """One line per problem that would keep a job from being accepted or from starting, or
     the run's jobs from being queued and run together (``sweep``)."""
     problems = _Problems()
+    requests = list(requests)
     if facts.accounting_error:
         problems.add("sacctmgr:", f"cannot list the accounts and QOS of user {facts.user!r}: "
                      f"{facts.accounting_error}")
     for request in requests:
         _check_request(request, settings, facts, problems)
+    point_minutes = {request.rule: request.runtime_min or 0 for request in requests}
+    groupings = {grouping.name: grouping for grouping in sweep.groupings} if sweep else {}
     for group in groups:
-        _check_group(group, settings, facts, problems)
+        _check_group(group, settings, facts, problems, point_minutes,
+                     groupings.get(group.name))
     if sweep is not None:
         _check_sweep(sweep, settings, facts, problems)
     return problems.lines()
