@@ -18,7 +18,7 @@ from hpcmem.record.provenance import git_sha
 from hpcmem.train.spec import TRAIN
 from hpcmem.workflow import commands
 from hpcmem.workflow.config import check_config, validate_config
-from hpcmem.workflow.containers import container_binds, gpu_image_unneeded, resolve_container
+from hpcmem.workflow.containers import benchmark_image, container_binds, resolve_container
 from hpcmem.workflow.points import collectives_points, point_layout, train_layout, train_points
 from hpcmem.workflow.refusal import refuse_bad_input
 from hpcmem.workflow.run_lock import hold_run_folder
@@ -96,27 +96,11 @@ def get_command(spec, command):
     return words
 
 
-#: why the GPU image is skipped, once said (the run's executor is known once jobs are made)
-GPU_IMAGE_SKIPPED = []
-
-
 def benchmark_inputs(gpu):
-    """Input function of a benchmark rule: the run's environment and its image's reference;
-    none of the GPU image where no training point needs it (said once)."""
-
-    def inputs(wildcards):
-        image = CONTAINERS.benchmark_image(gpu)
-        if image is not None and gpu:
-            why = gpu_image_unneeded(config["train"], getattr(workflow.executor_plugin, "name",
-                                                              None))
-            if why is not None and not GPU_IMAGE_SKIPPED:
-                GPU_IMAGE_SKIPPED.append(why)
-                logger.info(f"hpcmem: the GPU image is not built: {why}")
-            image = None if why is not None else image
-        return {"venv": rules.install_wheel.output.venv} | (
-            {"image": rules.build_container.output.ref.format(image=image.name)} if image else {})
-
-    return inputs
+    """Input function of a benchmark rule: the run's environment and its image's reference."""
+    return lambda wildcards: {"venv": rules.install_wheel.output.venv} | (
+        {"image": rules.build_container.output.ref.format(image=image.name)}
+        if (image := benchmark_image(CONTAINERS, gpu, config["train"], workflow, logger)) else {})
 
 
 def compare_native():

@@ -43,8 +43,11 @@ from hpcmem.workflow.containers.images import ImageRef, host_arch, sif_problem
 from hpcmem.workflow.containers.wheelhouse import check_pip_source, pip_source
 
 __all__ = ["DEFAULT_DEBIAN", "DEFAULT_GPU_BASE", "DEFAULT_MIRROR", "RUNTIMES", "ContainerPlan",
-           "ImageSpec", "container_binds", "find_runtime", "gpu_image_unneeded",
-           "resolve_container"]
+           "ImageSpec", "benchmark_image", "container_binds", "find_runtime",
+           "gpu_image_unneeded", "resolve_container"]
+
+#: why the GPU image is not built, as said once by this process
+_SAID: set[str] = set()
 
 #: container runtimes, in order of preference (Apptainer also installs `singularity`)
 RUNTIMES = ("apptainer", "singularity")
@@ -79,6 +82,21 @@ def gpu_image_unneeded(train: Mapping[str, Any], executor: str | None,
         return (f"no NVIDIA driver on this machine ({driver} is missing): its training points "
                 "record skipped")
     return None
+
+
+def benchmark_image(plan: ContainerPlan, gpu: bool, train: Mapping[str, Any], workflow: Any,
+                    logger: Any) -> ImageSpec | None:
+    """The image a benchmark (on a GPU or not) of ``workflow`` runs in under ``plan``: none of
+    the GPU image where no training point can run in it (:func:`gpu_image_unneeded`, the
+    run's executor known once its jobs are made), which ``logger`` says once."""
+    image = plan.benchmark_image(gpu)
+    if image is None or not gpu:
+        return image
+    why = gpu_image_unneeded(train, getattr(workflow.executor_plugin, "name", None))
+    if why is not None and why not in _SAID:
+        _SAID.add(why)
+        logger.info(f"hpcmem: the GPU image is not built: {why}")
+    return image if why is None else None
 
 
 def find_runtime(path: str | None = None) -> str | None:
