@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from hpcmem.slurm.facts import SlurmCommandError, slurm_command
+from hpcmem.units import UnitError, parse_size
 
 __all__ = ["FIELDS", "USAGE_FIELDS", "JobAccount", "JobUsage", "job_accounts",
            "parse_accounting", "parse_queue", "parse_usage", "sacct_elapsed", "sacct_seconds"]
@@ -30,8 +31,6 @@ __all__ = ["FIELDS", "USAGE_FIELDS", "JobAccount", "JobUsage", "job_accounts",
 FIELDS = ("JobID", "Partition", "Account", "QOS", "State", "Elapsed", "ExitCode", "Comment")
 #: what is asked of sacct for each job and step's use
 USAGE_FIELDS = ("JobID", "MaxRSS", "TotalCPU", "CPUTimeRAW")
-#: sacct's size suffixes (``MaxRSS``: KiB without one), as powers of 1024
-_SIZE = {"K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
 
 
 @dataclass(frozen=True)
@@ -149,11 +148,10 @@ def parse_usage(text: str) -> dict[str, JobUsage]:
 
 def _bytes(size: str) -> int | None:
     """sacct's ``2048K``, ``1.5M`` (a plain number: KiB) in bytes; None for what is not one."""
-    unit = size[-1:].upper()
-    number = size[:-1] if unit.isalpha() else size
-    if (unit.isalpha() and unit not in _SIZE) or not number.replace(".", "", 1).isdigit():
+    try:
+        return parse_size(size + "K" if size[-1:].isdigit() else size)
+    except UnitError:
         return None
-    return int(float(number) * 1024 ** _SIZE.get(unit, 1))
 
 
 def sacct_seconds(text: str) -> float | None:
