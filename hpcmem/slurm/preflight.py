@@ -250,15 +250,21 @@ def _check_group(group: GroupRequest, settings: RunSettings, facts: ClusterFacts
 def _fewer_points(group: GroupRequest, grouping: Grouping, settings: RunSettings,
                   facts: ClusterFacts, minutes: int) -> str:
     """How many of ``grouping``'s points of ``minutes`` each one job fits in the time limits
-    its combined job goes past, as a fix to say; none when not even one does."""
+    its combined job goes past, as a fix to say; none when not even one does. A job's
+    runtime grows with its points, so the most that fit are found by bisection."""
     assert group.combined is not None
-    for points in range(grouping.components - 1, 0, -1):
+
+    def fits(points: int) -> bool:
         trial = _Problems()
         _check_request(replace(group.combined, runtime_min=points * minutes), settings, facts,
                        trial)
-        if not trial.about_runtime():
-            return f": set group-components: {grouping.name}={points} or fewer"
-    return ""
+        return not trial.about_runtime()
+
+    low, high = 0, grouping.components - 1  # the most that fit lies in [low, high]
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    return f": set group-components: {grouping.name}={low} or fewer" if low else ""
 
 
 def _check_sweep(sweep: SweepRequest, settings: RunSettings, facts: ClusterFacts,
