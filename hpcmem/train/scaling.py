@@ -2,12 +2,12 @@
 number of data-parallel GPUs (``hpcmem train --world-size``), as a figure and a table.
 
 A series is one training point but for its GPU count: its key without the ``gpus`` part.
-Only a series run at more than one GPU count is shown. Throughput is what one optimizer
-step trains (global batch x micro-batches x sequence length tokens; images for the cnn) over
-the median step time. Scaling efficiency at N GPUs is that throughput over N/N0 times the
-throughput at N0, the fewest GPUs of the series that ran (so N times the one-GPU throughput
-where one GPU ran): 1 is perfect scaling. A series' failed and skipped points are rows of
-the table, with why.
+Only a series run at more than one GPU count is shown. Throughput is the record's own: what
+one optimizer step trains (global batch x micro-batches x sequence length tokens; images for
+the cnn) over the median step time. Scaling efficiency at N GPUs is that throughput over
+N/N0 times the throughput at N0, the fewest GPUs of the series that ran (so N times the
+one-GPU throughput where one GPU ran): 1 is perfect scaling. A series' failed and skipped
+points are rows of the table, with why.
 """
 
 from __future__ import annotations
@@ -43,22 +43,13 @@ def series_of(key: str) -> tuple[str, int]:
     return series, _GPUS.parse(gpus[0] if gpus else None)
 
 
-def _items(point: dict[str, Any]) -> float:
-    """What one optimizer step of ``point`` trains: tokens, or images (no sequence)."""
-    import pandas as pd
-
-    seq_len, accumulate = point["seq_len"], point["accumulate"]
-    return (point["batch"] * (1 if pd.isna(accumulate) else accumulate)
-            * (1 if pd.isna(seq_len) else seq_len))
-
-
 def _rows(points: pd.DataFrame, left_out: pd.DataFrame) -> list[dict[str, Any]]:
     """One row per point ran (its throughput) and per point failed or skipped (why)."""
     rows = []
     for point in points.to_dict("records"):
         step = float(point[STEP])
         rows.append({"point": point["point"], "status": "ok", STEP: step,
-                     "throughput": _items(point) * 1e3 / step,
+                     "throughput": float(point["throughput"]),
                      "unit": THROUGHPUT_UNITS.get(point["model"], "items/s"), "reason": None})
     rows.extend({"point": str(left["point"]), "status": left["status"],
                  "reason": clip(str(left["reason"]))}
