@@ -42,6 +42,9 @@ def test_the_callers_hint_replaces_the_command_lines(monkeypatch: pytest.MonkeyP
     on_error(logger, rerun_hint(DEFAULT))
     assert logger.errors == ["hpcmem: the run was ended: SIGTERM received. Finished points "
                              f"are kept: {NIGHTLY}"]
+    monkeypatch.setattr(slurm, "_state", slurm._RunState())  # a job failed
+    on_error(logger, rerun_hint(DEFAULT))
+    assert logger.errors[1] == f"hpcmem: the run failed. Finished points are kept: {NIGHTLY}"
 
 
 @pytest.mark.parametrize("hint", ["two\nlines", "", "x" * 301, "caf\udce9"],

@@ -6,9 +6,10 @@ queued at once (MaxSubmitJobs=20, and `jobs: 20` in the profile), the template's
 the summary: one submission per 20 points, never more than 20 jobs queued at once (sacct's
 submit and end times), each job named after the run. Grouped 5 per job, the same sweep
 would queue 40 jobs at once: the preflight refuses it, naming the group-components that
-fit. When the last job of points is left, it is cancelled: the run ends naming it, and the
-rerun redoes that job's unfinished points, no other, in one more job, and leaves every
-other record as it was.
+fit. Once every job of points is queued, one that runs is cancelled (at the template's
+``retries: 1``): it fails alone and is not retried, the other jobs run all their points,
+and the run ends listing the cancelled job's unfinished points. The rerun redoes those, no
+other, in one more job, and leaves every other record as it was.
 
 Each point is as cheap as one gets (one rank, one 8-byte message, one iteration, one
 repeat): what it costs is Snakemake's own start for each point in its job, about 3 s on 2
@@ -158,11 +159,13 @@ def most_at_once(jobs: list[SlurmJob]) -> int:
 
 @pytest.fixture(scope="module")
 def sweep(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Sweep:
-    """The site's profile as the template has it (jobs: 20), under MaxSubmitJobs=20."""
+    """The site's profile as the template has it (jobs: 20, retries: 1), under
+    MaxSubmitJobs=20."""
     limited_account(slurm_cluster, ACCOUNT, None, own=(f"MaxSubmitJobs={MOST_QUEUED}",))
     work = tmp_path_factory.mktemp("grouped")
-    profile = site_profile(work / "hpcmem", slurm_cluster, SWEEP, jobs=MOST_QUEUED, **{
-        "slurm-qos": "normal", "default-resources__slurm_account": ACCOUNT, **SIZE.profile})
+    profile = site_profile(work / "hpcmem", slurm_cluster, SWEEP, jobs=MOST_QUEUED, retries=1,
+                           **{"slurm-qos": "normal", "default-resources__slurm_account": ACCOUNT,
+                              **SIZE.profile})
     (work / "work").mkdir()
     return Sweep(slurm_cluster, checkout_workdir(work / "work"), profile)
 
@@ -187,24 +190,25 @@ def test_points_grouped_past_max_submit_jobs_are_refused(sweep: Sweep, tmp_path:
     assert submitted_from(sweep.cluster, sweep.workdir, since) == []
 
 
-def last_job_running(sweep: Sweep, process: subprocess.Popen, log: Path) -> str:
-    """The id of the run's last job of points, once it runs and the others have finished."""
+def first_job_running(sweep: Sweep, process: subprocess.Popen, log: Path) -> str:
+    """The id of a job of points once it runs, while every job of points is queued."""
     deadline = time.monotonic() + 1500
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise AssertionError(f"ended before its last job:\n{log.read_text()}")
+            raise AssertionError(f"ended before its jobs of points ran:\n{log.read_text()}")
         jobs = sweep.points_jobs()
-        if (len(jobs) == 1 and jobs[0][1] == "RUNNING"
-                and len(sweep.records()) >= POINTS - PER_JOB):
-            return jobs[0][0]
-        time.sleep(1)
-    raise AssertionError("no last job of points running in time")
+        running = [job_id for job_id, state in jobs if state == "RUNNING"]
+        if len(jobs) == POINTS // PER_JOB and running:
+            return running[0]
+        time.sleep(0.5)
+    raise AssertionError("no job of points running in time")
 
 
 @pytest.fixture(scope="module")
 def first_run(sweep: Sweep) -> dict:
-    """The sweep; when its last job of points is left running, scancel it. Its output goes
-    to a file: a pipe read only at the end would fill and stop Snakemake mid-sweep."""
+    """The sweep, at the template's ``retries: 1``; when its first job of points runs,
+    scancel it. Its output goes to a file: a pipe read only at the end would fill and stop
+    Snakemake mid-sweep."""
     since = time.strftime("%Y-%m-%dT%H:%M:%S")
     began = time.monotonic()
     log = sweep.workdir.parent / "first-run.log"
@@ -214,21 +218,22 @@ def first_run(sweep: Sweep) -> dict:
                                    env={**sweep.cluster.env(),
                                         "PATH": f"{BIN}:{os.environ['PATH']}"})  # fmt: skip
     try:
-        cancelled = last_job_running(sweep, process, log)
+        cancelled = first_job_running(sweep, process, log)
         assert sweep.cluster.run("scancel", cancelled).returncode == 0
-        process.wait(timeout=180)
+        process.wait(timeout=600)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     print(f"the first run took {time.monotonic() - began:.0f}s")
     return {"output": log.read_text(), "rc": process.returncode, "cancelled": cancelled,
-            "jobs": sweep.jobs_since(since)}
+            "jobs": sweep.jobs_since(since), "records": sweep.records()}
 
 
 def test_one_submission_per_group_never_more_than_allowed_queued(first_run: dict) -> None:
     jobs = first_run["jobs"]
-    assert len(jobs) == 1 + POINTS // PER_JOB  # the build, and the jobs of points
+    # the build, and the jobs of points: the cancelled one not retried
+    assert len(jobs) == 1 + POINTS // PER_JOB
     if PER_JOB > 20:  # at full size the build fits in one submission per 20 points as well
         assert len(jobs) <= POINTS // 20, jobs
     assert most_at_once(jobs) <= MOST_QUEUED
@@ -240,12 +245,22 @@ def test_one_submission_per_group_never_more_than_allowed_queued(first_run: dict
     assert {(job.cpus, job.time_limit) for job in points} == {("2", f"00:{PER_JOB:02d}:00")}
 
 
-def test_a_cancelled_job_of_points_ends_the_run_naming_it(first_run: dict) -> None:
-    assert first_run["rc"] == 1, first_run["output"]
-    named = (f"Slurm job {first_run['cancelled']} (rule_points_run_collectives) was "
-             "CANCELLED")
-    assert re.search(f"hpcmem watchdog: {re.escape(named)}( by 0)?: ending the run",
-                     first_run["output"]), first_run["output"]
+def test_a_cancelled_job_of_points_fails_alone(sweep: Sweep, first_run: dict) -> None:
+    output, cancelled = first_run["output"], first_run["cancelled"]
+    assert first_run["rc"] == 1, output
+    assert (f"hpcmem: Slurm job {cancelled} was cancelled underneath the run: it is not "
+            "retried") in output, output
+    # every other job of points ran all its points
+    job_of = {path: read_records(path)[0]["slurm_job_id"] for path in first_run["records"]}
+    others = [job for job in job_of.values() if job != cancelled]
+    assert len(others) == POINTS - PER_JOB, output
+    unfinished = (sweep.workdir / "results" / RUN_ID / "logs" / "unfinished.txt").read_text()
+    lines = unfinished.splitlines()
+    assert 0 < len(lines) == POINTS - len(first_run["records"]), unfinished
+    assert {line.split("\t")[1] for line in lines} == {
+        f"failed (Slurm job {cancelled}: CANCELLED by 0)"}, unfinished
+    assert re.search(r"hpcmem: the run failed\. Finished points are kept: rerun the same "
+                     rf"command with --config run_id={RUN_ID} to redo the rest", output)
 
 
 @pytest.fixture(scope="module")

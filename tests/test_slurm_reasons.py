@@ -1,6 +1,7 @@
-"""Slurm strings the preflight and the watchdog read: Gres GPU counts, pending reasons
-(squeue's reason codes, as Slurm 22.05 prints them), and lines of scontrol and sinfo, as
-Slurm prints them and as odd versions and site wrappers do (named, not a traceback)."""
+"""Slurm strings the preflight, the watchdog and the plugin's status query read: Gres GPU
+counts, pending reasons (squeue's reason codes, as Slurm 22.05 prints them), sacct's states,
+and lines of scontrol and sinfo, as Slurm prints them and as odd versions and site wrappers
+do (named, not a traceback)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from hpcmem.slurm.facts import (
     slurm_command,
 )
 from hpcmem.slurm.watchdog import StuckJob, hopeless
+from hpcmem.workflow.slurm_jobs import read_cancelled
 
 
 @pytest.mark.parametrize(("gres", "gpus"), [
@@ -49,10 +51,19 @@ def test_reasons_that_clear_or_need_a_person(reason: str) -> None:
 
 
 def test_a_stuck_job_names_itself_and_why() -> None:
-    assert StuckJob("42", "CANCELLED by 0", "", "rule_run_train").describe() == \
-        "Slurm job 42 (rule_run_train) was CANCELLED by 0"
-    assert StuckJob("43", "PENDING", "InvalidQOS", "").describe() == \
-        "Slurm job 43 is PENDING with Reason=InvalidQOS, which does not clear by itself"
+    assert StuckJob("43", "PENDING", "InvalidQOS", "rule_run_train").describe() == (
+        "Slurm job 43 (rule_run_train) is PENDING with Reason=InvalidQOS, which does not "
+        "clear by itself")
+
+
+def test_a_job_someone_cancelled_reads_as_the_plugins_cancelled() -> None:
+    states = {"41": "RUNNING", "42": "CANCELLED by 0", "43": "CANCELLED", "44": "COMPLETED",
+              "45": "CANCELLED by 1001"}
+    cancelled: set[str] = set()
+    read_cancelled(states, cancelled)
+    assert states == {"41": "RUNNING", "42": "CANCELLED", "43": "CANCELLED",
+                      "44": "COMPLETED", "45": "CANCELLED"}
+    assert cancelled == {"42", "45"}  # someone's scancel; 43 (squeue's word) is not told apart
 
 
 @pytest.mark.parametrize(("line", "max_time"), [

@@ -1,11 +1,10 @@
-"""Jobs of a run that will never finish: cancelled underneath it, or pending for a reason
-that does not clear by itself.
+"""Jobs of a run that will never start: pending for a reason that does not clear by itself.
 
-The slurm executor plugin waits for such jobs for ever: it does not recognise sacct's
-``CANCELLED by <uid>``, and a job pending with ``Reason=PartitionConfig`` or
-``InvalidQOS`` stays pending. :class:`Watchdog` looks at the run's jobs (all named
-alike by the executor) with ``squeue`` and ``sacct`` and calls back with the jobs it
-found, so the run can end naming them.
+The slurm executor plugin waits for such jobs for ever: a job pending with
+``Reason=PartitionConfig`` or ``InvalidQOS`` stays pending. :class:`Watchdog` looks at the
+run's jobs (all named alike by the executor) with ``squeue`` and calls back with the jobs it
+found, so the run can end naming them. (A job cancelled underneath the run fails through the
+plugin: :func:`hpcmem.workflow.slurm_jobs.cancelled_jobs_fail`.)
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ def hopeless(reason: str) -> bool:
 
 @dataclass(frozen=True)
 class StuckJob:
-    """A job of the run that will never complete."""
+    """A job of the run that will never start."""
 
     job_id: str
     state: str
@@ -47,54 +46,25 @@ class StuckJob:
     comment: str
 
     def describe(self) -> str:
-        """One line: the job, what it runs, and why it will not finish."""
+        """One line: the job, what it runs, and why it will not start."""
         what = f" ({self.comment})" if self.comment else ""
-        if self.state.startswith("CANCELLED"):
-            return f"Slurm job {self.job_id}{what} was {self.state}"
         return (f"Slurm job {self.job_id}{what} is {self.state} with Reason={self.reason}, "
                 "which does not clear by itself")
 
 
-def stuck_jobs(job_name: str, since: str, comments: dict[str, str]) -> list[StuckJob]:
-    """Jobs named ``job_name`` (submitted after ``since``) that will never complete.
-
-    ``squeue`` shows pending reasons and the jobs slurmctld still holds, ``sacct`` the
-    ones it has let go (when there is accounting: without, squeue alone answers).
-    ``comments`` maps job ids to their ``--comment``, filled while jobs are queued,
-    since ``sacct`` only has it where the site stores job comments.
-    """
-    stuck: dict[str, StuckJob] = {}
-    queued = slurm_command("squeue", "-h", "-t", "all", "--name", job_name,
+def stuck_jobs(job_name: str) -> list[StuckJob]:
+    """Jobs named ``job_name`` pending for a reason that does not clear by itself
+    (``squeue``)."""
+    queued = slurm_command("squeue", "-h", "-t", "PENDING", "--name", job_name,
                            "-o", "%i|%T|%r|%k")
+    stuck = []
     for line in queued.splitlines():
         if line.count("|") < 3:
             continue
         job_id, state, reason, comment = line.split("|", 3)
-        comments[job_id] = comment if comment != "(null)" else ""
-        if (state == "PENDING" and hopeless(reason)) or state.startswith("CANCELLED"):
-            stuck[job_id] = StuckJob(job_id, state, reason, comments[job_id])
-    try:
-        ended = slurm_command("sacct", "-X", "-n", "-P", "--name", job_name, "-S", since,
-                              "-o", "JobIDRaw,State")
-    except SlurmCommandError:
-        ended = ""
-    for line in ended.splitlines():
-        job_id, _, state = line.partition("|")
-        if state.startswith("CANCELLED"):
-            comment = comments.get(job_id) or _comment_of_ended(job_id)
-            stuck[job_id] = StuckJob(job_id, state, "", comment)
-    return list(stuck.values())
-
-
-def _comment_of_ended(job_id: str) -> str:
-    """The comment of a job that ended before squeue showed it (slurmctld keeps ended jobs
-    for MinJobAge seconds); empty when it is gone."""
-    try:
-        shown = slurm_command("scontrol", "show", "job", "-o", job_id)
-    except SlurmCommandError:
-        return ""
-    found = re.search(r"(?:^|\s)Comment=(\S+)", shown)
-    return found[1] if found and found[1] != "(null)" else ""
+        if hopeless(reason):
+            stuck.append(StuckJob(job_id, state, reason, comment if comment != "(null)" else ""))
+    return stuck
 
 
 class Watchdog(threading.Thread):
@@ -107,14 +77,12 @@ class Watchdog(threading.Thread):
         self.job_name = job_name
         self.on_stuck = on_stuck
         self.interval = interval
-        self.since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 60))
 
     def run(self) -> None:
-        comments: dict[str, str] = {}
         while True:
             time.sleep(self.interval)
             try:
-                stuck = stuck_jobs(self.job_name, self.since, comments)
+                stuck = stuck_jobs(self.job_name)
             except SlurmCommandError:
                 continue  # a busy controller: look again next time
             if stuck:

@@ -19,9 +19,10 @@ slurm executor, :func:`on_start`
   report's job table: :mod:`hpcmem.workflow.submissions`);
 * makes SIGTERM (a time limit, ``scancel`` of the job driving the workflow) act like
   Ctrl-C: Snakemake cancels its jobs and exits instead of waiting for them;
+* has a job cancelled underneath the run fail, and not be retried; the other jobs go on
+  under ``keep-going`` (:func:`~hpcmem.workflow.slurm_jobs.cancelled_jobs_fail`);
 * starts the :class:`~hpcmem.slurm.watchdog.Watchdog`, which ends the run (as Ctrl-C
-  would) when a job is cancelled underneath it or pends for a reason that does not
-  clear by itself, naming the job.
+  would) when a job pends for a reason that does not clear by itself, naming the job.
 
 With any other executor every point runs on this one machine: a point of more than one
 node (``collectives.nodes``) is refused the same way before any job starts.
@@ -55,7 +56,7 @@ from hpcmem.slurm.preflight import (
 )
 from hpcmem.slurm.watchdog import StuckJob, Watchdog
 from hpcmem.workflow.refusal import REFUSED, refuse
-from hpcmem.workflow.slurm_jobs import name_jobs, retry_on_nodes_up
+from hpcmem.workflow.slurm_jobs import cancelled_jobs_fail, name_jobs, retry_on_nodes_up
 from hpcmem.workflow.submissions import note_submissions
 
 __all__ = ["PREFLIGHT_REPORT", "RERUN_HINT", "job_request", "on_error", "on_start",
@@ -335,6 +336,7 @@ def on_start(workflow: Any, logger: Any, run_id: str, journal: str) -> None:
     logger.info(f"hpcmem: the Slurm jobs of this run are named {job_name}")
     note_submissions(executor_plugin, journal, logger)
     retry_on_nodes_up(executor_plugin, logger)
+    cancelled_jobs_fail(executor_plugin, logger)
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     Watchdog(job_name, lambda stuck: _on_stuck(stuck, logger), WATCH_INTERVAL).start()
@@ -356,7 +358,8 @@ def rerun_hint(default: str) -> str:
 
 
 def on_error(logger: Any, rerun_hint: str) -> None:
-    """``onerror``: repeat why hpcmem ended the run, last, with how to go on."""
-    if _state.ended_because is not None:
-        logger.error(f"hpcmem: the run was ended: {_state.ended_because}. Finished points are "
-                     f"kept: {rerun_hint}")
+    """``onerror``: last, why the run ended (repeated where hpcmem ended it), and how to go
+    on."""
+    why = (f"the run was ended: {_state.ended_because}" if _state.ended_because is not None
+           else "the run failed")
+    logger.error(f"hpcmem: {why}. Finished points are kept: {rerun_hint}")

@@ -23,16 +23,24 @@ node configuration is not available``) and later jobs lose healthy nodes. Slurm 
 nothing on a node that is down, so :func:`retry_on_nodes_up` leaves the lost node to it:
 the retry waits for nodes that are up; the nodes a site excludes
 (``slurm-exclude-failed-nodes``) stay excluded.
+
+**A job cancelled underneath the run.** sacct says ``CANCELLED by <uid>`` of a job someone
+cancelled (``scancel``, an admin), which the plugin does not recognise: it would wait for the
+job for ever. :func:`cancelled_jobs_fail` makes it read the state as ``CANCELLED``, one of its
+failures, so the job fails like any other: under ``keep-going`` the other jobs go on, and
+the run ends listing the cancelled job's unfinished points. Such a job is not retried
+(``retries:``): someone stopped it on purpose, and a rerun redoes its points.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ONE_AT_A_TIME", "job_name_prefix", "name_jobs", "point_slot", "points_in_turn",
-           "retry_on_nodes_up"]
+__all__ = ["ONE_AT_A_TIME", "cancelled_jobs_fail", "job_name_prefix", "name_jobs",
+           "point_slot", "points_in_turn", "read_cancelled", "retry_on_nodes_up"]
 
 #: the resource a grouped job has 1 of and each of its points takes all of
 ONE_AT_A_TIME = "one_at_a_time"
@@ -92,3 +100,38 @@ def retry_on_nodes_up(executor: Any, logger: Any) -> None:
     """Leave a lost job's nodes to Slurm (module docstring) on the slurm executor's instance
     ``executor`` (a plugin without its node list fails here, loudly)."""
     executor._failed_nodes = _SiteExcluded(set(executor._failed_nodes), logger)
+
+
+def read_cancelled(states: dict[str, str], cancelled: set[str]) -> None:
+    """In the plugin's ``states`` (job id: sacct's state), make each ``CANCELLED by <uid>``
+    read ``CANCELLED``, adding its job id to ``cancelled``."""
+    for job_id, state in states.items():
+        if state.startswith("CANCELLED by "):
+            states[job_id] = "CANCELLED"
+            cancelled.add(job_id)
+
+
+def cancelled_jobs_fail(executor: Any, logger: Any) -> None:
+    """Have the slurm executor's instance ``executor`` fail a job cancelled underneath the
+    run, without retrying it (module docstring). Its plugin's status query and error report
+    are wrapped: a plugin without them fails here, loudly."""
+    plugin = sys.modules[type(executor).__module__]
+    query, report = plugin.query_job_status, executor.report_job_error
+    cancelled: set[str] = set()
+
+    async def query_job_status(command: str, plugin_logger: Any) -> tuple[Any, Any]:
+        states, took = await query(command, plugin_logger)
+        read_cancelled(states or {}, cancelled)
+        return states, took
+
+    def report_job_error(job_info: Any, msg: str | None = None, **kwargs: Any) -> None:
+        if job_info.external_jobid in cancelled:
+            job = job_info.job
+            job.attempt = job.restart_times + 1  # its retries spent: Snakemake retries none
+            logger.error(f"hpcmem: Slurm job {job_info.external_jobid} was cancelled "
+                         "underneath the run: it is not retried, and the run goes on without "
+                         "its unfinished points")
+        report(job_info, msg=msg, **kwargs)
+
+    plugin.query_job_status = query_job_status
+    executor.report_job_error = report_job_error

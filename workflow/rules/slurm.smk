@@ -1,9 +1,9 @@
 # On the slurm executor: a preflight of every job against the cluster before the first
 # submission, the run's jobs named hpcmem-<run id>_<uuid>, each submission noted in
-# SLURM_JOBS (the report's job table), a watchdog that ends the run naming a job cancelled
-# underneath it or pending for a reason that does not clear by itself, SIGTERM handled
-# like Ctrl-C (the run's jobs are cancelled), and a job that lost a node retried on the
-# nodes Slurm has up (hpcmem/workflow/slurm_jobs.py). See hpcmem/workflow/slurm.py.
+# SLURM_JOBS (the report's job table), a watchdog that ends the run naming a job pending
+# for a reason that does not clear by itself, SIGTERM handled like Ctrl-C (the run's jobs
+# are cancelled), a job cancelled underneath the run failed and not retried, and a job
+# that lost a node retried on the nodes Slurm has up (hpcmem/workflow/slurm_jobs.py). See hpcmem/workflow/slurm.py.
 # Without Slurm these do nothing. On any executor, a run that fails or is ended lists its
 # unfinished points, and why, in RUN/logs/unfinished.txt (hpcmem/workflow/unfinished.py).
 # The points a profile groups (groups:, group-components:) run one at a time in their job
