@@ -8,8 +8,8 @@ its own, as the nightly does:
 
 1. ``--clean`` identical runs, each checked and appended to the history: none may FAIL
    (NOISY figures are allowed and counted);
-2. ``--injected`` runs with a real slowdown (``HPCMEM_TEST_SLOWDOWN``, a sleep inside the
-   timed region of every allreduce call), each checked against that history without being
+2. ``--injected`` runs with a real slowdown (``HPCMEM_TEST_SLOWDOWN``, spinning inside
+   the timed region of every allreduce call), each checked against that history without being
    appended: every one must FAIL, and only on allreduce figures.
 
 Prints one line per run and a JSON document (``--out`` writes it too, with the date, the

@@ -2,7 +2,7 @@
 
 Runs ``benchmarks/verdict_noise.py`` small: per condition (quiet; one busy-loop process per
 CPU started beside the runs) 3 clean runs of a small sweep under ``mpirun -n 2``, each checked
-and appended to a history, then one run whose allreduce sleeps 20 ms inside the timed region
+and appended to a history, then one run whose allreduce spins 20 ms longer inside the timed region
 (``HPCMEM_TEST_SLOWDOWN``), checked against that history. Beside the busy loops on a 2-CPU
 machine a rank spins until its peer gets a CPU again, so whole clean repeats average about
 a millisecond per call: with 3 clean runs a 1 ms slowdown was within that spread (every

@@ -1,9 +1,13 @@
 """A slowdown injected on purpose, for testing the regression check only.
 
 ``HPCMEM_TEST_SLOWDOWN=OP:MICROSECONDS`` (for example ``allreduce:2000``) makes every timed
-call of that op sleep that long inside the timed region, on every rank: a real, measured
-slowdown that ``hpcmem check`` must report as a regression. Never set it for a measurement
-whose figures mean anything; records made with it say so in ``injected_slowdown_us``.
+call of that op take that much longer inside the timed region, on every rank: a real,
+measured slowdown that ``hpcmem check`` must report as a regression. The rank spins through
+it, as a slower call keeps an MPI rank on its CPU (Open MPI's ranks poll): a sleep would
+give the rank back its CPU, and beside busy neighbours the scheduler's credit for that
+sleep would speed up the run's other ops, a change no real regression makes. Never set it
+for a measurement whose figures mean anything; records made with it say so in
+``injected_slowdown_us``.
 :meth:`TestHooks.from_environment` is the one place the variable is read.
 """
 
@@ -29,7 +33,7 @@ class SlowdownError(HpcmemError, ValueError):
 
 @dataclass(frozen=True)
 class Slowdown:
-    """Every timed call of ``op`` followed by a sleep of ``microseconds``."""
+    """Every timed call of ``op`` followed by ``microseconds`` of spinning."""
 
     op: str
     microseconds: float
@@ -61,7 +65,7 @@ class TestHooks:
         return cls(Slowdown(op, delay))
 
     def slowdown_us(self, op: str) -> float | None:
-        """The sleep added to every timed call of ``op``, or None when it is not slowed."""
+        """The time added to every timed call of ``op``, or None when it is not slowed."""
         if self.slowdown is None or self.slowdown.op != op:
             return None
         return self.slowdown.microseconds
@@ -73,11 +77,13 @@ class TestHooks:
 
 
 def _slowed(call: Callable[[], Any], microseconds: float) -> Callable[[], None]:
-    """``call`` followed by a sleep of ``microseconds``, both inside the timed region."""
+    """``call`` followed by ``microseconds`` of spinning, both inside the timed region."""
     seconds = microseconds * 1e-6
 
     def slow_call() -> None:
         call()
-        time.sleep(seconds)
+        until = time.perf_counter() + seconds
+        while time.perf_counter() < until:
+            pass
 
     return slow_call
