@@ -12,6 +12,7 @@ import io
 import json
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import zipfile
@@ -42,6 +43,7 @@ from hpcmem.workflow.containers import (
     runtime_version,
     sif_problem,
 )
+from hpcmem.workflow.containers.registry import unreachable_base
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
@@ -390,16 +392,36 @@ def test_an_unreachable_mirror_fails_the_build_naming_its_log(apptainer: str, tm
     assert leftovers(images) == []  # no image, no partial file, no stamp
 
 
-def test_an_unfetchable_base_image_fails_the_build_naming_its_log(apptainer: str, tmp_path):
+def test_a_base_image_whose_registry_does_not_answer_is_not_built(apptainer: str, tmp_path):
     definition = parse_definition(REPO / "containers" / "hpcmem.def")
     log_path = tmp_path / "build.log"
     with open(log_path, "w") as log, pytest.raises(ContainerError) as error:
         obtain_image("hpcmem", definition, {"BASE": NO_REGISTRY}, image_dir=tmp_path / "images",
                      runtime=apptainer, runtime_version="1.4.5", context=REPO, log=log,
                      log_path=str(log_path), gpu=True)  # fmt: skip
-    assert "registry.invalid" in str(error.value)
-    assert str(error.value).endswith(f"; build log: {log_path}")
+    assert str(error.value).startswith(
+        f"hpcmem is not built: its base image docker://{NO_REGISTRY} cannot be pulled from this "
+        "host: registry.invalid:443 did not answer (")
+    assert log_path.read_text() == ""  # refused before Apptainer started
     assert leftovers(tmp_path / "images") == []
+
+
+def test_the_registry_or_the_proxy_must_answer() -> None:
+    definition = parse_definition(REPO / "containers" / "hpcmem.def")
+    with socket.create_server(("127.0.0.1", 0)) as server:  # a registry that answers
+        port = server.getsockname()[1]
+        assert unreachable_base(definition, {"BASE": f"127.0.0.1:{port}/cuda:1"},
+                                environ={}) is None
+        assert unreachable_base(definition, {"BASE": NO_REGISTRY},  # the proxy pulls it
+                                environ={"https_proxy": f"http://127.0.0.1:{port}"}) is None
+    # the same port, closed now: the proxy is named
+    why = unreachable_base(definition, {"BASE": "nvidia/cuda:1"},
+                           environ={"HTTPS_PROXY": f"127.0.0.1:{port}"})
+    assert why == ("its base image docker://nvidia/cuda:1 cannot be pulled from this host: "
+                   f"registry-1.docker.io:443 through the proxy 127.0.0.1:{port} did not "
+                   "answer (Connection refused)")
+    cpu = parse_definition(REPO / "containers" / "hpcmem-cpu.def")  # debootstrap: no registry
+    assert unreachable_base(cpu, {"MIRROR": NO_MIRROR}, environ={}) is None
 
 
 def test_overhead_is_the_container_latency_over_the_native_one(tmp_path: Path) -> None:

@@ -46,6 +46,7 @@ from hpcmem.record.jsonl import atomic_open
 from hpcmem.workflow.containers import apptainer
 from hpcmem.workflow.containers.apptainer import SQUASHFS_OPTIONS, ContainerError, image_arch
 from hpcmem.workflow.containers.definitions import Definition
+from hpcmem.workflow.containers.registry import unreachable_base
 
 __all__ = ["ImageRef", "cache_key", "checked_image", "host_arch", "image_digest", "obtain_image",
            "sif_problem"]
@@ -247,7 +248,8 @@ def obtain_image(name: str, definition: Definition, args: Mapping[str, str], *,
                  gpu: bool = False, binds: Sequence[str] = ()) -> ImageRef:  # fmt: skip
     """The cached image of ``definition`` with ``args`` (and ``binds`` while it builds), built
     when missing, then checked (:func:`checked_image`). Raises :class:`ContainerError` naming
-    the build log."""
+    the build log, or, before building, the registry of a base image that does not answer
+    here (:func:`~hpcmem.workflow.containers.registry.unreachable_base`)."""
     folder = Path(image_dir).absolute()
     folder.mkdir(parents=True, exist_ok=True)
     key = cache_key(definition, args, context, binds)
@@ -258,6 +260,8 @@ def obtain_image(name: str, definition: Definition, args: Mapping[str, str], *,
                    definition=str(definition.path))  # fmt: skip
     with _locked(folder / f".{name}-{key}.lock"):
         if not (image.is_file() and stamp.is_file()):
+            if why := unreachable_base(definition, args):
+                raise ContainerError(f"{name} is not built: {why}")
             for stale in folder.glob(f".{image.name}.*.partial"):
                 stale.unlink()
             stamp.unlink(missing_ok=True)
