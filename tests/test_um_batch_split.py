@@ -149,7 +149,7 @@ def test_where_no_row_fits_beside_the_gradients_the_parts_sum_on_the_host(
     assert split.host_summed is host
 
 
-def test_the_first_plan_measures_one_row_and_two_for_the_fixed_bytes():
+def test_the_first_plan_measures_rows_doubling_while_twice_them_fit():
     peak, counts = [0], []
 
     def dry_run(count):  # 100 bytes a token beside 4096 a forward holds whatever its rows
@@ -159,11 +159,25 @@ def test_the_first_plan_measures_one_row_and_two_for_the_fixed_bytes():
 
     split = _split(room=8 * 1024 * 100 + 4096 - 1, grads=2 * 1024 * 100, peak=peak)
     assert split.plan(8, 1024, dry_run) == 5  # not all 8 rows: 5 beside the gradient set
-    assert counts == [1, 2] and not split.dropping
+    assert counts == [1, 2, 4] and not split.dropping  # 8 rows might not fit: not measured
     assert (split.token_bytes, split.fixed_bytes) == (100, 4096)
     assert split.floor_bytes == 1024 * 100 + 4096 + 2 * 1024 * 100  # a row and the gradients
     assert split.floor_split
     assert split.plan(8, 512, _no_dry_run) is None  # half the tokens a row: the batch fits
+
+
+def test_a_fixed_peak_at_few_rows_does_not_hide_a_rows_activations():
+    row, fixed = 100 * 1024, 600_000  # a loss chunk's bytes set the peak up to 5 rows
+    room, peak, peaks = 12 * row, [0], []
+
+    def dry_run(count):
+        peak[0] = max(fixed, count * row)
+        peaks.append(peak[0])
+
+    split = _split(room=room, grads=0, peak=peak)
+    assert split.plan(32, 1024, dry_run) == 12  # 12 rows' activations, the room's
+    assert len(peaks) == 4 and max(peaks) <= room  # 1, 2, 4 and 8 rows: none past the room
+    assert split.bytes_for(12 * 1024) == 12 * row  # past 8 rows: their bytes scaled
 
 
 def test_set_rows_are_kept_and_one_row_or_none_runs_whole():

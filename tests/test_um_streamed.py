@@ -4,6 +4,7 @@ streams, offloads or recomputes (hpcmem.um.streamed with its CPU transport)."""
 from __future__ import annotations
 
 import contextlib
+import re
 
 import pytest
 
@@ -164,6 +165,12 @@ def test_a_budget_below_what_the_probe_step_needs_is_refused_with_both_figures()
     assert error.budget == MiB and error.minimum > MiB
     assert f"{MiB} bytes" in str(error) and f"{error.minimum} bytes" in str(error)
     assert isinstance(error, BudgetError)
+    # what the floor is made of: the largest block by name, and what the host holds already
+    assert re.search(r"the largest parameter streamed in \d\.\d\d GiB; .*the largest block "
+                     r"blocks\.\d \(Block\) \d\.\d\d GiB while it recomputes; already off the "
+                     r"device: parameters, gradients and optimizer state on the host \d\.\d\d "
+                     r"GiB, saved activations on the host .*, 3 blocks recomputed$",
+                     error.detail), error.detail
 
 
 def test_a_recomputation_that_stops_early_leaves_no_parameter_on_the_device():

@@ -15,20 +15,27 @@ it (:class:`_Earlier`). Gradient hooks, accumulation over the loop's own micro-b
 the strategy's shipping so see one gradient per parameter, as without the split, and the
 host optimizer steps each bucket as it lands, overlapped with that last backward.
 
-How many rows a part takes is measured, not guessed: before the first such forward, one row
-and then two run forward and backward alone, their gradients dropped as they come
-(:attr:`BatchSplit.dropping`; the strategy frees each at once, so no gradient set is held).
-The difference of their device bytes above those held is a row's activations
-(``token_bytes`` a token), the rest of one row's what a forward holds whatever its rows
-(``fixed_bytes``: the loss's chunk, the output weight's gradient the chunked loss makes in
-forward). A forward whose rows fit the room (``room()``, what the budget leaves above the
-bytes held when it began) then runs whole, as without a split; one that does not runs in
-parts of as many rows as fit beside the gradient set a split holds, or, where not one row
-does and the strategy can (:class:`HostSums`), of as many as fit without it, the parts'
-gradients summed in host memory as they land. The plan scales with the tokens a row has.
-The floor is the least of the whole batch, one row beside a gradient set and, where the
-parts can sum in host memory, one row alone. Rows per part can also be set (``rows``).
-The measuring rows cost the first step three rows' forward and backward more.
+How many rows a part takes is measured, not guessed: before the first such forward, one row,
+then two, then twice as many each time, run forward and backward alone, their gradients
+dropped as they come (:attr:`BatchSplit.dropping`; the strategy frees each at once, so no
+gradient set is held), up to the batch's rows or while twice the last run's device bytes
+above those held fit the room. A forward's bytes are the most of its ops' (each some fixed
+bytes plus some a row), so twice the rows never take more than twice the bytes: no
+measuring run passes the budget. Between two measured row counts a forward takes at most
+the straight line between them; past the most rows measured, at most their bytes scaled by
+the rows. The last pair's difference is a row's activations (``token_bytes`` a token), the
+rest what a forward holds whatever its rows (``fixed_bytes``: the loss's chunk, the output
+weight's gradient the chunked loss makes in forward). Two rows alone do not tell them
+apart where a fixed op's bytes set the peak of a few rows (a long vocabulary's loss chunk)
+and a row's activations that of many. A forward whose rows fit the room (``room()``, what
+the budget leaves above the bytes held when it began) then runs whole, as without a split;
+one that does not runs in parts of as many rows as fit beside the gradient set a split
+holds, or, where not one row does and the strategy can (:class:`HostSums`), of as many as
+fit without it, the parts' gradients summed in host memory as they land. The plan scales
+with the tokens a row has. The floor is the least of the whole batch, one row beside a
+gradient set and, where the parts can sum in host memory, one row alone. Rows per part can
+also be set (``rows``). The measuring rows cost the first step up to about twice its
+batch's forward and backward more.
 """
 
 from __future__ import annotations
@@ -59,13 +66,12 @@ class Measure:
     host_sums: HostSums | None = None  # where the parts' gradients can sum off the device
 
     @classmethod
-    def of(cls, transport: Any, room: int, trained: list[Any],
+    def of(cls, transport: Any, room: Callable[[], int], trained: list[Any],
            host_sums: HostSums | None = None) -> Measure:
-        """Through ``transport``'s figures, ``room`` bytes in all, gradients of ``trained``,
+        """Through ``transport``'s figures, ``room()`` bytes in all, gradients of ``trained``,
         summed in ``host_sums`` where they can be."""
-        return cls(transport.live_bytes, transport.peak_bytes, transport.reset_peak,
-                   lambda: room, sum(p.numel() * p.element_size() for p in trained),
-                   host_sums)
+        return cls(transport.live_bytes, transport.peak_bytes, transport.reset_peak, room,
+                   sum(p.numel() * p.element_size() for p in trained), host_sums)
 
 
 class HostSums(Protocol):
@@ -149,6 +155,7 @@ class BatchSplit:
         self.dropping = False  # the measuring row runs: its gradients are dropped
         self.measure: Measure | None = None
         self.token_bytes: int | None = None  # one token's activations, measured
+        self._used: dict[int, int] = {}  # tokens measured: device bytes above those held
         self.parts = 1  # of the last forward
         self.part_rows: int | None = None  # rows per part of the last split forward
         self.floor_bytes: int | None = None  # the least the measured batch needs, whole or split
@@ -170,21 +177,43 @@ class BatchSplit:
                 "sums": None if self.parts == 1 else "host" if self.host_summed else "device",
                 "exact": True}
 
+    def bytes_for(self, tokens: int) -> int:
+        """The most device bytes a forward and backward of ``tokens`` tokens takes above
+        those held, from the measured runs (module docstring), else from the figures
+        ``fixed_bytes`` and ``token_bytes`` alone."""
+        assert self.token_bytes is not None
+        points = sorted(self._used.items())
+        if not points:
+            return self.fixed_bytes + self.token_bytes * tokens
+        for (t0, u0), (t1, u1) in zip([(0, points[0][1]), *points], points, strict=False):
+            if tokens <= t1:
+                return u1 if t1 == t0 else u0 + math.ceil((u1 - u0) * (tokens - t0) / (t1 - t0))
+        most, used = points[-1]
+        return math.ceil(used * tokens / most)
+
+    def _most_rows(self, rows: int, row_tokens: int, room: int) -> int:
+        """The most rows of ``rows`` whose forward fits ``room`` bytes (0: not one)."""
+        low, high = 0, rows
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = ((middle, high) if self.bytes_for(middle * row_tokens) <= room
+                         else (low, middle - 1))
+        return low
+
     def _rows_that_fit(self, held: int, rows: int, row_tokens: int) -> tuple[int, bool]:
         """Rows of ``rows`` (of ``row_tokens`` tokens) one part fits in the room above
         ``held`` (at least one), and whether the parts sum their gradients in host memory:
         all rows where they fit; else as many as fit beside a gradient set, or, where not
         one does or the strategy always sums there, as many as fit without it."""
         assert self.measure is not None and self.token_bytes is not None
-        room = self.measure.room() - held - self.fixed_bytes
-        per_row = max(1, self.token_bytes * row_tokens)
-        if rows * per_row <= room:
+        room = self.measure.room() - held
+        if self.bytes_for(rows * row_tokens) <= room:
             return rows, False
         host = self.measure.host_sums
-        beside = (room - self.measure.grad_bytes) // per_row
+        beside = self._most_rows(rows, row_tokens, room - self.measure.grad_bytes)
         if host is not None and (host.always or beside < 1):
-            return min(rows, max(1, room // per_row)), True
-        return min(rows, max(1, beside)), False
+            return max(1, self._most_rows(rows, row_tokens, room)), True
+        return max(1, beside), False
 
     def plan(self, rows: int, row_tokens: int, dry_run: Callable[[int], None]) -> int | None:
         """Rows of the first part of a forward over ``rows`` rows of ``row_tokens`` tokens
@@ -206,26 +235,32 @@ class BatchSplit:
 
     def _measure_row(self, rows: int, row_tokens: int,
                      dry_run: Callable[[int], None]) -> None:
-        """What a forward holds whatever its rows (``fixed_bytes``: the loss's chunk, the
-        output weight's gradient made in forward) and a token's activations, from one row's
-        and two rows' forward and backward above the bytes held; and the floor: the least of
-        the whole batch and of one row beside a gradient set."""
+        """The device bytes above those held of one row's forward and backward, two rows',
+        and twice as many each time while that is safe (module docstring); from the last
+        pair, a token's activations and what a forward holds whatever its rows
+        (``fixed_bytes``: the loss's chunk, the output weight's gradient made in forward);
+        and the floor: the least of the whole batch and of one row beside a gradient set."""
         assert self.measure is not None
         held = self.measure.live_bytes()
-        used = []
+        self._used.clear()
         self.dropping = True
         try:
-            for count in (1, 2):
+            count = 0
+            while count < rows and (count < 2 or held + 2 * self._used[count * row_tokens]
+                                    <= self.measure.room()):
+                count = min(rows, max(1, 2 * count))
                 self.measure.reset_peak()
                 dry_run(count)
-                used.append(max(0, self.measure.peak_bytes() - held))
+                self._used[count * row_tokens] = max(0, self.measure.peak_bytes() - held)
         finally:
             self.dropping = False
-        self.token_bytes = max(1, math.ceil((used[1] - used[0]) / row_tokens))
-        self.fixed_bytes = max(0, used[0] - self.token_bytes * row_tokens)
+        (before, low), (last, high) = sorted(self._used.items())[-2:]
+        self.token_bytes = max(1, math.ceil((high - low) / (last - before)))
+        self.fixed_bytes = max(0, high - self.token_bytes * last)
         self._batch = (rows, row_tokens, held)
-        whole = held + self.fixed_bytes + self.token_bytes * rows * row_tokens
-        split = held + used[0] + (0 if self.measure.host_sums else self.measure.grad_bytes)
+        whole = held + self.bytes_for(rows * row_tokens)
+        one_row = self._used[row_tokens]
+        split = held + one_row + (0 if self.measure.host_sums else self.measure.grad_bytes)
         self.floor_bytes, self.floor_split = min(whole, split), split < whole
 
     def run(self, forward: Callable[[dict[str, Any]], Any], arguments: dict[str, Any],
@@ -272,14 +307,17 @@ class BatchSplit:
         rows, row_tokens, held = self._batch
         if self._rows_that_fit(held, rows, row_tokens)[0] < rows:
             return None
-        return held + self.fixed_bytes + self.token_bytes * rows * row_tokens
+        return held + self.bytes_for(rows * row_tokens)
 
     def add_kept(self, nbytes: int) -> None:
         """Blocks no longer recomputed keep ``nbytes`` more over the measured batch: a
         token's activations grow by their share."""
         if self._batch is not None and self.token_bytes is not None and nbytes > 0:
             rows, row_tokens, _ = self._batch
-            self.token_bytes += math.ceil(nbytes / (rows * row_tokens))
+            per_token = math.ceil(nbytes / (rows * row_tokens))
+            self.token_bytes += per_token
+            self._used = {tokens: used + per_token * tokens
+                          for tokens, used in self._used.items()}
 
 
 def rows_of(arguments: dict[str, Any], start: int, stop: int, rows: int) -> dict[str, Any]:

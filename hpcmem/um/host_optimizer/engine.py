@@ -23,11 +23,9 @@ a :class:`~hpcmem.um.budget.offload.HostOptimizerOffload`, given or planned:
   measured steps, :mod:`.device_step` runs it): streamed when the CPU optimizer outlasts
   backward, kept on the device with the room left.
 
-Under ``HostOptimizerOffload(delayed_update=True)`` the steady steps are delayed
-(ZeRO-Offload's delayed parameter update): ``optimizer.step()`` does not wait for the CPU;
-a bucket's job is waited for, and its weights uploaded, when the bucket's gradients of the
-next backward are complete, so forward and backward run on weights one update behind while
-the CPU steps.
+Under ``HostOptimizerOffload(delayed_update=True)`` (ZeRO-Offload's delayed parameter
+update) ``optimizer.step()`` does not wait for the CPU: a bucket's job is waited for, and its
+weights uploaded, once its gradients of the next backward are complete.
 
 Under data parallelism (``ranks``) each rank's host holds a shard of every bucket, its
 gradients reduce-scattered and its weights all-gathered (:mod:`.exchange`). Clipping by
@@ -38,7 +36,7 @@ outside the managed pools included (:meth:`Transport.outside_bytes`); a budget b
 is refused (:class:`BudgetTooSmallError`, naming what makes the floor up), and the last
 blocks stop being recomputed, as many as the room holds what they save. A Hugging Face
 causal LM's batch is split in its forward where the room lacks its activations
-(:mod:`hpcmem.um.budget.batch_split`; the first forward measures one row).
+(:mod:`hpcmem.um.budget.batch_split`; the first forward measures rows).
 """
 
 from __future__ import annotations
@@ -129,8 +127,8 @@ class HostOptimizer:
         self._names = {id(m): name for name, m in model.named_modules()}
         self.batch_split = batch_split
         if batch_split is not None:
-            batch_split.bind(Measure.of(transport, int(TARGET_FRACTION * budget) + self._base_bytes,
-                                        parts.trained, self.part_sums))
+            batch_split.bind(Measure.of(transport, self._split_room, parts.trained,
+                                        self.part_sums))
         self._original_step = optimizer.__dict__.get("step")
         optimizer.step = self.step
         self.checkpoints = Checkpoints(model, optimizer, self.host, self.settle, self._reload)
@@ -148,6 +146,12 @@ class HostOptimizer:
         self._begin_step()
         transport.reset_peak()
 
+    def _split_room(self) -> int:
+        """What a split forward may fill (live bytes): the budget's planned share less the
+        CUDA context and workspaces, which lie outside the pools and the plain buffers."""
+        context = max(0, self.transport.outside_bytes() - self.plain_bytes)
+        return int(TARGET_FRACTION * self.budget) + self._base_bytes - context
+
     @property
     def plain_bytes(self) -> int:
         """Device bytes of the copies' buffers and working weights (plain device memory)."""
@@ -163,13 +167,9 @@ class HostOptimizer:
             yield
         finally:
             self.ledger.computed(start, self.transport.mark())
-        if self.probe_bytes is None:
-            self._probe()
-
-    def _probe(self) -> None:
-        """The floor and the blocks recomputed, from the first step (:mod:`.probe`)."""
-        self.outside_bytes = self.transport.outside_bytes()
-        self.probe_bytes = probe(self)
+        if self.probe_bytes is None:  # the floor and the blocks recomputed (:mod:`.probe`)
+            self.outside_bytes = self.transport.outside_bytes()
+            self.probe_bytes = probe(self)
 
     def _on_grad(self, param: Any) -> None:
         """A gradient is complete: on the step's last micro-batch, send it to the host

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from hpcmem.um.budget.floor import check_minimum
+from hpcmem.um.budget.floor import check_minimum, describe_floor
 from hpcmem.um.budget.host import HostArena
 from hpcmem.um.budget.phases import Phase
 from hpcmem.um.budget.recompute import Recompute, repeated_blocks
@@ -103,6 +103,7 @@ class Streamer:
         )
         if recompute is not False:  # the probe recomputes: the least it can hold
             self.recompute.enable()
+        self._names = {id(m): name for name, m in model.named_modules()}
         self.chunked = None
         if optimizer is not None:
             self.chunked = ChunkedStep(
@@ -195,7 +196,21 @@ class Streamer:
         finally:
             self._end()
         if self._phase is Phase.PROBE and self._planner.probe is not None:
-            check_minimum(self.budget, self._planner.probe.peak_bytes)
+            check_minimum(self.budget, self._planner.probe.peak_bytes, self._floor_detail)
+
+    def _floor_detail(self) -> str:
+        """What makes up the probe's floor, and what is off the device already."""
+        probe = self._planner.probe
+        assert probe is not None
+        streamed = [e for e in self.params.entries if not e.resident]
+        return describe_floor(
+            {"set-up (small parameters, buffers)": probe.held_bytes,
+             "the largest parameter streamed in": max(probe.entry_bytes, default=0),
+             "the largest saved activation fetched back": probe.largest_saved},
+            None, self.recompute, self._names,
+            {"parameters, gradients and optimizer state on the host":
+                 sum(e.state_bytes for e in streamed),
+             "saved activations on the host": probe.saved_bytes}, 1)
 
     def _pack(self, tensor: Any) -> Any:
         with self._torch._C.DisableTorchFunction():
@@ -231,7 +246,7 @@ class Streamer:
         self._phase = phase = Phase.of(self._step, PLAN_AFTER)
         self._resident.append(self.transport.resident_peak_bytes())  # includes the last step
         if phase is Phase.MEASURE:  # the probe's optimizer step, an entry at a time, measured now
-            check_minimum(self.budget, self._resident[-1])
+            check_minimum(self.budget, self._resident[-1], self._floor_detail)
             allocated = max(0, self.transport.peak_bytes() - self._base_bytes)
             planner.measure_rounding(allocated, self._resident[-1])
         with self._torch._C.DisableTorchFunction():
