@@ -212,3 +212,15 @@ def test_megatrain_finds_every_parameter_but_where_it_cannot(
 def test_torchao_refuses_fp32_like_the_other_peers(tmp_path: Path) -> None:
     last = _refused(tmp_path, "--variant", "torchao", "--dtype", "fp32")
     assert last.endswith("error: --dtype fp32 runs with the variants cuda and hpcmem, not torchao")
+
+
+def test_a_loss_that_is_not_finite_fails_the_record_naming_the_step() -> None:
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        from hf_steps import finite_losses
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    assert finite_losses({"losses": [11.2, 11.1], "status": "ok"}) == {}
+    assert finite_losses({"losses": [11.2, float("nan"), float("inf")]}) == {
+        "status": "failed", "losses": [11.2],
+        "reason": "the loss was not finite (NaN or inf) from step 2 of 3: it did not train"}

@@ -86,7 +86,7 @@ from hf_ranks import (
     stop,
 )
 from hf_runners import ZENFLOW, ZERO, run, torchao_settings, zero_config
-from hf_steps import step_ms
+from hf_steps import finite_losses, step_ms
 
 from hpcmem.peers.variants import CHECKPOINTED, VARIANTS
 
@@ -260,6 +260,7 @@ def main() -> int:
             result = {}
     times = result.pop("times", [])
     record.update(result)
+    record.update(finite_losses(record))
     own = {"peak_allocated_bytes": torch.cuda.max_memory_allocated(device),
            "peak_reserved_bytes": torch.cuda.max_memory_reserved(device),
            "nvml_peak_bytes": nvml.process_bytes, "nvml_device_peak_bytes": nvml.device_bytes,
@@ -282,7 +283,7 @@ def main() -> int:
         record["step_ms"] = timing
     record.update(step_ms_all=times, seconds=time.perf_counter() - started, **own)
     with args.out.open("a") as handle:
-        handle.write(json.dumps(record) + "\n")
+        handle.write(json.dumps(record, allow_nan=False) + "\n")
     gib = 2**30
     gpus = f" on {launch.world_size} GPUs" if launch is not None else ""
     print(f"{args.model} {args.variant:9}{gpus} rep {args.repeat} {record['status']}: median "

@@ -4,6 +4,7 @@ one optimizer step, timed to a device synchronisation."""
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -24,6 +25,18 @@ def step_ms(times: list[float], warmup: int) -> dict[str, float] | None:
         return None
     return {"median": statistics.median(timed_steps), "mean": statistics.fmean(timed_steps),
             "min": min(timed_steps), "max": max(timed_steps)}
+
+
+def finite_losses(record: dict[str, Any]) -> dict[str, Any]:
+    """What ``record`` becomes where a loss was not finite: failed, saying from which step,
+    its losses those before it; nothing where every loss is finite."""
+    losses = record.get("losses") or []
+    bad = [step for step, loss in enumerate(losses, 1) if not math.isfinite(loss)]
+    if not bad:
+        return {}
+    return {"status": "failed", "losses": losses[:bad[0] - 1],
+            "reason": f"the loss was not finite (NaN or inf) from step {bad[0]} of "
+                      f"{len(losses)}: it did not train"}
 
 
 def _to_gpu(batch: Any) -> Any:
