@@ -2,7 +2,8 @@
 of ``UnifiedMemory``): where it attaches, scopes and closes, training under both budget
 strategies (through ``optimizer.step(closure)``) that agrees with a plain Lightning fit, the
 settings a budget refuses, and ``devices=2`` under a real ``torchrun``
-(``tests/trainer_ranks.py``) fitting as one process on the global batch."""
+(``tests/trainer_ranks.py``) fitting as one process on the global batch and resuming from
+its checkpoints as Lightning's DDP does."""
 
 from __future__ import annotations
 
@@ -155,9 +156,12 @@ def test_a_checkpoint_holds_and_resumes_what_plain_lightnings_does(strategy, tol
         torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance)
 
 
-def _one_step_an_epoch():
+def _one_step_an_epoch(batch_size=4):
+    """One step's micro-batches an epoch, ``batch_size`` rows each on each of the ranks that
+    split the 4 rows of one process's micro-batch."""
     rows = next(iter(_data()))[0].repeat(MICRO_BATCHES, 1)
-    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(rows), batch_size=4)
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(rows),
+                                       batch_size=batch_size)
 
 
 @pytest.mark.parametrize(("settings", "refused"), [
@@ -195,6 +199,18 @@ def test_without_a_budget_two_ranks_are_lightning_s_ddp(two_ranks, one_thread):
     losses, _, _ = _fit(shuffled=True)
     assert two_ranks["none"]["trained"] == "DistributedDataParallel"
     assert two_ranks["none"]["losses"] == pytest.approx(losses, rel=LOSS_TOLERANCE)
+
+
+def test_two_ranks_resume_from_lightning_s_checkpoint_as_its_ddp_does(two_ranks):
+    """A fit resumed from the first step's checkpoint (each rank's host shard gathered into
+    it, each taking its own back) goes on with the losses of Lightning's DDP resumed from its
+    own; both first take up the fit that saved it."""
+    ours, ddp = two_ranks["resumed"]["budget"], two_ranks["resumed"]["none"]
+    assert ours["saving"] == pytest.approx(ddp["saving"], rel=LOSS_TOLERANCE)
+    assert len(ours["resumed"]) > MICRO_BATCHES  # an optimizer step on the restored state
+    assert ours["resumed"] == pytest.approx(ddp["resumed"], rel=LOSS_TOLERANCE)
+    assert ours["resumed"][0] == pytest.approx(ours["saving"][MICRO_BATCHES],
+                                               rel=LOSS_TOLERANCE)
 
 
 def test_two_ranks_refuse_the_streamed_strategy_in_one_line(two_ranks):

@@ -6,7 +6,8 @@ rank half of the one-rank tests' batch (``PER_RANK``), so the global batch is th
 the streamed strategy, which several ranks refuse); rank 0 writes ``OUT/results.json``:
 per case the losses over the ranks (``losses``), the module the framework trained
 (``trained``), or the one line a refused case raised (``refused``). A ``hf`` case trains
-in ``OUT/<case>`` (its checkpoints).
+in ``OUT/<case>`` (its checkpoints); Lightning's ``resumed`` case saves in
+``OUT/lightning-checkpoints``.
 """
 
 from __future__ import annotations
@@ -57,12 +58,50 @@ def lightning(out: Path) -> dict[str, Any]:
     for name, (memory, offload) in cases.items():
         def run(memory=memory, offload=offload):
             losses, _, strategy = _fit(memory, offload, batch_size=PER_RANK, devices=2)
-            mean = torch.tensor(losses, dtype=torch.float64)
-            dist.all_reduce(mean)
-            return {"losses": (mean / dist.get_world_size()).tolist(),
-                    "trained": strategy.lightning_module.trained}
+            return {"losses": _mean(losses), "trained": strategy.lightning_module.trained}
         results[name] = _refused_or(run)
+    results["resumed"] = {name: _resumed(out / "lightning-checkpoints" / name, budget)
+                          for name, budget in (("budget", True), ("none", False))}
     return results
+
+
+def _resumed(folder: Path, budget: bool) -> dict[str, Any]:
+    """Under a budget or none (Lightning's DDP) on two ranks: a fit of three steps, one an
+    epoch, saving after each (Lightning's ``ModelCheckpoint``), then a fit resumed from the
+    first save; the losses of each over the ranks."""
+    import lightning.pytorch as pl
+    from test_integrations_lightning import (
+        BUDGET,
+        MICRO_BATCHES,
+        LanguageModel,
+        _one_step_an_epoch,
+    )
+
+    from hpcmem.integrations.lightning import UnifiedMemoryStrategy
+
+    first = folder / "epoch=0-step=1.ckpt"
+
+    def fit(resume: bool) -> list[float]:
+        module = LanguageModel()
+        saver = pl.callbacks.ModelCheckpoint(dirpath=folder, save_top_k=-1, every_n_epochs=1)
+        trainer = pl.Trainer(
+            accelerator="cpu", devices=2, max_steps=3, accumulate_grad_batches=MICRO_BATCHES,
+            strategy=UnifiedMemoryStrategy(CpuMemory(gpu_budget=BUDGET),
+                                           offload_named("host_optimizer")) if budget
+            else "ddp",
+            callbacks=[] if resume else [saver], enable_checkpointing=not resume,
+            logger=False, enable_progress_bar=False, enable_model_summary=False)
+        trainer.fit(module, _one_step_an_epoch(PER_RANK), ckpt_path=first if resume else None)
+        return _mean(module.losses)
+
+    return {"saving": fit(resume=False), "resumed": fit(resume=True)}
+
+
+def _mean(losses: list[float]) -> list[float]:
+    """Each micro-batch's loss averaged over the ranks."""
+    mean = torch.tensor(losses, dtype=torch.float64)
+    dist.all_reduce(mean)
+    return (mean / dist.get_world_size()).tolist()
 
 
 def _refused_or(run) -> dict[str, Any]:
