@@ -81,21 +81,23 @@ def parse_accounting(text: str, command: str = "sacct") -> dict[str, JobAccount]
     return jobs
 
 
-def job_accounts(job_ids: Sequence[str]) -> dict[str, JobAccount]:
+def job_accounts(job_ids: Sequence[str], usage: bool = True) -> dict[str, JobAccount]:
     """What sacct says about each of ``job_ids`` (a job it does not know is left out), with
-    slurmctld's view of those it has as PENDING or not at all (module docstring)."""
+    slurmctld's view of those it has as PENDING or not at all (module docstring); without
+    ``usage``, their memory and CPU use are not asked for (one sacct call less)."""
     if not job_ids:
         return {}
     shown = f"`sacct -X -j ID,... --format={','.join(FIELDS)}`"
     accounts = parse_accounting(slurm_command(
         "sacct", "-X", "--parsable2", "--noheader", "-j", ",".join(job_ids),
         f"--format={','.join(FIELDS)}", shown=shown), shown)
-    used = parse_usage(slurm_command(
-        "sacct", "--parsable2", "--noheader", "-j", ",".join(job_ids),
-        f"--format={','.join(USAGE_FIELDS)}",
-        shown=f"`sacct -j ID,... --format={','.join(USAGE_FIELDS)}`"))
-    accounts = {job_id: replace(account, usage=used.get(job_id, JobUsage()))
-                for job_id, account in accounts.items()}
+    if usage:
+        used = parse_usage(slurm_command(
+            "sacct", "--parsable2", "--noheader", "-j", ",".join(job_ids),
+            f"--format={','.join(USAGE_FIELDS)}",
+            shown=f"`sacct -j ID,... --format={','.join(USAGE_FIELDS)}`"))
+        accounts = {job_id: replace(account, usage=used.get(job_id, JobUsage()))
+                    for job_id, account in accounts.items()}
     behind = [j for j in job_ids if j not in accounts or accounts[j].state == "PENDING"]
     if behind:
         try:

@@ -60,7 +60,7 @@ def report_unfinished(workflow: Any, logger: Any, journal: str, path: str) -> No
     last = {point: job.job_id for job in read_journal(journal) for point in job.points}
     try:
         states = {job_id: account.state for job_id, account in
-                  job_accounts(sorted(set(last.values()))).items()}
+                  job_accounts(sorted(set(last.values())), usage=False).items()}
     except SlurmCommandError:  # no Slurm, or no accounting: the job ids say enough
         states = {}
     points = unfinished_points(workflow.dag.needrun_jobs(), workflow.scheduler.failed, last,
