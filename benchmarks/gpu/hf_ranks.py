@@ -13,13 +13,22 @@ fields in it.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hf_steps import step_ms
 
-from hpcmem.train.ranks import Launch, gather, host_peak_bytes, launch_of, start, stop
+from hpcmem.train.ranks import (
+    Launch,
+    gather,
+    host_peak_bytes,
+    largest,
+    launch_of,
+    mean_steps,
+    slowest_steps,
+    start,
+    stop,
+)
 
 __all__ = ["PEAKS", "Launch", "gather", "host_peak_bytes", "launch_of", "least_reserved",
            "merge", "nvml_index", "refused_parallel", "start", "stop"]
@@ -63,11 +72,6 @@ def nvml_index(device: int) -> int:
         return device
 
 
-def _largest(values: Sequence[Any]) -> Any:
-    known = [v for v in values if v is not None]
-    return max(known) if known else None
-
-
 def _over_budget(result: Mapping[str, Any], budget: int | None) -> bool:
     peaks = [result.get(name) for name in ("peak_reserved_bytes", "nvml_peak_bytes",
                                            "held_peak_bytes")]
@@ -85,15 +89,14 @@ def merge(results: Sequence[Mapping[str, Any]], *, warmup: int, tokens_per_step:
     ranks whose reserved, NVML or held peak passed ``budget``; and ``ranks``, each rank's
     own step and peaks."""
     failed = [r for r in results if r["status"] != "ok"]
-    steps = min((len(r["times"]) for r in results), default=0)
-    slowest = [max(r["times"][i] for r in results) for i in range(steps)]
+    slowest = slowest_steps([r["times"] for r in results])
     losses = [r.get("losses") or [] for r in results]
     merged: dict[str, Any] = {
         "world_size": len(results), "status": "failed" if failed else "ok",
         "step_ms_all": slowest,
-        "losses": ([statistics.fmean(step) for step in zip(*losses, strict=True)]
+        "losses": (mean_steps(losses)
                    if losses and len({len(x) for x in losses}) == 1 and losses[0] else None),
-        **{name: _largest([r.get(name) for r in results]) for name in PEAKS},
+        **{name: largest([r.get(name) for r in results]) for name in PEAKS},
         "budget_exceeded_ranks": [r["rank"] for r in results if _over_budget(r, budget)],
         "ranks": [{"rank": r["rank"], "status": r["status"],
                    "step_ms": step_ms(r["times"], warmup),

@@ -7,19 +7,20 @@ process group they meet in, and what each hands to rank 0.
 the job (as Lightning's SLURM environment reads them). :func:`launch_of` reads them, refusing
 an environment that is not the ranks asked for; :func:`start` joins the default group
 (NCCL on a GPU, gloo on the CPU) and makes a gloo group for results, so that a rank whose
-GPU work failed still reports (:func:`gather`).
+GPU work failed still reports (:func:`gather`). Rank 0 merges what they hand it:
+:func:`slowest_steps`, :func:`mean_steps` and :func:`largest`.
 """
 
 from __future__ import annotations
 
 import os
 import resource
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LAUNCHERS", "RENDEZVOUS", "Launch", "gather", "host_peak_bytes", "launch_of",
-           "start", "stop"]
+__all__ = ["LAUNCHERS", "RENDEZVOUS", "Launch", "gather", "host_peak_bytes", "largest",
+           "launch_of", "mean_steps", "slowest_steps", "start", "stop"]
 
 #: each launcher's variables: rank, local rank, world size
 LAUNCHERS = {"torchrun": ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
@@ -122,3 +123,21 @@ def gather(result: Mapping[str, Any], group: Any) -> list[dict[str, Any]]:
     every: list[Any] = [None] * dist.get_world_size(group)
     dist.all_gather_object(every, dict(result), group=group)
     return every
+
+
+def slowest_steps(series: Sequence[Sequence[float]]) -> list[float]:
+    """Each step's time on its slowest rank (``series``: each rank's step times), over the
+    steps every rank has."""
+    steps = min((len(times) for times in series), default=0)
+    return [max(times[i] for times in series) for i in range(steps)]
+
+
+def mean_steps(series: Sequence[Sequence[float]]) -> list[float]:
+    """Each step's value averaged over the ranks (``series``: each rank's, all as long)."""
+    return [sum(values) / len(values) for values in zip(*series, strict=True)]
+
+
+def largest(values: Sequence[Any]) -> Any:
+    """The largest of the ranks' ``values`` that are known (None: none is)."""
+    known = [value for value in values if value is not None]
+    return max(known) if known else None

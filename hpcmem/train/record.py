@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpcmem.record.provenance import common_fields
 from hpcmem.train.point import TrainPoint
+from hpcmem.train.ranks import largest, mean_steps, slowest_steps
 from hpcmem.train.sizing import DTYPES
 from hpcmem.train.spec import TRAIN
 from hpcmem.um import TYPES
@@ -160,15 +161,11 @@ def merged_record(records: list[dict[str, Any]]) -> dict[str, Any]:
         base.update(status="failed", reason="; ".join(
             f"rank {rank} on {r.get('host')}: {r.get('reason')}" for rank, r in failed))
         return base
-    steps = min(len(r["step_ms_all"]) for r in records)
-    slowest = [max(r["step_ms_all"][i] for r in records) for i in range(steps)]
+    slowest = slowest_steps([r["step_ms_all"] for r in records])
     timed = step_stats(slowest[base["warmup"]:])
     base.update(step_ms_all=slowest, first_step_ms=slowest[0], step_ms=asdict(timed),
                 throughput=base["throughput"] * base["step_ms"]["median"] / timed.median,
-                losses={end: [sum(values) / len(values) for values in zip(
-                    *(r["losses"][end] for r in records), strict=True)]
-                    for end in base["losses"]})
-    for name in RANK_PEAKS:
-        known = [r.get(name) for r in records if r.get(name) is not None]
-        base[name] = max(known) if known else None
+                losses={end: mean_steps([r["losses"][end] for r in records])
+                        for end in base["losses"]})
+    base.update({name: largest([r.get(name) for r in records]) for name in RANK_PEAKS})
     return base
