@@ -123,6 +123,21 @@ def test_shared_cores_explain_a_slowdown_only_against_a_quiet_history(tmp_path: 
     assert code == 1 and " FAIL " in verdict_row(out)
 
 
+def test_faster_than_a_history_that_shared_cores_is_noisy_when_it_shares_them_too(
+        tmp_path: Path, refs: Path) -> None:
+    fast = [0.40, 0.42, 0.41]  # every repeat 2.4x faster: less contention, not a change
+    busy = history_of(tmp_path / "b", refs, QUIET, shared=True)
+    code, out = check(point_run(tmp_path, "busy", 9, fast, shared=True), refs, busy,
+                      "--no-append")
+    assert code == 0 and " NOISY " in verdict_row(out)
+    assert ("the point and 3 of the history's 3 runs shared cores with other work: less "
+            "contention reads as faster") in verdict_row(out)
+    # against a quiet history, judged as any change
+    quiet = history_of(tmp_path / "q", refs, QUIET)
+    code, out = check(point_run(tmp_path, "busy2", 11, fast, shared=True), refs, quiet)
+    assert code == 1 and " FAIL " in verdict_row(out)
+
+
 def test_references_excuse_shared_cores_unless_told_to_judge(tmp_path: Path) -> None:
     summary = point_run(tmp_path, "run", 1, [5.0, 5.1, 4.9], shared=True)
     path = tmp_path / "r.yaml"

@@ -8,6 +8,8 @@ repeats differ significantly from theirs (Mann-Whitney U over the samples,
 band), and the node state does not explain it (shared cores now, none in the history, and
 slower; or the reverse, and faster; unless every repeat lies outside the band: repeats run
 in rounds, so a busy neighbour shows as spread, and a change in every repeat is a change).
+A figure faster than a history that also shared cores is ``NOISY`` whatever its repeats:
+contention only adds time, so it is a quieter neighbour, not a change of the code.
 Against a reference, a figure outside its bounds is ``NOISY`` when its point shared cores
 or its repeats disagree (some of them inside the bounds), else ``FAIL``. Outside a band but
 not told apart from noise is ``NOISY``; nothing to compare with is ``NEW``.
@@ -94,6 +96,10 @@ def _against_history(figure: Measured, history: Baseline, references: References
         return "PASS", None
     change = (figure.value / history.value - 1) * 100 if history.value else math.inf
     what = f"{_describe(side, metric_name, 'the history')}: {change:+.0f}% vs median"
+    if figure.shared_cores and history.shared_runs and _slower(side, metric_name) is False:
+        return "NOISY", (f"{what}, the point and {history.shared_runs} of the history's "
+                         f"{history.runs} runs shared cores with other work: less contention "
+                         "reads as faster, whatever its repeats say")
     m, n = len(figure.samples), len(history.samples)
     testable = smallest_p(m, n) <= references.history_alpha
     if testable:
