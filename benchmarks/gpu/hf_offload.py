@@ -43,9 +43,10 @@ device synchronisation:
 
 Each process appends one record to ``--out`` (JSON lines): the median and mean step (the
 mean spans ZenFlow's update cycles where the timed steps are a multiple of its interval),
-PyTorch's peak
-allocated and reserved bytes, NVML's per-process peak, the losses, and for hpcmem the
-strategy's per-step accounting.
+PyTorch's peak allocated and reserved bytes, NVML's per-process peak, the process's peak
+resident host memory (``host_peak_bytes``, pinned buffers included), the losses (a run
+whose loss was not finite is failed, naming the step), and for hpcmem the strategy's
+per-step accounting.
 
 **Data parallel.** Under ``torchrun --nproc-per-node N ... --world-size N`` (or ``srun``,
 ``hf_ranks``) each variant runs one rank per GPU, ``--batch`` sequences per GPU per
@@ -264,12 +265,11 @@ def main() -> int:
     own = {"peak_allocated_bytes": torch.cuda.max_memory_allocated(device),
            "peak_reserved_bytes": torch.cuda.max_memory_reserved(device),
            "nvml_peak_bytes": nvml.process_bytes, "nvml_device_peak_bytes": nvml.device_bytes,
-           "held_peak_bytes": nvml.held_bytes}
+           "held_peak_bytes": nvml.held_bytes, "host_peak_bytes": host_peak_bytes()}
     if launch is not None:  # every rank's figures to rank 0, which alone writes
         every = gather({"rank": launch.rank, "status": record["status"],
                         "reason": record.get("reason"), "times": times,
-                        "losses": record.get("losses"), **own,
-                        "host_peak_bytes": host_peak_bytes()}, results_group)
+                        "losses": record.get("losses"), **own}, results_group)
         stop()
         if launch.rank != 0:
             return 0 if record["status"] == "ok" else 1

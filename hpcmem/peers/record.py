@@ -35,8 +35,8 @@ NAME = "peers"
 #: per-process peak, and that with hpcmem's managed bytes on the GPU
 PEAKS = ("peak_allocated_bytes", "peak_reserved_bytes", "nvml_peak_bytes", "held_peak_bytes")
 #: a record's optional byte counts: a number at least 0, or null (``host_peak_bytes``: the
-#: largest resident host memory of a data-parallel run's ranks; ``budget_minimum_bytes``: a
-#: refused budget's measured minimum)
+#: process's largest resident host memory, pinned buffers included, the largest of a
+#: data-parallel run's ranks; ``budget_minimum_bytes``: a refused budget's measured minimum)
 BYTE_FIELDS = ("gpu_budget", *PEAKS, "host_peak_bytes", "budget_minimum_bytes")
 #: the least GPU budget an ok hpcmem run's probe would have accepted (``memory.offload``'s
 #: ``probe_bytes``)
