@@ -43,10 +43,10 @@ def check_minimum(budget: int, minimum: int, detail: Callable[[], str] | None = 
 
 
 def describe_floor(held: dict[str, int], token_bytes: int | None, recompute: Any,
-                   names: dict[int, str], off: dict[str, int], parts: int) -> str:
+                   off: dict[str, int], parts: int) -> str:
     """A floor's make-up for :class:`BudgetTooSmallError`: the device bytes ``held`` by
     use (none left out), a token's activations where measured, the block that held most
-    while it recomputed (``recompute.largest``, named from ``names``: module ids to names),
+    while it recomputed (``recompute.largest``, by its module name),
     and what is off the device already (``off``, the blocks recomputed, the batch's
     ``parts``)."""
     said = [f"{use} {_gib(nbytes)}" for use, nbytes in held.items() if nbytes]
@@ -54,7 +54,7 @@ def describe_floor(held: dict[str, int], token_bytes: int | None, recompute: Any
         said.append(f"activations {token_bytes} bytes a token")
     if recompute.largest is not None:
         block, nbytes = recompute.largest
-        said.append(f"the largest block {names.get(id(block), '?')} ({type(block).__name__}) "
+        said.append(f"the largest block {recompute.name_of(block)} ({type(block).__name__}) "
                     f"{_gib(nbytes)} while it recomputes")
     gone = [f"{use} {_gib(nbytes)}" for use, nbytes in off.items()]
     if recompute.enabled:

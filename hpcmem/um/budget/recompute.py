@@ -13,7 +13,7 @@ made (what the block saves for backward when it is not recomputed), and runs ins
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -73,14 +73,29 @@ class Recompute:
         blocks: list[Any],
         live_bytes: Callable[[], int],
         around: Callable[[], AbstractContextManager[None]] = nullcontext,
+        names: Mapping[int, str] | None = None,
     ) -> None:
         self.blocks = blocks
+        self._names = dict(names or {})  # module ids to names
         self._around = around
         self.enabled = False
         self.saved_bytes: list[int] = []  # per recomputation since the last clear
         self.largest: tuple[Any, int] | None = None  # the block that saved most, and its bytes
         self._live_bytes = live_bytes
         self._wrappers: dict[int, Any] = {}
+
+    @classmethod
+    def of(cls, model: Any, live_bytes: Callable[[], int],
+           around: Callable[[], AbstractContextManager[None]] = nullcontext) -> Recompute:
+        """Checkpointing of ``model``'s repeated blocks, each known by its module name."""
+        blocks = repeated_blocks(model)
+        ids = {id(block) for block in blocks}
+        return cls(blocks, live_bytes, around,
+                   {id(m): name for name, m in model.named_modules() if id(m) in ids})
+
+    def name_of(self, block: Any) -> str:
+        """``block``'s module name in its model ('?' where it was not given)."""
+        return self._names.get(id(block), "?")
 
     def enable(self) -> None:
         """Checkpoint every block from the next forward on."""

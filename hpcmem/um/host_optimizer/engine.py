@@ -50,7 +50,7 @@ from hpcmem.um.budget.floor import TARGET_FRACTION
 from hpcmem.um.budget.offload import HostOptimizerOffload
 from hpcmem.um.budget.parallel import Ranks
 from hpcmem.um.budget.phases import Phase
-from hpcmem.um.budget.recompute import Recompute, repeated_blocks
+from hpcmem.um.budget.recompute import Recompute
 from hpcmem.um.budget.transport import BANDWIDTH_PROBE_BYTES, Transport
 from hpcmem.um.errors import BudgetError
 from hpcmem.um.host_optimizer.checkpoint import Checkpoints
@@ -121,10 +121,9 @@ class HostOptimizer:
                                   or offload.host_accumulation is False) else PartSums(
             self.buckets, self.host, self.ring, self.worker, transport, self.arena,
             self.ledger, always=bool(offload.host_accumulation), parity=lambda: self._parity)
-        self.recompute = Recompute(repeated_blocks(model), transport.live_bytes)
+        self.recompute = Recompute.of(model, transport.live_bytes)
         if offload.recompute is not False:
             self.recompute.enable()
-        self._names = {id(m): name for name, m in model.named_modules()}
         self.batch_split = batch_split
         if batch_split is not None:
             batch_split.bind(Measure.of(transport, self._split_room, parts.trained,

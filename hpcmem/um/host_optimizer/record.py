@@ -58,7 +58,7 @@ def floor_detail(engine: Any) -> str:
     return describe_floor(
         {"working weights": working, "copies' buffers": engine.plain_bytes - working,
          "a gradient set (the batch split)": 0 if on_host else grads},
-        split.token_bytes if measured else None, engine.recompute, engine._names,
+        split.token_bytes if measured else None, engine.recompute,
         {"fp32 masters and optimizer state on the host": engine.host.held_bytes(),
          **({"the split's gradient sums to the host": grads} if on_host and grads else {})},
         split.parts if split is not None else 1)

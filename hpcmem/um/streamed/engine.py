@@ -29,7 +29,7 @@ from typing import Any
 from hpcmem.um.budget.floor import check_minimum, describe_floor
 from hpcmem.um.budget.host import HostArena
 from hpcmem.um.budget.phases import Phase
-from hpcmem.um.budget.recompute import Recompute, repeated_blocks
+from hpcmem.um.budget.recompute import Recompute
 from hpcmem.um.budget.transport import Transport, pcie_transfer_ms
 from hpcmem.um.streamed.binding import BindParameters, ModuleBinds
 from hpcmem.um.streamed.optimizer import ChunkedStep
@@ -98,12 +98,9 @@ class Streamer:
         self.saved = SavedTensors(self.params, transport, self.counters)
         self._binds = ModuleBinds(model, self.params)
         self._hooks += self._binds.handles
-        self.recompute = Recompute(
-            repeated_blocks(model), transport.live_bytes, around=self._binds.closing
-        )
+        self.recompute = Recompute.of(model, transport.live_bytes, around=self._binds.closing)
         if recompute is not False:  # the probe recomputes: the least it can hold
             self.recompute.enable()
-        self._names = {id(m): name for name, m in model.named_modules()}
         self.chunked = None
         if optimizer is not None:
             self.chunked = ChunkedStep(
@@ -207,7 +204,7 @@ class Streamer:
             {"set-up (small parameters, buffers)": probe.held_bytes,
              "the largest parameter streamed in": max(probe.entry_bytes, default=0),
              "the largest saved activation fetched back": probe.largest_saved},
-            None, self.recompute, self._names,
+            None, self.recompute,
             {"parameters, gradients and optimizer state on the host":
                  sum(e.state_bytes for e in streamed),
              "saved activations on the host": probe.saved_bytes}, 1)
