@@ -40,13 +40,15 @@ _VARIABLE = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 
 @dataclass(frozen=True)
 class Definition:
-    """A parsed definition file: its text, the sections it has, its ``{{ variables }}``."""
+    """A parsed definition file: its text, the sections it has, its ``{{ variables }}``, and
+    each stage's header (keys in lower case)."""
 
     path: Path
     text: str
     sections: tuple[str, ...]
     arguments: Mapping[str, str]
     variables: frozenset[str]
+    headers: tuple[Mapping[str, str], ...] = ()
 
     def check_arguments(self, given: Mapping[str, str], workflow: Sequence[str] = ()) -> None:
         """Every ``{{ VAR }}`` has a value: a default in ``%arguments``, ``given``, or one of
@@ -75,7 +77,16 @@ class Definition:
     def render(self, values: Mapping[str, str]) -> str:
         """The text Apptainer builds: every ``{{ VAR }}`` replaced by its value in ``values``,
         else its ``%arguments`` default (an unknown one by nothing)."""
-        return _VARIABLE.sub(lambda m: values.get(m[1], self.arguments.get(m[1], "")), self.text)
+        return self._fill(self.text, values)
+
+    def _fill(self, text: str, values: Mapping[str, str]) -> str:
+        return _VARIABLE.sub(lambda m: values.get(m[1], self.arguments.get(m[1], "")), text)
+
+    def bases(self, values: Mapping[str, str]) -> list[tuple[str, str]]:
+        """``(agent, From:)`` of each stage that names a base, its ``{{ VAR }}`` filled as
+        :meth:`render` fills them."""
+        return [(header["bootstrap"].lower(), self._fill(header["from"], values))
+                for header in self.headers if "from" in header]
 
     def scripts(self, section: str, values: Mapping[str, str]) -> list[str]:
         """The rendered body of every ``%section`` (one per stage), as the shell runs it."""
@@ -139,6 +150,7 @@ def parse_definition(path: str | os.PathLike[str]) -> Definition:
     sections: list[str] = []
     arguments: dict[str, str] = {}
     header: dict[str, str] | None = {}  # the header being read; None inside the sections
+    headers = [header]
     current = ""
     for number, line in enumerate(text.splitlines(), 1):
         content = line.strip()
@@ -156,6 +168,7 @@ def parse_definition(path: str | os.PathLike[str]) -> Definition:
             continue
         if header is None and re.match(r"bootstrap\s*:", line, re.IGNORECASE):
             header = {}  # the next stage of a multi-stage definition
+            headers.append(header)
         if header is not None:
             key, colon, value = content.partition(":")
             if not colon or not re.fullmatch(r"[A-Za-z]\w*", key.strip()):
@@ -171,4 +184,4 @@ def parse_definition(path: str | os.PathLike[str]) -> Definition:
     if header is not None:
         _check_header(header, str(source))
     variables = frozenset(_VARIABLE.findall(text))
-    return Definition(source, text, tuple(sections), arguments, variables)
+    return Definition(source, text, tuple(sections), arguments, variables, tuple(headers))

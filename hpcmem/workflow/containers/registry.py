@@ -16,7 +16,6 @@ is what must answer. One TCP connection, a few seconds at most, says so.
 from __future__ import annotations
 
 import os
-import re
 import socket
 from collections.abc import Mapping
 from urllib.parse import urlsplit
@@ -29,7 +28,6 @@ __all__ = ["DOCKER_HUB", "registry_of", "unreachable_base"]
 DOCKER_HUB = "registry-1.docker.io"
 #: agents that pull ``From:`` out of a registry
 _PULLED = frozenset({"docker", "oras"})
-_HEADER = re.compile(r"^\s*(bootstrap|from)\s*:\s*(\S+)", re.IGNORECASE | re.MULTILINE)
 
 
 def registry_of(reference: str) -> tuple[str, int]:
@@ -40,18 +38,6 @@ def registry_of(reference: str) -> tuple[str, int]:
         return DOCKER_HUB, 443
     host, _, port = first.partition(":")
     return host, int(port) if port.isdigit() else 443
-
-
-def _bases(definition: Definition, args: Mapping[str, str]) -> list[tuple[str, str]]:
-    """``(agent, From:)`` of each stage, its ``{{ VARIABLES }}`` filled from ``args``."""
-    bases, agent = [], None
-    for key, value in _HEADER.findall(definition.render(args)):
-        if key.lower() == "bootstrap":
-            agent = value.lower()
-        elif agent is not None:
-            bases.append((agent, value))
-            agent = None
-    return bases
 
 
 def _proxy(environ: Mapping[str, str]) -> tuple[str, int] | None:
@@ -67,11 +53,11 @@ def unreachable_base(definition: Definition, args: Mapping[str, str], timeout: f
                      environ: Mapping[str, str] = os.environ) -> str | None:
     """Why a base image of ``definition`` (built with ``args``) cannot be pulled from here,
     or None when every registry it needs answers (or it pulls from none)."""
-    for agent, base in _bases(definition, args):
+    proxy = _proxy(environ)
+    for agent, base in definition.bases(args):
         if agent not in _PULLED:
             continue
         host, port = registry_of(base)
-        proxy = _proxy(environ)
         target = proxy or (host, port)
         try:
             socket.create_connection(target, timeout=timeout).close()
