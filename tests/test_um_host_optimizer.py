@@ -199,7 +199,7 @@ def test_make_strategy_follows_the_plan_or_the_value():
     engine = make_strategy(model, optimizer, offload=Offload(), transport=CpuTransport(),
                            budget=BUDGET, priority=("params", "activations", "inputs"),
                            device_scope=contextlib.nullcontext)
-    assert isinstance(engine, HostOptimizer)
+    assert isinstance(engine.current, HostOptimizer)
     engine.close()
     streamed = make_strategy(model, optimizer, offload=StreamedOffload(),
                              transport=CpuTransport(), budget=BUDGET,

@@ -21,8 +21,8 @@ __all__ = ["RANK_PEAKS", "THROUGHPUT_UNITS", "merged_record", "ok_record", "stre
            "unfinished_record"]
 
 #: What a budget strategy's statistics say of its steps, copied into the record.
-ACCOUNTING = ("strategy", "compute_ms", "backward_ms", "cpu_optimizer_ms", "h2d_busy_ms",
-              "d2h_busy_ms", "step_bound_ms")
+ACCOUNTING = ("strategy", "fallback", "compute_ms", "backward_ms", "cpu_optimizer_ms",
+              "h2d_busy_ms", "d2h_busy_ms", "step_bound_ms")
 #: A rank's memory figures, kept per rank and, at their largest, in the merged record.
 RANK_PEAKS = ("peak_reserved_bytes", "nvml_peak_bytes", "held_peak_bytes", "host_peak_bytes")
 #: Throughput unit per model.

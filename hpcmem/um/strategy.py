@@ -4,16 +4,28 @@ value's type names, or the one the plan picks for a plain ``Offload``
 :class:`~hpcmem.um.budget.protocol.BudgetStrategy` contract and replaces ``optimizer.step``.
 Over several ranks (:func:`~hpcmem.um.budget.parallel.data_parallel`) only the host
 optimizer runs; the streamed strategy is refused.
+
+A planned strategy whose probe step refuses the budget hands the job to the other one
+(:class:`Planned`), where host memory holds the other's homes beside the first's: the
+host optimizer keeps the whole working weights on the device but splits a batch into rows,
+the streamed strategy keeps one layer but runs a batch whole, so either may fit where the
+other does not. Nothing has been stepped by then: the probe's gradients go over with the
+model (:mod:`hpcmem.um.host_optimizer.pending`), and the loop's ``optimizer.step()`` steps
+them. The record names the strategy refused and why (``stats()["fallback"]``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
 from typing import Any
 
 from hpcmem.um.budget.batch_split import BatchSplit
+from hpcmem.um.budget.floor import BudgetTooSmallError
 from hpcmem.um.budget.offload import (
+    ELEMENTWISE,
     HostOptimizerOffload,
     Offload,
     StreamedOffload,
@@ -25,7 +37,11 @@ from hpcmem.um.budget.transport import Transport
 from hpcmem.um.errors import BudgetError
 from hpcmem.um.tensors import tensor_bytes
 
-__all__ = ["make_strategy", "planned", "working_bytes"]
+__all__ = ["Planned", "available_host_bytes", "make_strategy", "planned", "working_bytes"]
+
+_log = logging.getLogger(__name__)
+#: Optimizer state tensors per trained element, at most, by ``torch.optim`` class.
+_STATES = {"SGD": 1, "Adam": 2, "AdamW": 2}
 
 
 def working_bytes(model: Any, working_dtype: str | None) -> int:
@@ -74,18 +90,139 @@ def make_strategy(
     host optimizer plans (the streamed strategy runs batches whole)."""
     chosen = planned(offload, model, optimizer, budget)
     ranks = data_parallel(process_group, transport.device)
-    if isinstance(chosen, HostOptimizerOffload):
-        from hpcmem.um.host_optimizer import HostOptimizer
 
-        return HostOptimizer(model, optimizer, transport=transport, budget=budget,
-                             offload=chosen, device_scope=device_scope,
-                             plain_scope=plain_scope, ranks=ranks, batch_split=batch_split)
-    if ranks is not None:
-        how = ("asked" if offload.strategy else "planned: the host optimizer's fixed device "
-               "bytes pass half the budget, or the optimizer is not SGD, Adam or AdamW")
-        raise BudgetError(f"offload strategy: 'streamed' ({how}) runs one rank, not world "
-                          f"size {ranks.size}; accepted with data parallelism: host_optimizer")
-    from hpcmem.um.streamed import Streamer
+    def build(value: Offload) -> BudgetStrategy:
+        if isinstance(value, HostOptimizerOffload):
+            from hpcmem.um.host_optimizer import HostOptimizer
 
-    return Streamer(model, optimizer, transport=transport, budget=budget, priority=priority,
-                    device_scope=device_scope, recompute=chosen.recompute)
+            return HostOptimizer(model, optimizer, transport=transport, budget=budget,
+                                 offload=value, device_scope=device_scope,
+                                 plain_scope=plain_scope, ranks=ranks, batch_split=batch_split)
+        if ranks is not None:
+            how = ("asked" if offload.strategy else "planned: the host optimizer's fixed "
+                   "device bytes pass half the budget, or the optimizer is not SGD, Adam or "
+                   "AdamW")
+            raise BudgetError(f"offload strategy: 'streamed' ({how}) runs one rank, not world "
+                              f"size {ranks.size}; accepted with data parallelism: "
+                              "host_optimizer")
+        from hpcmem.um.streamed import Streamer
+
+        return Streamer(model, optimizer, transport=transport, budget=budget,
+                        priority=priority, device_scope=device_scope,
+                        recompute=value.recompute)
+
+    name = type(optimizer).__name__ if optimizer is not None else None
+    if offload.strategy is not None or ranks is not None or name not in ELEMENTWISE:
+        return build(chosen)
+    other = (StreamedOffload if isinstance(chosen, HostOptimizerOffload)
+             else HostOptimizerOffload)(**offload.shared())
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return Planned(build, chosen, other, host_bytes=trained * 4 * (2 + _STATES[name]))
+
+
+class Planned:
+    """The strategy the plan picked and, where its probe step refuses the budget, the
+    other one (module docstring); every other attribute is the strategy's in force."""
+
+    def __init__(self, build: Callable[[Offload], BudgetStrategy], chosen: Offload,
+                 other: Offload, *, host_bytes: int) -> None:
+        self._build = build
+        self.current = build(chosen)
+        self._other: Offload | None = other
+        self._host_bytes = host_bytes  # the other's homes: gradient, master (or parameter), state
+        self._refusal: BudgetTooSmallError | None = None  # the first strategy's
+        self._first = ""  # its name
+        self._scopes = 0
+
+    @property
+    def plain_bytes(self) -> int:
+        return self.current.plain_bytes
+
+    def __getattr__(self, name: str) -> Any:
+        current = self.__dict__.get("current")
+        if current is None:
+            raise AttributeError(name)
+        return getattr(current, name)
+
+    @contextmanager
+    def scope(self) -> Iterator[None]:
+        """The strategy's scope; the probe's refusal hands the job over, or is raised with
+        what the other strategy refused too."""
+        self._scopes += 1
+        ran = False
+        try:
+            with self.current.scope():
+                yield
+                ran = True
+        except BudgetTooSmallError as refused:
+            if not ran or self._scopes > 1:  # not the probe's
+                raise
+            if self._refusal is not None:
+                raise _both((self._first, self._refusal),
+                            (self.stats()["strategy"], refused)) from None
+            self._hand_over(refused)
+
+    def _hand_over(self, refused: BudgetTooSmallError) -> None:
+        other, self._other = self._other, None
+        assert other is not None
+        first = self.stats()["strategy"]
+        available = available_host_bytes()
+        if available is not None and self._host_bytes > available:
+            raise BudgetTooSmallError(refused.budget, refused.minimum, (
+                f"{refused.detail}; strategy {other.strategy} not tried: its host homes "
+                f"need about {self._host_bytes / 2**30:.1f} GiB beside {first}'s, "
+                f"{available / 2**30:.1f} GiB are available")) from None
+        _log.warning("gpu_budget: strategy %s refused %.2f GiB (floor %.2f GiB); the job "
+                     "goes on with strategy %s", first, refused.budget / 2**30,
+                     refused.minimum / 2**30, other.strategy)
+        self.current.close()
+        self.current = self._build(other)
+        self._refusal = refused
+        self._first = first
+        self._scopes = 0
+
+    def stats(self) -> dict[str, Any]:
+        stats = self.current.stats()
+        if self._refusal is not None:
+            stats["fallback"] = {"refused_by": self._first, "floor_bytes":
+                                 self._refusal.minimum, "why": str(self._refusal)}
+        return stats
+
+    def reset_stats(self) -> None:
+        self.current.reset_stats()
+
+    def replan(self) -> dict[str, int]:
+        return self.current.replan()
+
+    def close(self) -> None:
+        self.current.close()
+
+
+def _both(*refusals: tuple[str, BudgetTooSmallError]) -> BudgetTooSmallError:
+    """One refusal naming each strategy's floor, in the order tried, the lower as the least."""
+    name, low = min(refusals, key=lambda refusal: refusal[1].minimum)
+    floors = ", ".join(f"{n} {e.minimum / 2**30:.2f} GiB" for n, e in refusals)
+    return BudgetTooSmallError(low.budget, low.minimum,
+                               f"both strategies refused it ({floors}); {name}'s floor: "
+                               f"{low.detail}")
+
+
+def available_host_bytes() -> int | None:
+    """Host memory this process can still take: the kernel's ``MemAvailable``, or less
+    where its cgroup (a Slurm job's) sets a limit; None where neither is readable."""
+    found = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+    except OSError:
+        pass
+    try:
+        group = Path("/proc/self/cgroup").read_text().splitlines()[0].split(":", 2)[2]
+        base = Path("/sys/fs/cgroup") / group.lstrip("/")
+        limit = (base / "memory.max").read_text().strip()
+        if limit != "max":
+            found.append(int(limit) - int((base / "memory.current").read_text()))
+    except (OSError, IndexError, ValueError):
+        pass
+    return min(found) if found else None

@@ -60,6 +60,7 @@ from hpcmem.um.host_optimizer.host import check_supported
 from hpcmem.um.host_optimizer.ledger import Ledger, StepTimes, median_times
 from hpcmem.um.host_optimizer.part_sums import PartSums
 from hpcmem.um.host_optimizer.parts import make_parts
+from hpcmem.um.host_optimizer.pending import adopt, refused_grads, take
 from hpcmem.um.host_optimizer.placement import PlainMemory
 from hpcmem.um.host_optimizer.probe import probe
 from hpcmem.um.host_optimizer.record import record
@@ -104,6 +105,7 @@ class HostOptimizer:
             torch.cuda.empty_cache()  # the probe's buffers are not this job's to keep
         self._base_bytes = transport.live_bytes()
         self._plain = PlainMemory(transport.device, plain_scope)
+        pending = take(model)  # attached after a backward (:mod:`.pending`)
         parts = make_parts(model, optimizer, transport=transport, budget=budget,
                            offload=offload, ranks=ranks, device_scope=device_scope,
                            plain=self._plain)
@@ -112,6 +114,7 @@ class HostOptimizer:
         self.flats, self.worker, self.ring, self.exchange, self.gpu_node = (
             parts.flats, parts.worker, parts.ring, parts.exchange, parts.gpu_node)
         optimizer.state.clear()  # the host holds it now
+        adopt(pending)
         self.clip = Clip(offload.max_grad_norm, ranks) if offload.max_grad_norm else None
         self._where = {id(p): (b.index, i) for b in self.buckets for i, p in enumerate(b.params)}
         self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad)
@@ -132,6 +135,8 @@ class HostOptimizer:
         optimizer.step = self.step
         self.checkpoints = Checkpoints(model, optimizer, self.host, self.settle, self._reload)
         self.probe_bytes: int | None = None  # what the first step held on the device
+        self.refused = False  # the probe refused the budget
+        self._held: list[tuple[int, Any, list[int], Any]] = []  # jobs the probe holds back
         self.outside_bytes = 0  # of which outside the managed pools (context, plain memory)
         self.split: Split | None = None  # planned after step PLAN_AFTER
         self.device_step: DeviceStep | None = None
@@ -168,7 +173,10 @@ class HostOptimizer:
             self.ledger.computed(start, self.transport.mark())
         if self.probe_bytes is None:  # the floor and the blocks recomputed (:mod:`.probe`)
             self.outside_bytes = self.transport.outside_bytes()
+            self.refused = True  # until it passes; :meth:`close` then gives gradients back
             self.probe_bytes = probe(self)
+            self.refused = False
+            self._release_held()
 
     def _on_grad(self, param: Any) -> None:
         """A gradient is complete: on the step's last micro-batch, send it to the host
@@ -241,6 +249,8 @@ class HostOptimizer:
         """Bucket ``index``'s gradient lands with ``landed``: the worker steps (or measures) it."""
         if self.clip:
             self.worker.measure(index, landed, missing, parity=self._parity)
+        elif self.probe_bytes is None:  # the probe may refuse the budget: nothing steps yet
+            self._held.append((index, landed, missing, before))
         else:
             self.worker.submit(index, landed, None if self._delayed else self.transport.mark(),
                                missing, parity=self._parity, before=before)
@@ -269,18 +279,8 @@ class HostOptimizer:
         if closure is not None:
             with self._torch.enable_grad():
                 loss = closure()
-        for bucket in self.buckets:
-            if self._submitted[bucket.index]:
-                continue
-            missing = []
-            for position in sorted(self._left[bucket.index]):
-                param = bucket.params[position]
-                if param.grad is None:
-                    if not (self._summing and self.part_sums.holds(bucket.index, position)):
-                        missing.append(position)
-                else:
-                    self._ship(bucket.index, position, param)
-            self._submit(bucket.index, missing)
+        self.send_the_rest()
+        self._release_held()  # no scope ran the probe
         for index, landed in self.exchange.drain() if self.exchange else ():
             self._to_worker(index, landed, [], None)
         if self.clip:  # every gradient is in: each bucket steps scaled (none: not finite)
@@ -300,6 +300,28 @@ class HostOptimizer:
         self._delayed = self.offload.delayed_update and self.phase is Phase.STEADY
         self._begin_step()
         return loss
+
+    def send_the_rest(self) -> None:
+        """Every bucket not sent yet out: the gradients backward left, none for the rest."""
+        for bucket in self.buckets:
+            if self._submitted[bucket.index]:
+                continue
+            missing = []
+            for position in sorted(self._left[bucket.index]):
+                param = bucket.params[position]
+                if param.grad is None:
+                    if not (self._summing and self.part_sums.holds(bucket.index, position)):
+                        missing.append(position)
+                else:
+                    self._ship(bucket.index, position, param)
+            self._submit(bucket.index, missing)
+
+    def _release_held(self) -> None:
+        """The buckets held while the probe could refuse the budget, to the worker."""
+        for index, landed, missing, before in self._held:
+            self.worker.submit(index, landed, self.transport.mark(), missing,
+                               parity=self._parity, before=before)
+        self._held = []
 
     def _finish(self) -> list[Stepped]:
         """The step's jobs done and their weights up: the next forward reads them, and the
@@ -377,7 +399,10 @@ class HostOptimizer:
 
     def close(self) -> None:
         """Remove hooks; masters and state go back to the parameters and the optimizer
-        (fp32, in host memory)."""
+        (fp32, in host memory); after a refused probe, the step's gradients to ``.grad``."""
+        pending = refused_grads(self) if self.refused and self.exchange is None else {}
+        if self.batch_split is not None:
+            self.batch_split.bind(None)
         self.worker.close()
         self.transport.synchronize()
         if self.device_step is not None:
@@ -393,4 +418,5 @@ class HostOptimizer:
             else:
                 self.optimizer.step = self._original_step
         self.host.give_back(self.optimizer)
+        adopt(pending)
         self.arena.close()

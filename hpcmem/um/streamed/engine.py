@@ -139,6 +139,7 @@ class Streamer:
         ))
         for entry in streamed:
             param = entry.param
+            pending, param.grad = param.grad, None  # attached after a backward: kept
             entry.home = self.arena.take(param)
             self.transport.to_host(param.data, entry.home)
             state = states.get(param, {})
@@ -149,13 +150,16 @@ class Streamer:
                     state[key] = entry.states[key]
             if param.requires_grad:
                 entry.grad_home = self.arena.take(param)
-            param.grad = None
             param.data = entry.home
+            if pending is not None:  # the step adds to it (:meth:`_take_pending_grad`)
+                entry.grad_home.copy_(pending)
+                entry.has_grad, param.grad = True, entry.grad_home
         for entry in entries:
             if entry.resident:
+                pending, entry.param.grad = entry.param.grad, None
                 entry.device = self._device_copy(entry.param.data)
-                entry.param.grad = None
                 entry.param.data = entry.device
+                entry.param.grad = None if pending is None else self._device_copy(pending)
             # State left in the state dict (all of a resident's; a streamed one's small
             # tensors, like fused AdamW's step) moves into the budget's pool. State the
             # optimizer keeps on the host (a non-fused AdamW's step) stays there.

@@ -1,0 +1,112 @@
+"""A budget the planned strategy's probe refuses goes to the other strategy (hpcmem.um.strategy
+``Planned``), on the CPU transport: the job trains as without a budget (the probe's
+gradients carried over, nothing stepped twice), the record names the refusal, and where the
+other refuses too, or host memory cannot hold its homes, one error says so.
+
+The host optimizer keeps every working weight on the device, the streamed strategy one
+layer's: a budget between their floors is refused by the first and met by the second.
+Tolerance: fp32 on the CPU, the same operations in the same order, so losses agree to 1e-6
+relative and weights to 1e-6 absolute.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from um_functions import VOCAB, Net, make_optimizer  # noqa: E402
+
+from hpcmem.um.budget import BudgetTooSmallError, CpuTransport  # noqa: E402
+from hpcmem.um.budget.offload import HostOptimizerOffload, Offload, StreamedOffload  # noqa: E402
+from hpcmem.um.host_optimizer import HostOptimizer  # noqa: E402
+from hpcmem.um.strategy import Planned, available_host_bytes, make_strategy  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+WIDTH = 512  # the blocks' weights, 2 MiB each, are streamed one by one
+BETWEEN = 8 * 2**20  # above the streamed floor (about 2 MiB), below the host optimizer's (13)
+STEPS = 4
+
+
+def _train(budget=None, micro=1, first=None, host_bytes=0):
+    """Losses and weights of ``STEPS`` steps of ``micro`` micro-batches; with a ``budget``,
+    through a :class:`Planned` that tries ``first``, then the other strategy."""
+    torch.manual_seed(0)
+    model = Net(WIDTH)
+    optimizer = make_optimizer(model)
+    strategy = None
+    if budget is not None:
+        other = StreamedOffload() if isinstance(first, HostOptimizerOffload) else (
+            HostOptimizerOffload())
+        strategy = Planned(lambda value: make_strategy(
+            model, optimizer, offload=value, transport=CpuTransport(), budget=budget,
+            priority=("params", "activations", "inputs"), device_scope=nullcontext),
+            first, other, host_bytes=host_bytes)
+    generator = torch.Generator().manual_seed(1)
+    losses = []
+    try:
+        for _ in range(STEPS):
+            for _ in range(micro):
+                with strategy.scope() if strategy else nullcontext():
+                    loss = model(torch.randint(VOCAB, (256,), generator=generator)) / micro
+                    loss.backward()
+                losses.append(loss.item())
+            optimizer.step()
+            optimizer.zero_grad()
+        stats = strategy.stats() if strategy else {}
+    finally:
+        if strategy:
+            strategy.close()
+    return losses, [p.detach().clone() for p in model.parameters()], stats
+
+
+@pytest.mark.parametrize("micro", [1, 2])
+def test_a_budget_the_host_optimizer_refuses_trains_on_the_streamed_strategy(micro):
+    reference, weights, _ = _train(micro=micro)
+    losses, trained, stats = _train(BETWEEN, micro, HostOptimizerOffload())
+    assert losses == pytest.approx(reference, rel=1e-6)
+    for ours, theirs in zip(trained, weights, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
+    assert stats["strategy"] == "streamed"
+    fallback = stats["fallback"]
+    assert fallback["refused_by"] == "host_optimizer"
+    assert fallback["floor_bytes"] > BETWEEN
+    assert "working weights" in fallback["why"]
+
+
+def test_a_budget_both_refuse_names_both_floors():
+    with pytest.raises(BudgetTooSmallError) as refused:
+        _train(2**20, first=StreamedOffload())
+    message = str(refused.value)
+    assert "both strategies refused it (streamed" in message and ", host_optimizer " in message
+    assert refused.value.minimum > 2**20  # the lower floor: the streamed one
+    assert refused.value.minimum < 8 * 2**20
+
+
+def test_the_other_strategy_is_not_tried_where_host_memory_lacks_its_homes():
+    available = available_host_bytes()
+    assert available is not None and available > 0
+    with pytest.raises(BudgetTooSmallError) as refused:
+        _train(BETWEEN, first=HostOptimizerOffload(), host_bytes=available + 2**30)
+    assert "strategy streamed not tried: its host homes need about" in str(refused.value)
+
+
+def test_only_a_planned_strategy_falls_back():
+    model = Net()
+    optimizer = make_optimizer(model)
+    common = {"transport": CpuTransport(), "budget": 2**30, "device_scope": nullcontext,
+              "priority": ("params", "activations", "inputs")}
+    planned = make_strategy(model, optimizer, offload=Offload(), **common)
+    assert isinstance(planned, Planned) and isinstance(planned.current, HostOptimizer)
+    assert planned.buckets is planned.current.buckets  # the rest is the strategy's
+    planned.close()
+    asked = make_strategy(model, optimizer, offload=HostOptimizerOffload(), **common)
+    assert isinstance(asked, HostOptimizer)
+    asked.close()
+    other = make_strategy(model, torch.optim.Adagrad(model.parameters()), offload=Offload(),
+                          **common)  # no host optimizer for it: nothing to fall back to
+    assert other.stats()["strategy"] == "streamed" and not isinstance(other, Planned)
+    other.close()
