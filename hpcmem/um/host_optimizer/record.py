@@ -56,7 +56,7 @@ def floor_detail(engine: Any) -> str:
     grads = split.measure.grad_bytes if measured and split.floor_split else 0
     on_host = measured and split.measure.host_sums is not None
     return describe_floor(
-        {"working weights": working, "copies' buffers": engine.plain_bytes - working,
+        {"working weights": working, "copies' buffers": max(0, engine.plain_bytes - working),
          "a gradient set (the batch split)": 0 if on_host else grads},
         split.token_bytes if measured else None, engine.recompute,
         {"fp32 masters and optimizer state on the host": engine.host.held_bytes(),
