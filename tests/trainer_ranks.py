@@ -116,6 +116,11 @@ def main(framework: str, out: str) -> None:
     results = {"hf": hf, "lightning": lightning}[framework](Path(out))
     if dist.get_rank() == 0:
         (Path(out) / "results.json").write_text(json.dumps(results))
+    # gloo's threads joined before exit: a group left to the interpreter's teardown may
+    # abort a rank as it ends ("terminate called without an active exception")
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
