@@ -31,7 +31,7 @@ BETWEEN = 8 * 2**20  # above the streamed floor (about 2 MiB), below the host op
 STEPS = 4
 
 
-def _train(budget=None, micro=1, first=None, host_bytes=0):
+def _train(budget=None, micro=1, first=None, host_bytes=0, keep=False):
     """Losses and weights of ``STEPS`` steps of ``micro`` micro-batches; with a ``budget``,
     through a :class:`Planned` that tries ``first``, then the other strategy."""
     torch.manual_seed(0)
@@ -45,6 +45,8 @@ def _train(budget=None, micro=1, first=None, host_bytes=0):
             model, optimizer, offload=value, transport=CpuTransport(), budget=budget,
             priority=("params", "activations", "inputs"), device_scope=nullcontext),
             first, other, host_bytes=host_bytes)
+        if keep:
+            strategy.keep()
     generator = torch.Generator().manual_seed(1)
     losses = []
     try:
@@ -92,6 +94,13 @@ def test_the_other_strategy_is_not_tried_where_host_memory_lacks_its_homes():
     with pytest.raises(BudgetTooSmallError) as refused:
         _train(BETWEEN, first=HostOptimizerOffload(), host_bytes=available + 2**30)
     assert "strategy streamed not tried: its host homes need about" in str(refused.value)
+
+
+def test_a_kept_strategy_refuses_alone():
+    """A trainer that clips its gradients keeps the strategy it attached with."""
+    with pytest.raises(BudgetTooSmallError) as refused:
+        _train(BETWEEN, first=HostOptimizerOffload(), keep=True)
+    assert "both" not in str(refused.value) and "working weights" in str(refused.value)
 
 
 def test_only_a_planned_strategy_falls_back():

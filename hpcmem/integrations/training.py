@@ -68,6 +68,10 @@ def attach(
             f"trainer cannot clip them; set {clip_option} to 0 (or pass "
             "StreamedOffload())"
         )
+    from hpcmem.um.strategy import Planned
+
+    if clip_norm and isinstance(memory.strategy, Planned):
+        memory.strategy.keep()  # never handed to the host optimizer, which would not clip
 
 
 def refuse_under_budget(memory: MemoryScopes, setting: str, why: str, fix: str) -> None:

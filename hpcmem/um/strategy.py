@@ -160,11 +160,17 @@ class Planned:
             if self._refusal is not None:
                 raise _both((self._first, self._refusal),
                             (self.stats()["strategy"], refused)) from None
+            if self._other is None:
+                raise
             self._hand_over(refused)
+
+    def keep(self) -> None:
+        """No hand-over: the job relies on what the strategy in force does (a trainer that
+        clips gradients, which the host optimizer does not let it)."""
+        self._other = None
 
     def _hand_over(self, refused: BudgetTooSmallError) -> None:
         other, self._other = self._other, None
-        assert other is not None
         first = self.stats()["strategy"]
         available = available_host_bytes()
         if available is not None and self._host_bytes > available:
