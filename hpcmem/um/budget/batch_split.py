@@ -164,8 +164,9 @@ class BatchSplit:
         self._batch: tuple[int, int, int] | None = None  # the measured batch's rows, tokens
         # a row, and the bytes held when it began
 
-    def bind(self, measure: Measure) -> None:
-        """Let the split measure and plan through ``measure`` (the strategy's)."""
+    def bind(self, measure: Measure | None) -> None:
+        """Let the split measure and plan through ``measure`` (the strategy's; None: none,
+        every batch runs whole)."""
         self.measure = measure
 
     @property

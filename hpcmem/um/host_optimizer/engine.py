@@ -23,9 +23,8 @@ a :class:`~hpcmem.um.budget.offload.HostOptimizerOffload`, given or planned:
   measured steps, :mod:`.device_step` runs it): streamed when the CPU optimizer outlasts
   backward, kept on the device with the room left.
 
-Under ``HostOptimizerOffload(delayed_update=True)`` (ZeRO-Offload's delayed parameter
-update) ``optimizer.step()`` does not wait for the CPU: a bucket's job is waited for, and its
-weights uploaded, once its gradients of the next backward are complete.
+Under ``HostOptimizerOffload(delayed_update=True)`` ``optimizer.step()`` does not wait for
+the CPU (:mod:`.delayed`).
 
 Under data parallelism (``ranks``) each rank's host holds a shard of every bucket, its
 gradients reduce-scattered and its weights all-gathered (:mod:`.exchange`). Clipping by
@@ -55,6 +54,7 @@ from hpcmem.um.budget.transport import BANDWIDTH_PROBE_BYTES, Transport
 from hpcmem.um.errors import BudgetError
 from hpcmem.um.host_optimizer.checkpoint import Checkpoints
 from hpcmem.um.host_optimizer.clip import Clip
+from hpcmem.um.host_optimizer.delayed import Delayed
 from hpcmem.um.host_optimizer.device_step import DeviceStep, plan_device_step
 from hpcmem.um.host_optimizer.host import check_supported
 from hpcmem.um.host_optimizer.ledger import Ledger, StepTimes, median_times
@@ -114,6 +114,7 @@ class HostOptimizer:
         self.flats, self.worker, self.ring, self.exchange, self.gpu_node = (
             parts.flats, parts.worker, parts.ring, parts.exchange, parts.gpu_node)
         optimizer.state.clear()  # the host holds it now
+        self.delayed = Delayed(self.worker, transport)
         adopt(pending)
         self.clip = Clip(offload.max_grad_norm, ranks) if offload.max_grad_norm else None
         self._where = {id(p): (b.index, i) for b in self.buckets for i, p in enumerate(b.params)}
@@ -145,8 +146,6 @@ class HostOptimizer:
         self._micro = 0  # since the last optimizer step
         self._delayed = False  # this step's update is delayed (module docstring)
         self._parity = 0  # the gradient buffer this step's gradients land in
-        self._stepped: list[Stepped] = []  # jobs of the step before, waited for in this one
-        self._uploaded: Any = None  # the last upload of this step (delayed)
         self._begin_step()
         transport.reset_peak()
 
@@ -227,7 +226,7 @@ class HostOptimizer:
     def _submit(self, index: int, missing: list[int]) -> None:
         self._submitted[index] = True
         self._order.append(index)
-        before = self._catch_up(index)
+        before = self.delayed.catch_up(index)
         self.host.sync(self.optimizer.param_groups, index)
         if self.device_step is not None and self.device_step.holds(index):
             if self.device_step.run(index):  # a missing gradient is the slot's zeros
@@ -257,17 +256,6 @@ class HostOptimizer:
         self.ledger.d2h += tensor_bytes(self.host.grads[0][index]) if self.exchange else 0
         self.ledger.h2d += tensor_bytes(self.host.upload_source(index))
 
-    def _catch_up(self, index: int) -> Any:
-        """Bucket ``index``'s delayed job of the step before: waited for, its weights sent
-        up once the compute work queued so far is done; the token of that copy (None:
-        nothing was outstanding)."""
-        done = self.worker.wait(index)
-        if done is None:
-            return None
-        self._stepped.append(done)
-        self._uploaded = self.worker.upload(index, self.transport.mark())
-        return self._uploaded
-
     # -- the optimizer step ---------------------------------------------------------------
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Finish the step: what backward left, the worker, the weights' last copy.
@@ -287,7 +275,11 @@ class HostOptimizer:
             scale = self.clip.scale(self.worker.squares())
             for index in range(len(self.buckets)) if scale is not None else ():
                 self.worker.submit(index, None, self.transport.mark(), [], scale=scale)
-        done = self._finish_delayed() if self._delayed else self._finish()
+        if self._delayed:  # the GPU's buckets finished now: it reads their masters next
+            done = self.delayed.finish(self.split.gpu_buckets if self.split else ())
+            self._parity ^= 1
+        else:
+            done = self._finish()
         times = self.ledger.stepped(done, self._first_grad)
         phase, self._steps = self.phase, self._steps + 1
         if self.device_step is not None:
@@ -309,11 +301,10 @@ class HostOptimizer:
             missing = []
             for position in sorted(self._left[bucket.index]):
                 param = bucket.params[position]
-                if param.grad is None:
-                    if not (self._summing and self.part_sums.holds(bucket.index, position)):
-                        missing.append(position)
-                else:
+                if param.grad is not None:
                     self._ship(bucket.index, position, param)
+                elif not (self._summing and self.part_sums.holds(bucket.index, position)):
+                    missing.append(position)
             self._submit(bucket.index, missing)
 
     def _release_held(self) -> None:
@@ -333,24 +324,11 @@ class HostOptimizer:
             self.ring.clear()
         return done
 
-    def _finish_delayed(self) -> list[Stepped]:
-        """A delayed step's end: the next forward waits (on the device) for this step's
-        uploads; a bucket the GPU steps next step has its job of this one (it went back to
-        the CPU, :meth:`DeviceStep.release`) finished and uploaded now, before the GPU
-        reads its master. The jobs of the step before, waited for during this one."""
-        for index in self.split.gpu_buckets if self.split is not None else ():
-            self._catch_up(index)
-        if self._uploaded is not None:
-            self.transport.wait(self._uploaded)
-        self._parity ^= 1
-        done, self._stepped, self._uploaded = self._stepped, [], None
-        return done
-
     def settle(self) -> None:
         """Every bucket's host step done and its master final (a checkpoint reads them);
         delayed updates are caught up and their weights sent up."""
         for index in range(len(self.buckets)):
-            self._catch_up(index)
+            self.delayed.catch_up(index)
         self.transport.synchronize()
         if self.device_step is not None:
             self.device_step.write_back()
@@ -402,7 +380,7 @@ class HostOptimizer:
         (fp32, in host memory); after a refused probe, the step's gradients to ``.grad``."""
         pending = refused_grads(self) if self.refused and self.exchange is None else {}
         if self.batch_split is not None:
-            self.batch_split.bind(None)
+            self.batch_split.bind(None)  # a strategy after this one runs batches whole
         self.worker.close()
         self.transport.synchronize()
         if self.device_step is not None:
