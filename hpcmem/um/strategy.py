@@ -16,6 +16,7 @@ them. The record names the strategy refused and why (``stats()["fallback"]``).
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -92,6 +93,11 @@ def make_strategy(
     ranks = data_parallel(process_group, transport.device)
 
     def build(value: Offload) -> BudgetStrategy:
+        if transport.device.type == "cuda":  # what a strategy closed before left cached
+            gc.collect()
+            import torch
+
+            torch.cuda.empty_cache()
         if isinstance(value, HostOptimizerOffload):
             from hpcmem.um.host_optimizer import HostOptimizer
 
@@ -182,6 +188,7 @@ class Planned:
                      "goes on with strategy %s", first, refused.budget / 2**30,
                      refused.minimum / 2**30, other.strategy)
         self.current.close()
+        self.current = None  # freed before the other's probe measures the device
         self.current = self._build(other)
         self._refusal = refused
         self._first = first
