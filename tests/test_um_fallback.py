@@ -4,9 +4,12 @@ gradients carried over, nothing stepped twice), the record names the refusal, an
 other refuses too, or host memory cannot hold its homes, one error says so.
 
 The host optimizer keeps every working weight on the device, the streamed strategy one
-layer's: a budget between their floors is refused by the first and met by the second.
-Tolerance: fp32 on the CPU, the same operations in the same order, so losses agree to 1e-6
-relative and weights to 1e-6 absolute.
+layer's: a budget between their floors is refused by the first and met by the second. The
+streamed strategy's probe also steps the optimizer chunk by chunk, which holds more than its
+forward and backward: in bf16 the host optimizer's floor lies between the two, so that
+strategy takes over after the first step. Tolerances: fp32 on the CPU, the same operations
+in the same order, so losses agree to 1e-6 relative and weights to 1e-6 absolute; bf16
+working weights, 1e-3 relative.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ BETWEEN = 8 * 2**20  # above the streamed floor (about 2 MiB), below the host op
 STEPS = 4
 
 
-def _train(budget=None, micro=1, first=None, host_bytes=0, keep=False):
+def _train(budget=None, micro=1, first=None, host_bytes=0, keep=False, bf16=False):
     """Losses and weights of ``STEPS`` steps of ``micro`` micro-batches; with a ``budget``,
     through a :class:`Planned` that tries ``first``, then the other strategy."""
     torch.manual_seed(0)
@@ -39,8 +42,8 @@ def _train(budget=None, micro=1, first=None, host_bytes=0, keep=False):
     optimizer = make_optimizer(model)
     strategy = None
     if budget is not None:
-        other = StreamedOffload() if isinstance(first, HostOptimizerOffload) else (
-            HostOptimizerOffload())
+        other = (StreamedOffload if isinstance(first, HostOptimizerOffload) else
+                 HostOptimizerOffload)(working_dtype=first.working_dtype)
         strategy = Planned(lambda value: make_strategy(
             model, optimizer, offload=value, transport=CpuTransport(), budget=budget,
             priority=("params", "activations", "inputs"), device_scope=nullcontext),
@@ -53,7 +56,8 @@ def _train(budget=None, micro=1, first=None, host_bytes=0, keep=False):
         for _ in range(STEPS):
             for _ in range(micro):
                 with strategy.scope() if strategy else nullcontext():
-                    loss = model(torch.randint(VOCAB, (256,), generator=generator)) / micro
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                        loss = model(torch.randint(VOCAB, (256,), generator=generator)) / micro
                     loss.backward()
                 losses.append(loss.item())
             optimizer.step()
@@ -77,6 +81,16 @@ def test_a_budget_the_host_optimizer_refuses_trains_on_the_streamed_strategy(mic
     assert fallback["refused_by"] == "host_optimizer"
     assert fallback["floor_bytes"] > BETWEEN
     assert "working weights" in fallback["why"]
+
+
+def test_a_budget_the_streamed_strategy_refuses_after_its_first_step_goes_on():
+    reference, _, _ = _train(bf16=True)
+    bf16 = "bfloat16"
+    losses, _, stats = _train(7 * 2**20, first=StreamedOffload(working_dtype=bf16), bf16=True)
+    assert losses == pytest.approx(reference, rel=1e-3)
+    assert stats["strategy"] == "host_optimizer"
+    assert stats["fallback"]["refused_by"] == "streamed"
+    assert stats["fallback"]["floor_bytes"] > 7 * 2**20
 
 
 def test_a_budget_both_refuse_names_both_floors():

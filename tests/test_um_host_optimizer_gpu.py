@@ -191,10 +191,14 @@ def test_gpt2_from_transformers(torch):
                                               labels=batch["tokens"][:, :256]).loss
         return model
 
+    # the GPU's share planned: the model is one 64 MiB bucket, whose slot (fp32 gradient,
+    # master and two moments, 270 MB) an H100 found no room for beside the 1.67 GiB the
+    # step held (the context included) in 2 GiB; 3 GiB leaves it room
+    budget = 3 * 2**30
     reference, _ = _train(torch, build)
-    losses, stats = _train(torch, build, budget=BUDGET)  # the GPU's share planned
+    losses, stats = _train(torch, build, budget=budget)
     assert losses == pytest.approx(reference, rel=1e-2)
-    _check_budget(stats, BUDGET, through_host=False)
+    _check_budget(stats, budget, through_host=False)
     # the room keeps the tail of backward on the device: the tied embedding's bucket first
     split = stats["offload"]["split"]
     assert split["resident_buckets"], split["why"]

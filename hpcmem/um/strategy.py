@@ -19,7 +19,7 @@ from __future__ import annotations
 import gc
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +138,6 @@ class Planned:
         self._host_bytes = host_bytes  # the other's homes: gradient, master (or parameter), state
         self._refusal: BudgetTooSmallError | None = None  # the first strategy's
         self._first = ""  # its name
-        self._scopes = 0
 
     @property
     def plain_bytes(self) -> int:
@@ -152,23 +151,33 @@ class Planned:
 
     @contextmanager
     def scope(self) -> Iterator[None]:
-        """The strategy's scope; the probe's refusal hands the job over, or is raised with
-        what the other strategy refused too."""
-        self._scopes += 1
+        """The strategy's scope; a probe's refusal hands the job over, or is raised with
+        what the other strategy refused too. A strategy refuses after the probe's forward
+        and backward (they ran: their gradients go over), or on entering the next scope,
+        after the probe's optimizer step (the step is done: the other takes it from there)."""
         ran = False
         try:
-            with self.current.scope():
+            with ExitStack() as stack:
+                try:
+                    stack.enter_context(self.current.scope())
+                except BudgetTooSmallError as refused:
+                    self._refused(refused)
+                    stack.enter_context(self.current.scope())
                 yield
                 ran = True
         except BudgetTooSmallError as refused:
-            if not ran or self._scopes > 1:  # not the probe's
+            if not ran:  # the loop's own, or raised above
                 raise
-            if self._refusal is not None:
-                raise _both((self._first, self._refusal),
-                            (self.stats()["strategy"], refused)) from None
-            if self._other is None:
-                raise
-            self._hand_over(refused)
+            self._refused(refused)
+
+    def _refused(self, refused: BudgetTooSmallError) -> None:
+        """Hand the job over after ``refused``, or raise it (with the other's, if any)."""
+        if self._refusal is not None:
+            raise _both((self._first, self._refusal),
+                        (self.stats()["strategy"], refused)) from None
+        if self._other is None:
+            raise refused
+        self._hand_over(refused)
 
     def keep(self) -> None:
         """No hand-over: the job relies on what the strategy in force does (a trainer that
@@ -192,7 +201,6 @@ class Planned:
         self.current = self._build(other)
         self._refusal = refused
         self._first = first
-        self._scopes = 0
 
     def stats(self) -> dict[str, Any]:
         stats = self.current.stats()
