@@ -51,6 +51,7 @@ def test_zenflow_with_accumulation_is_refused_naming_its_update_interval(tmp_pat
 
 
 @pytest.mark.parametrize(("args", "said"), [
+    (("--variant", "hpcmem"), "error: --variant hpcmem needs --budget-gib or --budget-from"),
     (("--variant", "deepspeed", "--zenflow-pt-cores", "0.25"),
      "error: --zenflow-pt-cores runs with the variant zenflow, not deepspeed"),
     (("--variant", "zenflow", "--zenflow-pt-cores", "1"),

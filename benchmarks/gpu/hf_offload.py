@@ -159,6 +159,8 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def refused(args: argparse.Namespace) -> str | None:
     """Why ``args`` cannot run, or None: said before torch is imported."""
+    if args.variant == "hpcmem" and not (args.budget_gib or args.budget_from):
+        return "--variant hpcmem needs --budget-gib or --budget-from"
     if args.variant == "megatrain" and args.checkpointing:
         return ("--checkpointing runs without megatrain: MegaTrain recomputes the layers "
                 "itself (every checkpoint_interval layers); --no-checkpointing or none is "
@@ -250,8 +252,11 @@ def main() -> int:
             record["gpu"] = torch.cuda.get_device_name(device)
             model = build(args.model)
             record["params"] = sum(p.numel() for p in model.parameters())
-            if args.variant == "hpcmem" and budget is None:
-                raise SystemExit("hf_offload: hpcmem needs --budget-gib or --budget-from")
+            if args.variant == "hpcmem" and budget is None:  # a peer that failed, or none ran
+                raise LookupError(
+                    f"--budget-from {args.budget_from}: no ok record of it at this work "
+                    f"({args.model}, {args.batch} x {args.seq_len} tokens, {args.accumulate} "
+                    f"micro-batches, {args.dtype}) in {args.out.name}, and no --budget-gib")
             result = run(args, model, budget)
             record["status"] = "ok"
         except Exception as error:  # the record says why; the driver goes on
