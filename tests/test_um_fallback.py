@@ -36,18 +36,24 @@ STEPS = 4
 
 def _train(budget=None, micro=1, first=None, host_bytes=0, keep=False, bf16=False):
     """Losses and weights of ``STEPS`` steps of ``micro`` micro-batches; with a ``budget``,
-    through a :class:`Planned` that tries ``first``, then the other strategy."""
+    through a :class:`Planned` that tries ``first`` (a plain ``Offload``: the plan's choice),
+    then the other strategy."""
     torch.manual_seed(0)
     model = Net(WIDTH)
     optimizer = make_optimizer(model)
     strategy = None
     if budget is not None:
-        other = (StreamedOffload if isinstance(first, HostOptimizerOffload) else
-                 HostOptimizerOffload)(working_dtype=first.working_dtype)
-        strategy = Planned(lambda value: make_strategy(
-            model, optimizer, offload=value, transport=CpuTransport(), budget=budget,
-            priority=("params", "activations", "inputs"), device_scope=nullcontext),
-            first, other, host_bytes=host_bytes)
+        def make(value):
+            return make_strategy(model, optimizer, offload=value, transport=CpuTransport(),
+                                 budget=budget, priority=("params", "activations", "inputs"),
+                                 device_scope=nullcontext)
+
+        if first.strategy is None:
+            strategy = make(first)
+        else:
+            other = (StreamedOffload if isinstance(first, HostOptimizerOffload) else
+                     HostOptimizerOffload)(working_dtype=first.working_dtype)
+            strategy = Planned(make, first, other, host_bytes=host_bytes)
         if keep:
             strategy.keep()
     generator = torch.Generator().manual_seed(1)
@@ -91,6 +97,15 @@ def test_a_budget_the_streamed_strategy_refuses_after_its_first_step_goes_on():
     assert stats["strategy"] == "host_optimizer"
     assert stats["fallback"]["refused_by"] == "streamed"
     assert stats["fallback"]["floor_bytes"] > 7 * 2**20
+
+
+def test_the_plans_own_choice_hands_over():
+    """At 7 MiB the plan picks the streamed strategy (the host optimizer's copies' buffers
+    alone take 10 MiB of its fixed bytes), which then refuses after its first step."""
+    reference, _, _ = _train(bf16=True)
+    losses, _, stats = _train(7 * 2**20, first=Offload(working_dtype="bfloat16"), bf16=True)
+    assert losses == pytest.approx(reference, rel=1e-3)
+    assert (stats["fallback"]["refused_by"], stats["strategy"]) == ("streamed", "host_optimizer")
 
 
 def test_a_budget_both_refuse_names_both_floors():
