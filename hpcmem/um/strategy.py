@@ -198,7 +198,12 @@ class Planned:
                      refused.minimum / 2**30, other.strategy)
         self.current.close()
         self.current = None  # freed before the other's probe measures the device
-        self.current = self._build(other)
+        try:
+            self.current = self._build(other)
+        except BudgetError as error:  # the model is back on the host, as after close()
+            raise BudgetTooSmallError(refused.budget, refused.minimum, (
+                f"{refused.detail}; strategy {other.strategy} could not take over: "
+                f"{error}")) from error
         self._refusal = refused
         self._first = first
 
@@ -216,7 +221,8 @@ class Planned:
         return self.current.replan()
 
     def close(self) -> None:
-        self.current.close()
+        if self.current is not None:  # None: the other could not take over
+            self.current.close()
 
 
 def _both(*refusals: tuple[str, BudgetTooSmallError]) -> BudgetTooSmallError:
