@@ -132,6 +132,34 @@ def test_a_kept_strategy_refuses_alone():
     assert "both" not in str(refused.value) and "working weights" in str(refused.value)
 
 
+@pytest.mark.parametrize("offload", [
+    HostOptimizerOffload(),  # sent to host memory as backward made them
+    HostOptimizerOffload(micro_batches=2),  # still accumulating on the device
+    HostOptimizerOffload(batch_split=2),  # a split batch, its parts summed on the device
+    HostOptimizerOffload(batch_split=2, host_accumulation=True),  # summed in host memory
+], ids=["sent", "accumulating", "split", "split-host-sums"])
+def test_a_refused_probe_gives_its_gradients_back(offload):
+    """Wherever the probe's gradients were when it refused, the model comes back with them
+    in ``.grad`` (fp32, host), as backward without a budget makes them (summation order
+    aside: 1e-6 of the largest)."""
+    pytest.importorskip("transformers")
+    from cpu_memory import CpuMemory
+    from um_functions import tiny_qwen2
+
+    tokens = torch.randint(512, (5, 24), generator=torch.Generator().manual_seed(1))
+    plain = tiny_qwen2()
+    plain(input_ids=tokens, labels=tokens).loss.backward()
+    model = tiny_qwen2()
+    with pytest.raises(BudgetTooSmallError), CpuMemory(gpu_budget=1024) as memory:
+        memory.attach(model, torch.optim.AdamW(model.parameters()), offload=offload)
+        with memory.activations():
+            model(input_ids=tokens, labels=tokens).loss.backward()
+    for (name, ours), theirs in zip(model.named_parameters(), plain.parameters(), strict=True):
+        assert ours.device.type == "cpu" and ours.grad.dtype == torch.float32, name
+        torch.testing.assert_close(ours.grad, theirs.grad, rtol=0,
+                                   atol=1e-6 * theirs.grad.abs().max().item())
+
+
 def test_only_a_planned_strategy_falls_back():
     model = Net()
     optimizer = make_optimizer(model)
