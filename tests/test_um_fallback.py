@@ -160,6 +160,31 @@ def test_a_refused_probe_gives_its_gradients_back(offload):
                                    atol=1e-6 * theirs.grad.abs().max().item())
 
 
+@pytest.mark.parametrize(("cgroup", "files", "left"), [
+    ("4:memory:/slurm/uid_0/job_7/step_0", {"memory.limit_in_bytes": 8 << 30,
+                                           "memory.usage_in_bytes": 3 << 30}, 5 << 30),
+    ("0::/system.slice/slurmstepd.scope/job_7", {"memory.max": 4 << 30,
+                                                 "memory.current": 1 << 30}, 3 << 30),
+    ("0::/user.slice", {"memory.max": "max", "memory.current": 1 << 30}, 20 << 30),
+    ("4:memory:/", {"memory.limit_in_bytes": 9223372036854771712,
+                    "memory.usage_in_bytes": 1 << 30}, 20 << 30),  # v1's "no limit"
+], ids=["v1-job", "v2-job", "v2-unlimited", "v1-unlimited"])
+def test_host_memory_left_is_the_cgroups_where_it_sets_less(tmp_path, cgroup, files, left):
+    """A Slurm job's memory cgroup, laid out as on a node (v1: one hierarchy per controller,
+    v2: one for all), bounds what the other strategy's homes may take."""
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/meminfo").write_text(f"MemTotal: {64 << 20} kB\nMemAvailable: "
+                                           f"{20 << 20} kB\n")
+    (tmp_path / "proc/self/cgroup").write_text(f"9:pids:/\n{cgroup}\n")
+    path = cgroup.split(":", 2)[2].lstrip("/")
+    base = tmp_path / "sys/fs/cgroup" / ("memory" if ":memory:" in cgroup else "") / path
+    base.mkdir(parents=True)
+    for name, value in files.items():
+        (base / name).write_text(f"{value}\n")
+    assert available_host_bytes(tmp_path) == left
+    assert available_host_bytes(tmp_path / "nothing") is None  # nothing readable
+
+
 def test_only_a_planned_strategy_falls_back():
     model = Net()
     optimizer = make_optimizer(model)

@@ -234,22 +234,32 @@ def _both(*refusals: tuple[str, BudgetTooSmallError]) -> BudgetTooSmallError:
                                f"{low.detail}")
 
 
-def available_host_bytes() -> int | None:
+def available_host_bytes(root: Path = Path("/")) -> int | None:
     """Host memory this process can still take: the kernel's ``MemAvailable``, or less
-    where its cgroup (a Slurm job's) sets a limit; None where neither is readable."""
+    where its memory cgroup (a Slurm job's, v1 or v2) sets a limit; None where nothing is
+    readable. ``root``: where ``proc`` and ``sys`` are."""
     found = []
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
+        for line in (root / "proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
                 found.append(int(line.split()[1]) * 1024)
-    except OSError:
-        pass
-    try:
-        group = Path("/proc/self/cgroup").read_text().splitlines()[0].split(":", 2)[2]
-        base = Path("/sys/fs/cgroup") / group.lstrip("/")
-        limit = (base / "memory.max").read_text().strip()
-        if limit != "max":
-            found.append(int(limit) - int((base / "memory.current").read_text()))
-    except (OSError, IndexError, ValueError):
-        pass
+        groups = (root / "proc/self/cgroup").read_text().splitlines()
+    except (OSError, ValueError):
+        groups = []
+    for line in groups:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # v2's one hierarchy
+            base, files = root / "sys/fs/cgroup" / path.lstrip("/"), ("memory.max",
+                                                                      "memory.current")
+        elif "memory" in controllers.split(","):
+            base = root / "sys/fs/cgroup/memory" / path.lstrip("/")
+            files = ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
+            continue
+        try:
+            limit, used = ((base / name).read_text().strip() for name in files)
+            if limit != "max" and int(limit) < 2**60:  # v1 says "none" with a huge number
+                found.append(int(limit) - int(used))
+        except (OSError, ValueError):
+            continue
     return min(found) if found else None
