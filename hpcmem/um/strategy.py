@@ -93,11 +93,6 @@ def make_strategy(
     ranks = data_parallel(process_group, transport.device)
 
     def build(value: Offload) -> BudgetStrategy:
-        if transport.device.type == "cuda":  # what a strategy closed before left cached
-            gc.collect()
-            import torch
-
-            torch.cuda.empty_cache()
         if isinstance(value, HostOptimizerOffload):
             from hpcmem.um.host_optimizer import HostOptimizer
 
@@ -134,6 +129,7 @@ class Planned:
                  other: Offload, *, host_bytes: int) -> None:
         self._build = build
         self.current = build(chosen)
+        self._name = chosen.strategy  # of the strategy in force
         self._other: Offload | None = other
         self._host_bytes = host_bytes  # the other's homes: gradient, master (or parameter), state
         self._refusal: BudgetTooSmallError | None = None  # the first strategy's
@@ -173,8 +169,7 @@ class Planned:
     def _refused(self, refused: BudgetTooSmallError) -> None:
         """Hand the job over after ``refused``, or raise it (with the other's, if any)."""
         if self._refusal is not None:
-            raise _both((self._first, self._refusal),
-                        (self.stats()["strategy"], refused)) from None
+            raise _both((self._first, self._refusal), (self._name, refused)) from None
         if self._other is None:
             raise refused
         self._hand_over(refused)
@@ -186,7 +181,7 @@ class Planned:
 
     def _hand_over(self, refused: BudgetTooSmallError) -> None:
         other, self._other = self._other, None
-        first = self.stats()["strategy"]
+        first = self._name
         available = available_host_bytes()
         if available is not None and self._host_bytes > available:
             raise BudgetTooSmallError(refused.budget, refused.minimum, (
@@ -197,7 +192,8 @@ class Planned:
                      "goes on with strategy %s", first, refused.budget / 2**30,
                      refused.minimum / 2**30, other.strategy)
         self.current.close()
-        self.current = None  # freed before the other's probe measures the device
+        self.current = None
+        gc.collect()  # its device memory freed before the other's probe measures the device
         try:
             self.current = self._build(other)
         except BudgetError as error:  # the model is back on the host, as after close()
@@ -205,7 +201,7 @@ class Planned:
                 f"{refused.detail}; strategy {other.strategy} could not take over: "
                 f"{error}")) from error
         self._refusal = refused
-        self._first = first
+        self._first, self._name = first, other.strategy
 
     def stats(self) -> dict[str, Any]:
         stats = self.current.stats()

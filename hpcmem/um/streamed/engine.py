@@ -75,6 +75,8 @@ class Streamer:
         import torch
 
         self._torch = torch
+        if transport.device.type == "cuda":
+            torch.cuda.empty_cache()  # what earlier jobs left cached is not this job's
         self.transport = transport
         self.budget = budget
         self.priority = tuple(priority)
