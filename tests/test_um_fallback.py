@@ -23,9 +23,10 @@ torch = pytest.importorskip("torch")
 from um_functions import VOCAB, Net, make_optimizer  # noqa: E402
 
 from hpcmem.um.budget import BudgetTooSmallError, CpuTransport  # noqa: E402
+from hpcmem.um.budget.host_memory import available_host_bytes  # noqa: E402
 from hpcmem.um.budget.offload import HostOptimizerOffload, Offload, StreamedOffload  # noqa: E402
 from hpcmem.um.host_optimizer import HostOptimizer  # noqa: E402
-from hpcmem.um.strategy import Planned, available_host_bytes, make_strategy  # noqa: E402
+from hpcmem.um.strategy import Planned, make_strategy  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

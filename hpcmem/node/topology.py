@@ -21,7 +21,8 @@ from pathlib import Path
 from hpcmem.node import hwloc
 from hpcmem.node.idlist import parse_id_list
 
-__all__ = ["HBWNodes", "NumaNode", "dax_kmem_nodes", "hbw_nodes", "nearest", "numa_nodes"]
+__all__ = ["HBWNodes", "NumaNode", "dax_kmem_nodes", "hbw_nodes", "meminfo", "nearest",
+           "numa_nodes"]
 
 NODE_ROOT = Path("/sys/devices/system/node")
 DAX_KMEM_ROOT = Path("/sys/bus/dax/drivers/kmem")
@@ -70,15 +71,16 @@ def _read_int(path: Path) -> int | None:
         return None
 
 
-def _meminfo(path: Path) -> dict[str, int]:
-    """``MemTotal``/``MemFree`` in bytes from a (per-node or global) meminfo file."""
+def meminfo(path: Path) -> dict[str, int]:
+    """``MemTotal``, ``MemFree`` and (global only) ``MemAvailable`` in bytes from a
+    (per-node or global) meminfo file."""
     values = {}
     for line in path.read_text().splitlines():
         words = line.replace(":", " ").split()
         # per node: "Node 0 MemTotal: 123 kB"; global: "MemTotal: 123 kB"
         if words and words[0] == "Node":
             words = words[2:]
-        if len(words) >= 2 and words[0] in ("MemTotal", "MemFree"):
+        if len(words) >= 2 and words[0] in ("MemTotal", "MemFree", "MemAvailable"):
             values[words[0]] = int(words[1]) * 1024
     return values
 
@@ -100,7 +102,7 @@ def _node(path: Path, ids: Sequence[int]) -> NumaNode:
         if cpulist
         else ()
     )
-    memory = _meminfo(path / "meminfo")
+    memory = meminfo(path / "meminfo")
     return NumaNode(
         id=node_id,
         cpus=cpus,
@@ -122,7 +124,7 @@ def numa_nodes(root: Path = NODE_ROOT) -> list[NumaNode]:
     if paths:
         ids = [int(p.name.removeprefix("node")) for p in paths]
         return [_node(path, ids) for path in paths]
-    memory = _meminfo(Path("/proc/meminfo"))
+    memory = meminfo(Path("/proc/meminfo"))
     return [
         NumaNode(
             id=0,

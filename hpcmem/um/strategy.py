@@ -20,11 +20,11 @@ import gc
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
-from pathlib import Path
 from typing import Any
 
 from hpcmem.um.budget.batch_split import BatchSplit
 from hpcmem.um.budget.floor import BudgetTooSmallError
+from hpcmem.um.budget.host_memory import available_host_bytes
 from hpcmem.um.budget.offload import (
     ELEMENTWISE,
     HostOptimizerOffload,
@@ -38,7 +38,7 @@ from hpcmem.um.budget.transport import Transport
 from hpcmem.um.errors import BudgetError
 from hpcmem.um.tensors import tensor_bytes
 
-__all__ = ["Planned", "available_host_bytes", "make_strategy", "planned", "working_bytes"]
+__all__ = ["Planned", "make_strategy", "planned", "working_bytes"]
 
 _log = logging.getLogger(__name__)
 #: Optimizer state tensors per trained element, at most, by ``torch.optim`` class.
@@ -228,34 +228,3 @@ def _both(*refusals: tuple[str, BudgetTooSmallError]) -> BudgetTooSmallError:
     return BudgetTooSmallError(low.budget, low.minimum,
                                f"both strategies refused it ({floors}); {name}'s floor: "
                                f"{low.detail}")
-
-
-def available_host_bytes(root: Path = Path("/")) -> int | None:
-    """Host memory this process can still take: the kernel's ``MemAvailable``, or less
-    where its memory cgroup (a Slurm job's, v1 or v2) sets a limit; None where nothing is
-    readable. ``root``: where ``proc`` and ``sys`` are."""
-    found = []
-    try:
-        for line in (root / "proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                found.append(int(line.split()[1]) * 1024)
-        groups = (root / "proc/self/cgroup").read_text().splitlines()
-    except (OSError, ValueError):
-        groups = []
-    for line in groups:
-        _, controllers, path = line.split(":", 2)
-        if controllers == "":  # v2's one hierarchy
-            base, files = root / "sys/fs/cgroup" / path.lstrip("/"), ("memory.max",
-                                                                      "memory.current")
-        elif "memory" in controllers.split(","):
-            base = root / "sys/fs/cgroup/memory" / path.lstrip("/")
-            files = ("memory.limit_in_bytes", "memory.usage_in_bytes")
-        else:
-            continue
-        try:
-            limit, used = ((base / name).read_text().strip() for name in files)
-            if limit != "max" and int(limit) < 2**60:  # v1 says "none" with a huge number
-                found.append(int(limit) - int(used))
-        except (OSError, ValueError):
-            continue
-    return min(found) if found else None

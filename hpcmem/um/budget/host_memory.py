@@ -13,7 +13,8 @@ after (``cudaHostRegister`` takes any host memory). Unasked (None), the kind is
 On a GPU the optimizer's threads run on the CPUs of the GPU's own NUMA node
 (:func:`gpu_cpus`, the job's mask permitting), so ``hbw`` and first touch both mean the
 memory near the GPU. :func:`placement` measures every chunk's pages (``move_pages``) for the
-record.
+record; :func:`available_host_bytes` says how much more the process may take (a strategy
+handing a job to the other asks it first).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from typing import Any
 
 from hpcmem.um.errors import BudgetError
 
-__all__ = ["HOST_MEMORY", "allocate", "chosen_kind", "gpu_cpus", "gpu_numa_node",
-           "placement"]
+__all__ = ["HOST_MEMORY", "allocate", "available_host_bytes", "chosen_kind", "gpu_cpus",
+           "gpu_numa_node", "placement"]
 
 #: What ``HostOptimizerOffload(host_memory=...)`` accepts: PyTorch's allocator, or a kind.
 HOST_MEMORY = ("torch", "dram", "hbw", "hbw_preferred", "hbw_interleave", "dax_kmem")
@@ -111,3 +112,35 @@ def gpu_cpus(device: Any, allowed: set[int]) -> tuple[set[int], int | None]:
     node = gpu_numa_node(device)
     local = next((set(n.cpus) for n in topology.numa_nodes() if n.id == node), set())
     return (local & allowed) or allowed, node
+
+
+def available_host_bytes(root: Path = Path("/")) -> int | None:
+    """Host memory this process can still take: the kernel's ``MemAvailable``, or less
+    where its memory cgroup (a Slurm job's, v1 or v2) sets a limit; None where nothing is
+    readable. ``root``: where ``proc`` and ``sys`` are."""
+    from hpcmem.node.topology import meminfo
+
+    found: list[int] = []
+    try:
+        if (free := meminfo(root / "proc/meminfo").get("MemAvailable")) is not None:
+            found.append(free)
+        groups = (root / "proc/self/cgroup").read_text().splitlines()
+    except (OSError, ValueError):
+        groups = []
+    for line in groups:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # v2's one hierarchy
+            base, files = root / "sys/fs/cgroup" / path.lstrip("/"), ("memory.max",
+                                                                      "memory.current")
+        elif "memory" in controllers.split(","):
+            base = root / "sys/fs/cgroup/memory" / path.lstrip("/")
+            files = ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
+            continue
+        try:
+            limit, used = ((base / name).read_text().strip() for name in files)
+            if limit != "max" and int(limit) < 2**60:  # v1 says "none" with a huge number
+                found.append(int(limit) - int(used))
+        except (OSError, ValueError):
+            continue
+    return min(found) if found else None
