@@ -35,10 +35,11 @@ BETWEEN = 8 * 2**20  # above the streamed floor (about 2 MiB), below the host op
 STEPS = 4
 
 
-def _train(budget=None, micro=1, first=None, host_bytes=0, keep=False, bf16=False):
+def _train(budget=None, micro=1, first=None, host_bytes=0, keep=False, bf16=False,
+           released=None):
     """Losses and weights of ``STEPS`` steps of ``micro`` micro-batches; with a ``budget``,
     through a :class:`Planned` that tries ``first`` (a plain ``Offload``: the plan's choice),
-    then the other strategy."""
+    then the other strategy; a hand-over appends to ``released``."""
     torch.manual_seed(0)
     model = Net(WIDTH)
     optimizer = make_optimizer(model)
@@ -47,7 +48,10 @@ def _train(budget=None, micro=1, first=None, host_bytes=0, keep=False, bf16=Fals
         def make(value):
             return make_strategy(model, optimizer, offload=value, transport=CpuTransport(),
                                  budget=budget, priority=("params", "activations", "inputs"),
-                                 device_scope=nullcontext)
+                                 device_scope=nullcontext, release_device_cache=release)
+
+        def release():
+            released.append(strategy.current)  # the first strategy is closed by then
 
         if first.strategy is None:
             strategy = make(first)
@@ -104,9 +108,12 @@ def test_the_plans_own_choice_hands_over():
     """At 7 MiB the plan picks the streamed strategy (the host optimizer's copies' buffers
     alone take 10 MiB of its fixed bytes), which then refuses after its first step."""
     reference, _, _ = _train(bf16=True)
-    losses, _, stats = _train(7 * 2**20, first=Offload(working_dtype="bfloat16"), bf16=True)
+    released = []
+    losses, _, stats = _train(7 * 2**20, first=Offload(working_dtype="bfloat16"), bf16=True,
+                              released=released)
     assert losses == pytest.approx(reference, rel=1e-3)
     assert (stats["fallback"]["refused_by"], stats["strategy"]) == ("streamed", "host_optimizer")
+    assert released == [None]  # the device cache released once, between the two
 
 
 def test_a_budget_both_refuse_names_both_floors():

@@ -63,12 +63,11 @@ class ManagedMemory(MemoryScopes):
         from torch.cuda.memory import CUDAPluggableAllocator, MemPool
 
         path = self._native.library_path()
-        self._pools = {}
-        for type_name in TYPES:
-            allocator = CUDAPluggableAllocator(
-                path, f"hpcmem_um_malloc_{type_name}", f"hpcmem_um_free_{type_name}"
-            )
-            self._pools[type_name] = MemPool(allocator.allocator())
+        self._allocators = {
+            t: CUDAPluggableAllocator(path, f"hpcmem_um_malloc_{t}", f"hpcmem_um_free_{t}")
+            for t in TYPES
+        }
+        self._pools = {t: MemPool(self._allocators[t].allocator()) for t in TYPES}
         self._reserved_baseline = torch.cuda.memory_reserved(self.device) - self._leftover_bytes
 
     # -- set-up -------------------------------------------------------------------------
@@ -154,6 +153,20 @@ class ManagedMemory(MemoryScopes):
         finally:
             self._exit()
 
+    def _renew_activations(self) -> None:
+        """A new activations pool in place of the current one. PyTorch gives a pool's cached
+        segments back only when the pool is gone, so one budget strategy's cache (a whole
+        batch's activations) would otherwise stay on the device beside the next one's."""
+        from torch.cuda.memory import MemPool
+
+        routed = bool(self._route_stack) and self._route_stack[-1] == "activations"
+        if routed:
+            self._end("activations")
+        self._pools["activations"] = MemPool(self._allocators["activations"].allocator())
+        self._torch.cuda.empty_cache()  # the old pool's free segments
+        if routed:
+            self._begin("activations")
+
     @contextmanager
     def _unrouted(self) -> Iterator[None]:
         """Allocations in PyTorch's own device memory (no pool) inside, whatever is routed."""
@@ -215,7 +228,7 @@ class ManagedMemory(MemoryScopes):
                 budget=self.gpu_budget, priority=self.policy.priority,
                 device_scope=lambda: self._route("activations"),
                 plain_scope=self._unrouted, process_group=process_group,
-                batch_split=self._batch_split,
+                batch_split=self._batch_split, release_device_cache=self._renew_activations,
             )
             return
         if offload is not None:

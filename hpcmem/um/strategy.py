@@ -83,12 +83,14 @@ def make_strategy(
     plain_scope: Callable[[], AbstractContextManager[None]] = nullcontext,
     process_group: Any = None,
     batch_split: BatchSplit | None = None,
+    release_device_cache: Callable[[], None] = lambda: None,
 ) -> BudgetStrategy:
     """The strategy for ``offload`` (see the module docstring); ``device_scope`` routes its
     device allocations into the budget's pool, ``plain_scope`` out of every pool (plain
     device memory); ``process_group`` the ranks it trains over (None: the default group if
     ``torch.distributed`` is initialised); ``batch_split`` the causal LM's split, which the
-    host optimizer plans (the streamed strategy runs batches whole)."""
+    host optimizer plans (the streamed strategy runs batches whole); ``release_device_cache``
+    gives back what the device scope keeps cached, between one strategy and the next."""
     chosen = planned(offload, model, optimizer, budget)
     ranks = data_parallel(process_group, transport.device)
 
@@ -118,7 +120,8 @@ def make_strategy(
     other = (StreamedOffload if isinstance(chosen, HostOptimizerOffload)
              else HostOptimizerOffload)(**offload.shared())
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return Planned(build, chosen, other, host_bytes=trained * 4 * (2 + _STATES[name]))
+    return Planned(build, chosen, other, host_bytes=trained * 4 * (2 + _STATES[name]),
+                   release_device_cache=release_device_cache)
 
 
 class Planned:
@@ -126,8 +129,10 @@ class Planned:
     other one (module docstring); every other attribute is the strategy's in force."""
 
     def __init__(self, build: Callable[[Offload], BudgetStrategy], chosen: Offload,
-                 other: Offload, *, host_bytes: int) -> None:
+                 other: Offload, *, host_bytes: int,
+                 release_device_cache: Callable[[], None] = lambda: None) -> None:
         self._build = build
+        self._release_device_cache = release_device_cache
         self.current = build(chosen)
         self._name = chosen.strategy  # of the strategy in force
         self._other: Offload | None = other
@@ -194,6 +199,7 @@ class Planned:
         self.current.close()
         self.current = None
         gc.collect()  # its device memory freed before the other's probe measures the device
+        self._release_device_cache()  # and not kept cached beside the other's
         try:
             self.current = self._build(other)
         except BudgetError as error:  # the model is back on the host, as after close()
