@@ -106,8 +106,9 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16",
                         help="bf16: autocast and bf16 working weights; fp32: neither "
                              "(cuda and hpcmem only)")
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--warmup", type=int, default=4,
+                        help="untimed steps first (hpcmem plans after its fourth)")
     parser.add_argument("--checkpointing", action=argparse.BooleanOptionalAction, default=None,
                         help="Hugging Face gradient checkpointing (default: on for "
                              f"{', '.join(CHECKPOINTED)})")

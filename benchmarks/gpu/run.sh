@@ -38,8 +38,9 @@
 #               (either before an @) add --delayed-update and --state-dtype bfloat16
 #               (e.g. "deepspeed hpcmem@deepspeed hpcmem+bf16state@deepspeed");
 #               HPCMEM_HF_STEPS and HPCMEM_HF_WARMUP
-#               (5, 3) the timed and warm-up steps (multiples of ZenFlow's update_interval, 4, put
-#               its whole update cycles into the records' mean step): "HPCMEM_HF_VARIANTS='cuda hpcmem'
+#               (4, 4) the timed and warm-up steps (multiples of ZenFlow's update_interval, 4, put
+#               its whole update cycles into the records' mean step; the warm-up covers hpcmem's
+#               plan, made after its fourth step): "HPCMEM_HF_VARIANTS='cuda hpcmem'
 #               HPCMEM_HF_STEPS=200 HPCMEM_HF_WARMUP=0" is the loss check (hf.md's last column)
 #   hf-offload-dp  (asked for by name) the same variants data-parallel, one rank per GPU, each
 #               point its own `torchrun --standalone --nproc-per-node N` (hf-dp.jsonl, hf-dp.md):
@@ -215,7 +216,7 @@ if want hf-offload; then
           hf_args "$token"
           timeout "$cap" "$PY" benchmarks/gpu/hf_offload.py --variant "$hf_variant" --repeat "$repeat" \
             --model "$model" --batch "$batch" --accumulate "$accumulate" \
-            --steps "${HPCMEM_HF_STEPS:-5}" --warmup "${HPCMEM_HF_WARMUP:-3}" \
+            --steps "${HPCMEM_HF_STEPS:-4}" --warmup "${HPCMEM_HF_WARMUP:-4}" \
             --out "$OUT/hf.jsonl" "${hf_extra[@]}" 2>&1 |
             relative | tee -a "$OUT/bench.log" | grep -v -E "^\s|Warning|warn" | tail -3
         done
