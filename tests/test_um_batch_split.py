@@ -166,6 +166,27 @@ def test_the_first_plan_measures_rows_doubling_while_twice_them_fit():
     assert split.plan(8, 512, _no_dry_run) is None  # half the tokens a row: the batch fits
 
 
+def test_the_gpus_share_of_the_optimizer_leaves_a_whole_batch_its_room():
+    from hpcmem.um.host_optimizer.device_step import share_room
+
+    live, peak = [1000], [0]
+
+    def dry_run(count):  # 100 bytes a token beside 4096 a forward holds whatever its rows
+        peak[0] = live[0] + count * 1024 * 100 + 4096
+
+    split = BatchSplit()
+    split.bind(Measure(live_bytes=lambda: live[0], peak_bytes=lambda: peak[0],
+                       reset_peak=lambda: None, room=lambda: 2**24, grad_bytes=2 * 1024 * 100))
+    assert split.plan(8, 1024, dry_run) is None  # the batch runs whole
+    room = share_room(2**26, held=2**20, batch_split=split)
+    assert room == 2**24 - (1000 + 8 * 1024 * 100 + 4096)  # not the budget's 0.96 x 64 MiB
+    live[0] += room  # the share takes all of it: later batches still run whole
+    assert split.plan(8, 1024, _no_dry_run) is None
+    live[0] += 1
+    assert split.plan(8, 1024, _no_dry_run) == 5  # a byte more would split them
+    assert share_room(2**26, held=2**20, batch_split=None) == int(0.96 * 2**26) - 2**20
+
+
 def test_a_fixed_peak_at_few_rows_does_not_hide_a_rows_activations():
     row, fixed = 100 * 1024, 600_000  # a loss chunk's bytes set the peak up to 5 rows
     room, peak, peaks = 12 * row, [0], []

@@ -33,6 +33,7 @@ from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
 
+from hpcmem.um.budget.batch_split import BatchSplit
 from hpcmem.um.budget.host import HostArena
 from hpcmem.um.budget.transport import Transport
 from hpcmem.um.host_optimizer.buckets import Bucket
@@ -40,7 +41,7 @@ from hpcmem.um.host_optimizer.host import IMPLEMENTATION_KEYS, HostBuckets
 from hpcmem.um.host_optimizer.ledger import StepTimes
 from hpcmem.um.host_optimizer.split import ROOM_MARGIN, Split, plan_split
 
-__all__ = ["DeviceStep", "plan_device_step"]
+__all__ = ["DeviceStep", "plan_device_step", "share_room"]
 
 
 class _Slot:
@@ -243,6 +244,18 @@ class DeviceStep:
                 state[key].copy_(tensor)
 
 
+def share_room(budget: int, held: int, batch_split: BatchSplit | None) -> int:
+    """Device bytes the GPU's share of the optimizer may take: the budget's room above the
+    ``held`` bytes a step held, and never what keeps the batch ``batch_split`` measured
+    whole where it runs whole. Split, it would pay a forward and backward a part, more than
+    the CPU optimizer time the share saves, which backward overlaps anyway."""
+    room = int((1 - ROOM_MARGIN) * budget) - held
+    whole = batch_split.whole_bytes() if batch_split is not None else None
+    if whole is not None and batch_split.measure is not None:
+        room = min(room, batch_split.measure.room() - whole)
+    return room
+
+
 def plan_device_step(engine: Any, times: StepTimes) -> tuple[Split | None, DeviceStep | None]:
     """The buckets ``engine`` (a :class:`~.engine.HostOptimizer`) has the GPU step from now on,
     planned from its median step ``times``: the budget's room above what a step held is spent
@@ -263,7 +276,7 @@ def plan_device_step(engine: Any, times: StepTimes) -> tuple[Split | None, Devic
         states=engine.host.state_count(),
         bytes_h2d=per_step["bytes_h2d"], bytes_d2h=per_step["bytes_d2h"],
         bandwidth=engine.bandwidth, asked=offload.gpu_share,
-        room_bytes=int((1 - ROOM_MARGIN) * engine.budget) - held,
+        room_bytes=share_room(engine.budget, held, engine.batch_split),
     )
     if not split.share:
         return split, None
