@@ -87,8 +87,8 @@ def test_help_documents_every_option_with_units_and_defaults(hpcmem_exe: str) ->
          "--delayed-update: applies under --gpu-budget only (it delays the host optimizer's "
          "update); give a --gpu-budget or leave it out"),
         (["--state-dtype", "bfloat16"],
-         "--state-dtype: bfloat16 applies under --gpu-budget only (the host optimizer keeps "
-         "the moments); give a --gpu-budget or leave it out"),
+         "--state-dtype: bfloat16 applies under --gpu-budget only (the moments' host "
+         "homes); give a --gpu-budget or leave it out"),
         (["--state-dtype", "fp8", "--gpu-budget", "8G"],
          "--state-dtype: 'fp8' is not one of float32, bfloat16"),
         (["--model", "cnn", "--params", "50K"],

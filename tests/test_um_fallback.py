@@ -104,15 +104,18 @@ def test_a_budget_the_streamed_strategy_refuses_after_its_first_step_goes_on():
     assert stats["fallback"]["floor_bytes"] > 7 * 2**20
 
 
-def test_the_plans_own_choice_hands_over():
+@pytest.mark.parametrize("state_dtype", [None, "bfloat16"])
+def test_the_plans_own_choice_hands_over(state_dtype):
     """At 7 MiB the plan picks the streamed strategy (the host optimizer's copies' buffers
-    alone take 10 MiB of its fixed bytes), which then refuses after its first step."""
+    alone take 10 MiB of its fixed bytes), which then refuses after its first step; the
+    other keeps the moments as the first did."""
     reference, _, _ = _train(bf16=True)
     released = []
-    losses, _, stats = _train(7 * 2**20, first=Offload(working_dtype="bfloat16"), bf16=True,
-                              released=released)
+    first = Offload(working_dtype="bfloat16", state_dtype=state_dtype)
+    losses, _, stats = _train(7 * 2**20, first=first, bf16=True, released=released)
     assert losses == pytest.approx(reference, rel=1e-3)
     assert (stats["fallback"]["refused_by"], stats["strategy"]) == ("streamed", "host_optimizer")
+    assert stats["state_dtype"] == (state_dtype or "float32")
     assert released == [None]  # the device cache released once, between the two
 
 

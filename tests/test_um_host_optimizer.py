@@ -229,8 +229,10 @@ def test_an_offload_value_is_checked():
     with pytest.raises(BudgetError, match="state_dtype: 'float16' is not one of float32, "
                                           "bfloat16"):
         HostOptimizerOffload(state_dtype="float16")
-    with pytest.raises(TypeError, match="state_dtype"):
-        StreamedOffload(state_dtype="bfloat16")  # the type carries its own fields only
+    with pytest.raises(BudgetError, match="state_dtype: 'float16' is not one of"):
+        StreamedOffload(state_dtype="float16")
+    with pytest.raises(TypeError, match="gpu_share"):
+        StreamedOffload(gpu_share=0.5)  # the type carries its own fields only
 
 
 def test_a_value_is_made_from_a_strategy_name_and_fields():
@@ -238,20 +240,21 @@ def test_a_value_is_made_from_a_strategy_name_and_fields():
     assert offload_named("streamed", micro_batches=2) == StreamedOffload(micro_batches=2)
     # a host optimizer's field away from its default names that strategy; at it, nothing
     assert offload_named(None, delayed_update=True) == HostOptimizerOffload(delayed_update=True)
-    assert offload_named(None, delayed_update=False, state_dtype="float32") == Offload()
-    assert offload_named("streamed", state_dtype="float32") == StreamedOffload()
+    assert offload_named(None, delayed_update=False, gpu_share=None) == Offload()
+    assert (offload_named("streamed", state_dtype="bfloat16")
+            == StreamedOffload(state_dtype="bfloat16"))  # every strategy's field
     with pytest.raises(BudgetError, match="offload strategy: 'zero' is not one of "
                                           "host_optimizer, streamed"):
         offload_named("zero")
-    with pytest.raises(BudgetError, match="state_dtype: 'bfloat16' applies to strategy "
+    with pytest.raises(BudgetError, match=r"gpu_share: 0\.5 applies to strategy "
                                           "host_optimizer only, not to strategy streamed"):
-        offload_named("streamed", state_dtype="bfloat16")
+        offload_named("streamed", gpu_share=0.5)
     record = HostOptimizerOffload(gpu_share=0.5).to_record()
     assert record["strategy"] == "host_optimizer" and record["gpu_share"] == 0.5
     assert offload_named(**record) == HostOptimizerOffload(gpu_share=0.5)
     assert Offload().to_record() == {"strategy": None, "working_dtype": None,
                                      "micro_batches": 1, "recompute": None,
-                                     "chunked_loss": None}
+                                     "chunked_loss": None, "state_dtype": None}
 
 
 def test_an_optimizer_the_host_cannot_step_is_refused():

@@ -18,10 +18,10 @@ that escaped routing, losses). Without a CUDA GPU the command fails, or with
 Counts take decimal units (125M, 1.3B, 6B); byte sizes binary units (512M, 40G).
 Exit status: 0 done (or skipped), 1 no GPU or out of memory (a `failed` record is
 written), 2 bad option value, refused oversubscription, or an --output that cannot be
-written (checked before training) or --delayed-update or --state-dtype bfloat16 with a
---gpu-budget too small for the host optimizer, 3 --gpu-budget below the least one step
-needs (measured by the first step; the `failed` record and the message name the budget
-and that minimum, `budget_minimum_bytes`).
+written (checked before training) or --delayed-update with a --gpu-budget too small
+for the host optimizer, or --state-dtype bfloat16 where its native kernel is missing,
+3 --gpu-budget below the least one step needs (measured by the first step; the `failed`
+record and the message name the budget and that minimum, `budget_minimum_bytes`).
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         # a BudgetError that is not a budget below the minimum (a failed record, exit 3):
-        # --delayed-update or --state-dtype that the host optimizer cannot honour
+        # --delayed-update or --state-dtype that the budget strategy cannot honour
         where = ("--delayed-update" if point.delayed_update
                  else "--state-dtype" if point.state_dtype != "float32" else "")
         with bad_input(SizingError), bad_input(BudgetError, where=where):

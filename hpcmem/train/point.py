@@ -57,8 +57,7 @@ class TrainPoint:
     #: ZeRO-Offload's one-step delayed update, budgets only
     #: (``HostOptimizerOffload(delayed_update=True)``)
     delayed_update: bool = False
-    #: the dtype of Adam's moments on the host, budgets only
-    #: (``HostOptimizerOffload(state_dtype=...)``)
+    #: the dtype of Adam's moments on the host, budgets only (``Offload(state_dtype=...)``)
     state_dtype: str = "float32"
     #: data-parallel ranks (one GPU each); ``batch`` is then split evenly between them
     world_size: int = 1
@@ -165,7 +164,7 @@ def make_point(
     state_dtype = _one_of("state_dtype", state_dtype, STATE_DTYPES)
     if state_dtype != "float32" and budget is None:
         raise PointError(f"--state-dtype: {state_dtype} applies under --gpu-budget only (the "
-                         "host optimizer keeps the moments); give a --gpu-budget or leave it out")
+                         "moments' host homes); give a --gpu-budget or leave it out")
     if not _DEVICE.fullmatch(device):
         raise PointError(f"--device: {device!r} is not one of cuda, cuda:N, cpu")
     transformer, cnn = model == "transformer", model == "cnn"

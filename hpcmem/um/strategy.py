@@ -112,7 +112,7 @@ def make_strategy(
 
         return Streamer(model, optimizer, transport=transport, budget=budget,
                         priority=priority, device_scope=device_scope,
-                        recompute=value.recompute)
+                        recompute=value.recompute, state_dtype=value.state_dtype)
 
     name = type(optimizer).__name__ if optimizer is not None else None
     if offload.strategy is not None or ranks is not None or name not in ELEMENTWISE:

@@ -57,7 +57,7 @@ ELEMENTWISE = ("SGD", "Adam", "AdamW")
 DTYPES = ("float32", "bfloat16", "float16")
 #: The host optimizer's kernels (:mod:`hpcmem.um.host_optimizer.kernel`).
 HOST_KERNELS = ("native", "torch")
-#: Dtypes the host optimizer keeps Adam's two moments in (``HostOptimizerOffload.state_dtype``).
+#: Dtypes the optimizer's moments are kept in, in host memory (``Offload.state_dtype``).
 STATE_DTYPES = ("float32", "bfloat16")
 
 
@@ -80,6 +80,15 @@ class Offload:
         (:mod:`hpcmem.um.budget.causal_lm`; the output's ``logits`` is then None). None: on
         where it applies, skipped with the reason in the stats elsewhere; True: refused
         where it does not apply; False: off.
+    state_dtype : the dtype the optimizer's moments keep in host memory, ``float32`` (None:
+        as the optimizer makes them) or ``bfloat16``, rounded stochastically (up with the
+        probability of the dropped bits, so exact on average: rounded to nearest, Adam's
+        second moment would stop moving). Each step computes from fp32 moments: the host
+        optimizer's native kernel widens them (:mod:`hpcmem.um.host_optimizer.kernel`), the
+        streamed strategy on the device, chunk by chunk. Half the host memory of the
+        moments (Adam: 12 bytes a parameter instead of 16 under the streamed strategy) and
+        less to copy; the trajectory is close to, not the same as, fp32 moments'. State
+        kept on the device stays fp32; ``close()`` gives fp32 state back.
     """
 
     #: the strategy's name in records and on command lines (None: planned)
@@ -89,9 +98,11 @@ class Offload:
     micro_batches: int = 1
     recompute: bool | None = None
     chunked_loss: bool | None = None
+    state_dtype: str | None = None
 
     def __post_init__(self) -> None:
         _one_of("working_dtype", self.working_dtype, DTYPES)
+        _one_of("state_dtype", self.state_dtype, STATE_DTYPES)
         if self.chunked_loss is not None and not isinstance(self.chunked_loss, bool):
             raise BudgetError(f"offload chunked_loss: {self.chunked_loss!r} is not true, false "
                               "or null")
@@ -105,6 +116,11 @@ class Offload:
     def shared(self) -> dict[str, Any]:
         """The fields every strategy has, as keyword arguments."""
         return {f.name: getattr(self, f.name) for f in fields(Offload)}
+
+    @property
+    def narrow_state(self) -> bool:
+        """Whether the moments are kept narrower than fp32."""
+        return self.state_dtype not in (None, "float32")
 
 
 @dataclass(frozen=True)
@@ -128,12 +144,6 @@ class HostOptimizerOffload(Offload):
         during it (the buckets the GPU steps are not delayed). The step then takes the longer
         of the compute and the CPU optimizer instead of about their sum; the trajectory is
         not the undelayed one's.
-    state_dtype : with the native kernel, the dtype of Adam's two moments in host memory,
-        ``float32`` (None: as PyTorch keeps them) or ``bfloat16``, rounded stochastically
-        (:mod:`hpcmem.um.host_optimizer.kernel`): the CPU step moves 20 bytes an element
-        instead of 28 and the state takes half the host memory; the trajectory is close to,
-        not the same as, fp32 state's. Buckets the GPU steps keep fp32 state; ``close()``
-        gives fp32 state back.
     max_grad_norm : clip the gradients to this global L2 norm (over every rank) before the
         host steps them, as ``torch.nn.utils.clip_grad_norm_`` does; a step whose norm is
         not finite is skipped (None: no clipping). The norm needs every gradient, so the
@@ -163,7 +173,6 @@ class HostOptimizerOffload(Offload):
     gpu_share: float | None = None
     host_kernel: str | None = None
     delayed_update: bool = False
-    state_dtype: str | None = None
     max_grad_norm: float | None = None
     batch_split: bool | int | None = None
     host_accumulation: bool | None = None
@@ -189,7 +198,6 @@ class HostOptimizerOffload(Offload):
         if self.gpu_share is not None and not 0 <= self.gpu_share <= 1:
             raise BudgetError(f"offload gpu_share: {self.gpu_share} is not between 0 and 1")
         _one_of("host_kernel", self.host_kernel, HOST_KERNELS)
-        _one_of("state_dtype", self.state_dtype, STATE_DTYPES)
         if self.max_grad_norm is not None:
             if not 0 < self.max_grad_norm < float("inf"):
                 raise BudgetError(f"offload max_grad_norm: {self.max_grad_norm} must be a "
@@ -200,10 +208,6 @@ class HostOptimizerOffload(Offload):
                                   f"{other}={getattr(self, other)!r} (the norm needs every "
                                   "gradient before any bucket steps); accepted: their defaults")
 
-    @property
-    def narrow_state(self) -> bool:
-        """Whether the moments are kept narrower than fp32."""
-        return self.state_dtype not in (None, "float32")
 
 
 @dataclass(frozen=True)
@@ -241,9 +245,8 @@ def offload_named(strategy: str | None, **values: Any) -> Offload:
 
 
 def _says_nothing(name: str, value: object) -> bool:
-    """Whether a host-optimizer field's ``value`` is its default (fp32 moments are)."""
-    default = next(f.default for f in fields(HostOptimizerOffload) if f.name == name)
-    return value == default or (name == "state_dtype" and value == "float32")
+    """Whether a host-optimizer field's ``value`` is its default."""
+    return value == next(f.default for f in fields(HostOptimizerOffload) if f.name == name)
 
 
 def staging_bytes(budget: int) -> tuple[int, int]:

@@ -17,7 +17,7 @@ Both keep the bucket's state in PyTorch's layout, in the state of the bucket's o
 ``torch.optim`` instance (``step``, ``exp_avg``, ``exp_avg_sq``), which hands it back to
 the job's optimizer (in fp32).
 
-``HostOptimizerOffload(state_dtype="bfloat16")`` has the native kernel keep the two moments in bf16:
+``state_dtype="bfloat16"`` has the native kernel keep the two moments in bf16:
 each element then moves 20 bytes through host memory in the step instead of 28, and its
 state takes half the host memory. Both moments are rounded stochastically (up with the
 probability of the dropped bits, from a counter-based hash of the element, the bucket and
@@ -38,7 +38,7 @@ from hpcmem.um.errors import BudgetError
 __all__ = ["BucketKernel", "NativeAdam", "TorchFused", "bucket_kernel", "native_refusal"]
 
 #: Working dtypes the native kernel reads gradients and writes weights in; also the dtypes
-#: it keeps the moments in (``HostOptimizerOffload.state_dtype``).
+#: it keeps the moments in (``Offload.state_dtype``).
 NATIVE_DTYPES = ("float32", "bfloat16")
 
 

@@ -32,7 +32,7 @@ from hpcmem.um.budget.phases import Phase
 from hpcmem.um.budget.recompute import Recompute
 from hpcmem.um.budget.transport import Transport, pcie_transfer_ms
 from hpcmem.um.streamed.binding import BindParameters, ModuleBinds
-from hpcmem.um.streamed.optimizer import ChunkedStep
+from hpcmem.um.streamed.optimizer import ChunkedStep, StateHomes
 from hpcmem.um.streamed.params import Counters, Entry, ParamStreams
 from hpcmem.um.streamed.plan import StreamPlan, adjust_keep, keep_from, out_cap
 from hpcmem.um.streamed.probe import Planner
@@ -55,7 +55,8 @@ class Streamer:
     ``device_scope()`` routes device allocations to where the budget counts them (the
     activations pool); ``priority`` orders parameters and activations for the room the plan
     has left (a policy's priority); ``recompute`` forces recomputing the repeated blocks on
-    or off (None: the plan decides from the probe's measurements).
+    or off (None: the plan decides from the probe's measurements); ``state_dtype`` the dtype
+    optimizer state keeps in host memory (``Offload.state_dtype``; None: its own).
     """
 
     #: Plain (not managed) device memory it holds: none, all it places is in the pool.
@@ -71,10 +72,13 @@ class Streamer:
         priority: Sequence[str],
         device_scope: Callable[[], AbstractContextManager[None]],
         recompute: bool | None = None,
+        state_dtype: str | None = None,
     ) -> None:
         import torch
 
         self._torch = torch
+        narrow = None if state_dtype in (None, "float32") else getattr(torch, state_dtype)
+        self.state_homes = StateHomes(narrow)
         if transport.device.type == "cuda":
             torch.cuda.empty_cache()  # what earlier jobs left cached is not this job's
         self.transport = transport
@@ -107,7 +111,7 @@ class Streamer:
         if optimizer is not None:
             self.chunked = ChunkedStep(
                 optimizer, self.params, arena=self.arena, transport=transport,
-                counters=self.counters, device_scope=device_scope,
+                counters=self.counters, device_scope=device_scope, homes=self.state_homes,
             )
             self.chunked.slice_bytes = out_cap(budget)
         for entry in entries:
@@ -136,7 +140,8 @@ class Streamer:
         streamed = [e for e in entries if not e.resident]
         self.arena.reserve(sum(
             e.nbytes * (2 if e.param.requires_grad else 1)
-            + sum(tensor_bytes(v) for v in states.get(e.param, {}).values() if _param_shaped(v, e))
+            + sum(tensor_bytes(self.state_homes.like(v))
+                  for v in states.get(e.param, {}).values() if _param_shaped(v, e))
             for e in streamed
         ))
         for entry in streamed:
@@ -145,10 +150,11 @@ class Streamer:
             entry.home = self.arena.take(param)
             self.transport.to_host(param.data, entry.home)
             state = states.get(param, {})
-            for key, value in state.items():
+            for number, (key, value) in enumerate(state.items()):
                 if _param_shaped(value, entry):
-                    entry.states[key] = self.arena.take(value)
-                    self.transport.to_host(value, entry.states[key])
+                    entry.states[key] = self.arena.take(self.state_homes.like(value))
+                    home = self.state_homes.to_home(value, 8 * entry.index + number)
+                    self.transport.to_host(home, entry.states[key])
                     state[key] = entry.states[key]
             if param.requires_grad:
                 entry.grad_home = self.arena.take(param)
@@ -345,6 +351,8 @@ class Streamer:
             "keep_bytes": self._planner.keep_bytes,
             "copy_out_cap": self.transport.out_cap,
             "host_bytes": self.arena.reserved_bytes + self.saved.buffers.reserved_bytes,
+            "state_dtype": str(self.state_homes.narrow or self._torch.float32).removeprefix(
+                "torch."),
         }
 
     def reset_stats(self) -> None:

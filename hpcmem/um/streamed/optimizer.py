@@ -13,6 +13,10 @@ stepped in slices of rows when the optimizer's update is elementwise (``SLICEABL
 slice is given to the optimizer as a parameter of its own, with the slices of its state
 and a copy of its scalar state (Adam's ``step``), so the result is the same, element for
 element, as stepping it whole.
+
+With a narrow ``state_dtype`` (``Offload.state_dtype``) the state's homes keep it in that
+dtype: a chunk's state is widened to the parameter's dtype on the device for the step, and
+rounded stochastically on its way back home (:func:`~hpcmem.um.tensors.round_stochastic`).
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from hpcmem.um.budget.host import HostArena
 from hpcmem.um.budget.transport import Transport
 from hpcmem.um.errors import BudgetError
 from hpcmem.um.streamed.params import Counters, Entry, ParamStreams
+from hpcmem.um.tensors import round_stochastic
 
-__all__ = ["SLICEABLE", "ChunkedStep", "chunks", "row_slices"]
+__all__ = ["SLICEABLE", "ChunkedStep", "StateHomes", "chunks", "row_slices"]
 
 #: Optimizers (``torch.optim`` class names) whose update is elementwise: a slice of rows
 #: steps exactly as it would inside the whole parameter.
@@ -58,6 +63,33 @@ def row_slices(entry: Entry, limit: int) -> list[slice | None]:
     return [slice(start, min(start + step, rows)) for start in range(0, rows, step)]
 
 
+class StateHomes:
+    """The dtype optimizer state keeps in its homes: ``narrow`` (a torch dtype), or None for
+    the state's own."""
+
+    def __init__(self, narrow: Any = None) -> None:
+        self.narrow = narrow
+        self.steps = 0  # seeds the rounding: each step's differs
+
+    def like(self, value: Any) -> Any:
+        """A shape-only stand-in for ``value``'s home (what ``HostArena.take`` reads)."""
+        if self.narrow is None:
+            return value
+        import torch
+
+        return torch.empty(value.shape, dtype=self.narrow, device="meta")
+
+    def to_home(self, value: Any, seed: int) -> Any:
+        """``value`` as its home keeps it (rounded from the step's and ``seed``'s noise)."""
+        if self.narrow is None or value.dtype == self.narrow:
+            return value
+        return round_stochastic(value, self.narrow, self.steps * 1_000_003 + seed)
+
+    def widened(self, value: Any, like: Any) -> Any:
+        """``value`` (from a home) as wide as ``like`` (its parameter) for the step."""
+        return value if self.narrow is None else value.to(like.dtype)
+
+
 def chunks(entries: list[Entry], chunk_bytes: int) -> list[list[Entry]]:
     """Consecutive groups of entries, each at most ``chunk_bytes`` of state (or one entry)."""
     groups: list[list[Entry]] = []
@@ -84,6 +116,7 @@ class ChunkedStep:
         transport: Transport,
         counters: Counters,
         device_scope: Callable[[], AbstractContextManager[None]],
+        homes: StateHomes | None = None,
     ) -> None:
         import torch
 
@@ -98,6 +131,7 @@ class ChunkedStep:
         self.transport = transport
         self.counters = counters
         self.device_scope = device_scope
+        self.homes = homes or StateHomes()
         self.chunk_bytes = 0  # set by the plan; 0: one entry at a time
         self.slice_bytes = 0  # state bytes above which an entry steps in slices (0: never)
         self._sliceable = _elementwise(optimizer)
@@ -133,6 +167,7 @@ class ChunkedStep:
             if in_place:
                 self._step_only(in_place)
             self._stream(self._units(chunks(streamed, self.chunk_bytes)))
+        self.homes.steps += 1
         return loss
 
     def _units(self, groups: list[list[Entry]]) -> list[list[tuple[Entry, slice | None]]]:
@@ -183,7 +218,7 @@ class ChunkedStep:
                 states[key], token = fetch(_rows(home, rows), entry.home_ready)
                 tokens.append(token)
             share = 1.0 if rows is None else (rows.stop - rows.start) / entry.param.shape[0]
-            self.counters.h2d += int(entry.state_bytes * share)
+            self.counters.h2d += int(entry.home_bytes * share)
             last = rows is None or rows.stop == entry.param.shape[0]
             loaded.append(_Loaded(entry, param, grad, states, tokens, rows, last))
         return loaded
@@ -194,6 +229,8 @@ class ChunkedStep:
                 if token is not None:
                     self.transport.wait(token)
             param = item.entry.param
+            item.states = {key: self.homes.widened(value, item.param)
+                           for key, value in item.states.items()}
             if item.rows is not None:
                 self._stand_in(item)
                 continue
@@ -229,13 +266,13 @@ class ChunkedStep:
             state = self.optimizer.state[param]
             for key, value in state.items():
                 if key not in entry.states and _param_shaped(value, param):
-                    entry.states[key] = self.arena.take(value)  # made by this first step
+                    entry.states[key] = self.arena.take(self.homes.like(value))  # made now
             token = offload(param.data, entry.home)
-            for key, home in entry.states.items():
-                token = offload(state[key], home)
+            for number, (key, home) in enumerate(entry.states.items()):
+                token = offload(self.homes.to_home(state[key], 8 * entry.index + number), home)
                 state[key] = home
             entry.home_ready = token
-            self.counters.d2h += entry.state_bytes - entry.nbytes  # the gradient stays
+            self.counters.d2h += entry.home_bytes - entry.nbytes  # the gradient stays
             param.grad = None
             param.data = entry.home
             entry.has_grad = False
@@ -244,11 +281,12 @@ class ChunkedStep:
         entry, rows = item.entry, item.rows
         state = self.optimizer.state.pop(item.stand_in)
         token = self.transport.offload(item.stand_in.data, entry.home[rows])
-        for key, home in entry.states.items():
-            token = self.transport.offload(state[key], home[rows])
+        for number, (key, home) in enumerate(entry.states.items()):
+            seed = (8 * entry.index + number) * 1_000_003 + rows.start
+            token = self.transport.offload(self.homes.to_home(state[key], seed), home[rows])
         entry.home_ready = token
         share = (rows.stop - rows.start) / entry.param.shape[0]
-        self.counters.d2h += int((entry.state_bytes - entry.nbytes) * share)
+        self.counters.d2h += int((entry.home_bytes - entry.nbytes) * share)
         item.stand_in.grad = None
         if item.last:  # every slice took the same scalar state forward: keep the last one's
             own = self.optimizer.state[entry.param]
@@ -259,7 +297,12 @@ class ChunkedStep:
             entry.has_grad = False
 
     def close(self) -> None:
-        """Give the optimizer its own ``step`` back."""
+        """Give the optimizer its own ``step`` back, and state as wide as its parameters."""
+        if self.homes.narrow is not None:
+            for entry in self.params.entries:
+                state = self.optimizer.state.get(entry.param, {})
+                for key, home in entry.states.items():
+                    state[key] = self.homes.widened(home, entry.param)
         if self.optimizer.__dict__.get("step") is self._wrapper:
             if self._had_own_step:
                 self.optimizer.step = self._previous

@@ -51,9 +51,19 @@ class Entry:
 
     @property
     def state_bytes(self) -> int:
-        """Parameter, gradient and optimizer state bytes: what keeping it resident costs."""
-        grad = self.nbytes if self.param.requires_grad else 0
-        return self.nbytes + grad + sum(map(tensor_bytes, self.states.values()))
+        """Parameter, gradient and optimizer state bytes on the device (the state as wide as
+        the parameter, whatever its homes keep): what keeping it resident costs."""
+        width = self.param.element_size()
+        return self._param_and_grad_bytes + sum(v.numel() * width for v in self.states.values())
+
+    @property
+    def home_bytes(self) -> int:
+        """Parameter, gradient and optimizer state bytes in their homes: what a step moves."""
+        return self._param_and_grad_bytes + sum(map(tensor_bytes, self.states.values()))
+
+    @property
+    def _param_and_grad_bytes(self) -> int:
+        return self.nbytes * (2 if self.param.requires_grad else 1)
 
 
 class ParamStreams:
