@@ -162,6 +162,24 @@ def test_hf_table_prints_one_table_per_work() -> None:
     assert lines[-1].startswith("hpcmem, gpu_budget at 8.66 GiB, per step: H2D")
 
 
+def test_hf_table_lists_a_point_that_did_not_train(tmp_path: Path) -> None:
+    records = tmp_path / "hf.jsonl"
+    failed = {**OK, "variant": "torchao", "batch": 32, "status": "failed", "step_ms": None,
+              "reason": "OutOfMemoryError: CUDA out of memory. | Tried\nsecond line"}
+    records.write_text(json.dumps(OK) + "\n" + json.dumps(failed) + "\n")
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu" / "hf_table.py"),
+                           str(records)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    tables, left_out = done.stdout.split("## Not trained")
+    assert tables.startswith("## m, bf16, 8 x 1024 tokens per step")
+    (row,) = [line for line in left_out.splitlines() if "torchao" in line]
+    assert "batch=32" in row and "| failed | OutOfMemoryError: CUDA out of memory. / Tried |" in row
+    records.write_text(json.dumps(failed) + "\n")  # nothing trained: the list alone
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu" / "hf_table.py"),
+                           str(records)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("## Not trained")
+
+
 def test_hf_table_refuses_a_bad_line_naming_it(tmp_path: Path) -> None:
     records = tmp_path / "hf.jsonl"
     records.write_text(json.dumps(OK) + "\n" + json.dumps({**OK, "batch": 0}) + "\n")
