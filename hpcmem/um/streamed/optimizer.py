@@ -64,16 +64,21 @@ def row_slices(entry: Entry, limit: int) -> list[slice | None]:
 
 
 class StateHomes:
-    """The dtype optimizer state keeps in its homes: ``narrow`` (a torch dtype), or None for
-    the state's own."""
+    """The dtype fp32 optimizer state keeps in its homes: ``narrow`` (a torch dtype), or None
+    for its own; state of any other dtype keeps its own."""
 
     def __init__(self, narrow: Any = None) -> None:
         self.narrow = narrow
         self.steps = 0  # seeds the rounding: each step's differs
 
+    def _narrows(self, value: Any) -> bool:
+        import torch
+
+        return self.narrow is not None and value.dtype == torch.float32
+
     def like(self, value: Any) -> Any:
         """A shape-only stand-in for ``value``'s home (what ``HostArena.take`` reads)."""
-        if self.narrow is None:
+        if not self._narrows(value):
             return value
         import torch
 
@@ -81,13 +86,15 @@ class StateHomes:
 
     def to_home(self, value: Any, seed: int) -> Any:
         """``value`` as its home keeps it (rounded from the step's and ``seed``'s noise)."""
-        if self.narrow is None or value.dtype == self.narrow:
+        if not self._narrows(value):
             return value
         return round_stochastic(value, self.narrow, self.steps * 1_000_003 + seed)
 
     def widened(self, value: Any, like: Any) -> Any:
         """``value`` (from a home) as wide as ``like`` (its parameter) for the step."""
-        return value if self.narrow is None else value.to(like.dtype)
+        if self.narrow is None or value.dtype != self.narrow or not self._narrows(like):
+            return value
+        return value.to(like.dtype)
 
 
 def chunks(entries: list[Entry], chunk_bytes: int) -> list[list[Entry]]:
