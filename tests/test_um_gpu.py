@@ -216,6 +216,26 @@ def test_budget_streams_the_model_from_host_memory(torch, um_native):
     _free(torch, um)
 
 
+def test_a_renewed_activations_pool_gives_its_cached_segments_back(torch, um_native):
+    """What a budget strategy handed over leaves cached in the activations pool goes back to
+    the device, and the routing goes on into the new pool."""
+    from hpcmem.um import UnifiedMemory
+
+    um = UnifiedMemory("hpcmem", device=0)
+    _OPENED.append(um)
+    with um.activations():
+        block = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")
+        assert _owner(um, block.data_ptr()) == "activations"
+        del block
+        cached = torch.cuda.memory_reserved(0)
+        um._renew_activations()
+        assert torch.cuda.memory_reserved(0) <= cached - 64 * MiB
+        after = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+        assert _owner(um, after.data_ptr()) == "activations"
+        del after
+    _free(torch, um)
+
+
 def test_guard_refuses_an_oversized_request_without_allocating(torch, um_native):
     from hpcmem.um import OversubscriptionError, UnifiedMemory
 
