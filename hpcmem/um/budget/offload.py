@@ -117,11 +117,6 @@ class Offload:
         """The fields every strategy has, as keyword arguments."""
         return {f.name: getattr(self, f.name) for f in fields(Offload)}
 
-    @property
-    def narrow_state(self) -> bool:
-        """Whether the moments are kept narrower than fp32."""
-        return self.state_dtype not in (None, "float32")
-
 
 @dataclass(frozen=True)
 class HostOptimizerOffload(Offload):
@@ -207,7 +202,6 @@ class HostOptimizerOffload(Offload):
                 raise BudgetError(f"offload max_grad_norm: {self.max_grad_norm} cannot go with "
                                   f"{other}={getattr(self, other)!r} (the norm needs every "
                                   "gradient before any bucket steps); accepted: their defaults")
-
 
 
 @dataclass(frozen=True)

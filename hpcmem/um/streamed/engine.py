@@ -77,8 +77,7 @@ class Streamer:
         import torch
 
         self._torch = torch
-        narrow = None if state_dtype in (None, "float32") else getattr(torch, state_dtype)
-        self.state_homes = StateHomes(narrow)
+        self.state_homes = StateHomes(state_dtype)
         if transport.device.type == "cuda":
             torch.cuda.empty_cache()  # what earlier jobs left cached is not this job's
         self.transport = transport
@@ -153,7 +152,7 @@ class Streamer:
             for number, (key, value) in enumerate(state.items()):
                 if _param_shaped(value, entry):
                     entry.states[key] = self.arena.take(self.state_homes.like(value))
-                    home = self.state_homes.to_home(value, 8 * entry.index + number)
+                    home = self.state_homes.to_home(value, entry, number)
                     self.transport.to_host(home, entry.states[key])
                     state[key] = entry.states[key]
             if param.requires_grad:
@@ -351,8 +350,7 @@ class Streamer:
             "keep_bytes": self._planner.keep_bytes,
             "copy_out_cap": self.transport.out_cap,
             "host_bytes": self.arena.reserved_bytes + self.saved.buffers.reserved_bytes,
-            "state_dtype": str(self.state_homes.narrow or self._torch.float32).removeprefix(
-                "torch."),
+            "state_dtype": self.state_homes.name,
         }
 
     def reset_stats(self) -> None:

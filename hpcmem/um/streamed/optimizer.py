@@ -64,11 +64,14 @@ def row_slices(entry: Entry, limit: int) -> list[slice | None]:
 
 
 class StateHomes:
-    """The dtype fp32 optimizer state keeps in its homes: ``narrow`` (a torch dtype), or None
-    for its own; state of any other dtype keeps its own."""
+    """How fp32 optimizer state keeps in its homes: in ``state_dtype`` (``Offload.state_dtype``;
+    None or ``float32``: as it is); state of any other dtype keeps its own."""
 
-    def __init__(self, narrow: Any = None) -> None:
-        self.narrow = narrow
+    def __init__(self, state_dtype: str | None = None) -> None:
+        import torch
+
+        self.name = state_dtype or "float32"
+        self.narrow = None if self.name == "float32" else getattr(torch, self.name)
         self.steps = 0  # seeds the rounding: each step's differs
 
     def _narrows(self, value: Any) -> bool:
@@ -84,11 +87,13 @@ class StateHomes:
 
         return torch.empty(value.shape, dtype=self.narrow, device="meta")
 
-    def to_home(self, value: Any, seed: int) -> Any:
-        """``value`` as its home keeps it (rounded from the step's and ``seed``'s noise)."""
+    def to_home(self, value: Any, entry: Entry, number: int, start: int = 0) -> Any:
+        """``value``, the ``number``-th state of ``entry`` from row ``start`` on, as its home
+        keeps it: rounded from noise seeded by the step, the entry, the state and the row."""
         if not self._narrows(value):
             return value
-        return round_stochastic(value, self.narrow, self.steps * 1_000_003 + seed)
+        seed = ((self.steps * 1_000_003 + entry.index) * 8 + number) * 1_000_003 + start
+        return round_stochastic(value, self.narrow, seed)
 
     def widened(self, value: Any, like: Any) -> Any:
         """``value`` (from a home) as wide as ``like`` (its parameter) for the step."""
@@ -276,7 +281,7 @@ class ChunkedStep:
                     entry.states[key] = self.arena.take(self.homes.like(value))  # made now
             token = offload(param.data, entry.home)
             for number, (key, home) in enumerate(entry.states.items()):
-                token = offload(self.homes.to_home(state[key], 8 * entry.index + number), home)
+                token = offload(self.homes.to_home(state[key], entry, number), home)
                 state[key] = home
             entry.home_ready = token
             self.counters.d2h += entry.home_bytes - entry.nbytes  # the gradient stays
@@ -289,8 +294,8 @@ class ChunkedStep:
         state = self.optimizer.state.pop(item.stand_in)
         token = self.transport.offload(item.stand_in.data, entry.home[rows])
         for number, (key, home) in enumerate(entry.states.items()):
-            seed = (8 * entry.index + number) * 1_000_003 + rows.start
-            token = self.transport.offload(self.homes.to_home(state[key], seed), home[rows])
+            home_rows = self.homes.to_home(state[key], entry, number, rows.start)
+            token = self.transport.offload(home_rows, home[rows])
         entry.home_ready = token
         share = (rows.stop - rows.start) / entry.param.shape[0]
         self.counters.d2h += int((entry.home_bytes - entry.nbytes) * share)
