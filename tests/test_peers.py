@@ -174,10 +174,13 @@ def test_hf_table_lists_a_point_that_did_not_train(tmp_path: Path) -> None:
     assert tables.startswith("## m, bf16, 8 x 1024 tokens per step")
     (row,) = [line for line in left_out.splitlines() if "torchao" in line]
     assert "batch=32" in row and "| failed | OutOfMemoryError: CUDA out of memory. / Tried |" in row
-    records.write_text(json.dumps(failed) + "\n")  # nothing trained: the list alone
+    blank = {**failed, "variant": "fsdp2", "reason": "  "}  # nothing trained: the list alone
+    records.write_text(json.dumps(failed) + "\n" + json.dumps(blank) + "\n")
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu" / "hf_table.py"),
                            str(records)], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and done.stdout.startswith("## Not trained")
+    assert done.returncode == 0 and done.stdout.startswith("## Not trained"), done.stderr
+    assert any("fsdp2" in line and line.endswith("| failed |  |")
+               for line in done.stdout.splitlines())
 
 
 def test_hf_table_refuses_a_bad_line_naming_it(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ def not_trained(left_out: list[dict[str, Any]]) -> str:
     """The points that did not train, each with its status and the first line of its reason."""
     lines = ["## Not trained", "", "| point | status | reason |", "|---|---|---|"]
     for record in left_out:
-        reason = str(record["reason"]).strip().splitlines()[0].replace("|", "/")
+        reason = next(iter(str(record["reason"]).strip().splitlines()), "").replace("|", "/")
         lines.append(f"| {record['point']} | {record['status']} | {reason[:300]} |")
     return "\n".join(lines) + "\n"
 
