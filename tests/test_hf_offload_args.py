@@ -58,6 +58,10 @@ def test_zenflow_with_accumulation_is_refused_naming_its_update_interval(tmp_pat
      "error: --zenflow-pt-cores 1: a share above 0 and below 1 is accepted"),
     (("--variant", "zenflow", "--zenflow-pt-cores", "0"),
      "error: --zenflow-pt-cores 0: a share above 0 and below 1 is accepted"),
+    (("--variant", "zenflow", "--strategy", "streamed", "--state-dtype", "bfloat16"),
+     "error: --strategy runs with the variant hpcmem, not zenflow"),
+    (("--variant", "torchao", "--state-dtype", "bfloat16"),
+     "error: --state-dtype runs with the variant hpcmem, not torchao"),
 ])
 def test_zenflow_core_share_is_checked(tmp_path: Path, args: tuple[str, ...], said: str) -> None:
     assert _refused(tmp_path, *args).endswith(said)
@@ -225,3 +229,19 @@ def test_a_loss_that_is_not_finite_fails_the_record_naming_the_step() -> None:
     assert finite_losses({"losses": [11.2, float("nan"), float("inf")]}) == {
         "status": "failed", "losses": [11.2],
         "reason": "the loss was not finite (NaN or inf) from step 2 of 3: it did not train"}
+
+
+@pytest.mark.parametrize(("strategy", "kind"), [
+    (None, "Offload"), ("streamed", "StreamedOffload"), ("host_optimizer", "HostOptimizerOffload"),
+])
+def test_strategy_names_the_offload_value(strategy: str | None, kind: str) -> None:
+    script = _script()
+    named = ["--strategy", strategy] if strategy else []
+    args = script._args(["--variant", "hpcmem", "--budget-gib", "24", "--state-dtype",
+                         "bfloat16", *named, "--out", "unused.jsonl"])
+    from hf_runners import hpcmem_offload  # on sys.path with the script
+
+    offload = hpcmem_offload(args)
+    assert type(offload).__name__ == kind
+    assert offload.to_record()["strategy"] == strategy
+    assert offload.state_dtype == "bfloat16"

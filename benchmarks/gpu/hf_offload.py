@@ -120,6 +120,8 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
                              "the least of theirs")
     parser.add_argument("--budget-scale", type=float, default=1.0,
                         help="the share of --budget-from's bytes to take (default: 1)")
+    parser.add_argument("--strategy", choices=("host_optimizer", "streamed"), default=None,
+                        help="hpcmem: the budget strategy (default: the plan's)")
     parser.add_argument("--host-threads", type=int, default=None,
                         help="hpcmem: the host optimizer's CPU threads (default: planned)")
     parser.add_argument("--gpu-share", type=float, default=None,
@@ -162,6 +164,10 @@ def refused(args: argparse.Namespace) -> str | None:
     """Why ``args`` cannot run, or None: said before torch is imported."""
     if args.variant == "hpcmem" and not (args.budget_gib or args.budget_from):
         return "--variant hpcmem needs --budget-gib or --budget-from"
+    for name in ("strategy", "state_dtype"):
+        if getattr(args, name) is not None and args.variant != "hpcmem":
+            return (f"--{name.replace('_', '-')} runs with the variant hpcmem, "
+                    f"not {args.variant}")
     if args.variant == "megatrain" and args.checkpointing:
         return ("--checkpointing runs without megatrain: MegaTrain recomputes the layers "
                 "itself (every checkpoint_interval layers); --no-checkpointing or none is "

@@ -167,12 +167,12 @@ def run_fsdp2(args: argparse.Namespace, model: Any) -> dict[str, Any]:
 
 
 def hpcmem_offload(args: argparse.Namespace) -> Any:
-    """The offload value ``attach`` gets: the plan's strategy unless a host-optimizer option
-    names that one."""
+    """The offload value ``attach`` gets: ``--strategy``'s, else the plan's strategy unless a
+    host-optimizer option names that one."""
     from hpcmem.um import offload_named
 
     working = "bfloat16" if args.dtype == "bf16" else "float32"
-    return offload_named(None, working_dtype=working, micro_batches=args.accumulate,
+    return offload_named(args.strategy, working_dtype=working, micro_batches=args.accumulate,
                          threads=args.host_threads, gpu_share=args.gpu_share,
                          host_kernel=args.host_kernel, delayed_update=args.delayed_update,
                          state_dtype=args.state_dtype)
