@@ -17,6 +17,7 @@ from hpcmem.errors import HpcmemError  # noqa: E402
 from hpcmem.um import BudgetError  # noqa: E402
 from hpcmem.um.budget import BudgetTooSmallError, CpuTransport  # noqa: E402
 from hpcmem.um.streamed import Streamer  # noqa: E402
+from hpcmem.um.streamed.engine import RESIDENT_BELOW  # noqa: E402
 from hpcmem.um.streamed.optimizer import row_slices  # noqa: E402
 from hpcmem.um.tensors import round_stochastic  # noqa: E402
 
@@ -229,6 +230,19 @@ def test_moments_kept_in_bf16_take_half_their_homes_and_train_as_fp32_moments_do
     apart = torch.cat([(ours - theirs).abs().flatten()
                        for ours, theirs in zip(state[:weights], reference[1], strict=False)])
     assert apart.mean().item() < 1e-5 and apart.max().item() < 8e-3
+
+
+def test_moments_kept_in_bf16_step_in_fp32_once_the_plan_keeps_them_on_the_device(reference):
+    """At 64 MiB the plan makes some streamed parameters resident after the probe: their
+    moments come from their bf16 homes widened, so the device steps them in fp32 as it
+    steps streamed ones."""
+    losses, model, optimizer, streamer = _train(64 * MiB, state_dtype="bfloat16")
+    kept = [e for e in streamer.params.entries if e.resident and e.nbytes >= RESIDENT_BELOW]
+    assert kept and not any(e.states for e in kept)
+    moments = [v for e in kept for v in optimizer.state[e.param].values() if v.numel() > 1]
+    assert moments and all(v.dtype == torch.float32 for v in moments)
+    streamer.close()
+    assert losses == pytest.approx(reference[0], rel=1e-4)
 
 
 def test_stochastic_rounding_to_bf16_is_exact_on_average_and_seeded():

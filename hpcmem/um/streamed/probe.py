@@ -150,8 +150,9 @@ class Planner:
         if self._optimizer is not None:
             state = self._optimizer.state[entry.param]
             for key, home in entry.states.items():
-                state[key], token = fetch(home, entry.home_ready)
+                value, token = fetch(home, entry.home_ready)
                 self.transport.wait(token)
+                state[key] = self.chunked.homes.widened(value, entry.param)
         entry.states = {}
 
 
