@@ -19,7 +19,7 @@ from hpcmem.um.budget import BudgetTooSmallError, CpuTransport  # noqa: E402
 from hpcmem.um.streamed import Streamer  # noqa: E402
 from hpcmem.um.streamed.engine import RESIDENT_BELOW  # noqa: E402
 from hpcmem.um.streamed.optimizer import row_slices  # noqa: E402
-from hpcmem.um.tensors import round_stochastic  # noqa: E402
+from hpcmem.um.tensors import round_stochastic, tensor_bytes  # noqa: E402
 
 MiB = 2**20
 #: A budget above the least the probe step of ``Net`` holds (7 MB of copies), far below its
@@ -49,7 +49,10 @@ class Net(nn.Module):
 
 
 def _train(budget=None, steps=4, recompute=None, backwards=1, closure=False,
-           state_dtype=None):
+           state_dtype=None, working_dtype=None, rounded=False):
+    """Losses, model, optimizer and streamer of ``steps`` AdamW steps; ``rounded`` (no
+    budget): forward and backward read the parameters of 1 MiB or more rounded to bf16, the
+    optimizer steps them unrounded (what working copies in bf16 compute)."""
     torch.manual_seed(0)
     model = Net()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -57,15 +60,24 @@ def _train(budget=None, steps=4, recompute=None, backwards=1, closure=False,
     if budget is not None:
         streamer = Streamer(model, optimizer, transport=CpuTransport(), budget=budget,
                             priority=ORDER, device_scope=contextlib.nullcontext,
-                            recompute=recompute, state_dtype=state_dtype)
+                            recompute=recompute, state_dtype=state_dtype,
+                            working_dtype=working_dtype)
     generator = torch.Generator().manual_seed(1)
     losses = []
+    large = [p for p in model.parameters() if tensor_bytes(p) >= RESIDENT_BELOW] if rounded else []
 
     def forward_backward():
         tokens = torch.randint(1024, (512,), generator=generator)
+        masters = [p.detach().clone() for p in large]
+        with torch.no_grad():
+            for param in large:
+                param.copy_(param.to(torch.bfloat16))
         with streamer.scope() if streamer else contextlib.nullcontext():
             loss = model(tokens)
             loss.backward()
+        with torch.no_grad():
+            for param, master in zip(large, masters, strict=True):
+                param.copy_(master)
         losses.append(loss.item())
         return loss
 
@@ -236,7 +248,7 @@ def test_moments_kept_in_bf16_step_in_fp32_once_the_plan_keeps_them_on_the_devic
     """At 64 MiB the plan makes some streamed parameters resident after the probe: their
     moments come from their bf16 homes widened, so the device steps them in fp32 as it
     steps streamed ones."""
-    losses, model, optimizer, streamer = _train(64 * MiB, state_dtype="bfloat16")
+    losses, _, optimizer, streamer = _train(64 * MiB, state_dtype="bfloat16")
     kept = [e for e in streamer.params.entries if e.resident and e.nbytes >= RESIDENT_BELOW]
     assert kept and not any(e.states for e in kept)
     moments = [v for e in kept for v in optimizer.state[e.param].values() if v.numel() > 1]
@@ -256,3 +268,57 @@ def test_stochastic_rounding_to_bf16_is_exact_on_average_and_seeded():
     assert not torch.equal(rounded, round_stochastic(tensor, torch.bfloat16, seed=4))
     assert round_stochastic(-tensor, torch.bfloat16, seed=3).float().mean().item() == (
         pytest.approx(-value, abs=2**-7 / 100))
+
+
+def test_working_copies_in_bf16_compute_as_rounded_weights_and_step_fp32_masters():
+    """Every streamed fp32 parameter is fetched from its bf16 copy: the losses and the fp32
+    masters are bit for bit those of a run reading its large parameters rounded to bf16,
+    and each fetch copies half the bytes."""
+    expected, model, optimizer, _ = _train(rounded=True)
+    rounded_state = _state(model, optimizer)
+    losses, model, optimizer, streamer = _train(TIGHT, recompute=True,
+                                                working_dtype="bfloat16")
+    streamed = [e for e in streamer.params.entries if not e.resident]
+    assert streamed and all(e.working.dtype == torch.bfloat16 for e in streamed)
+    assert all(e.fetch_bytes * 2 == e.nbytes for e in streamed)
+    moved = streamer.stats()["bytes_h2d"]
+    streamer.close()
+    assert losses == expected
+    assert all(torch.equal(a, b) for a, b in zip(_state(model, optimizer), rounded_state,
+                                                  strict=True))
+    *_, whole = _train(TIGHT, recompute=True)
+    assert moved < whole.stats()["bytes_h2d"]
+    whole.close()
+
+
+def test_a_state_dict_loaded_into_the_homes_reaches_the_working_copies():
+    _, model, _, streamer = _train(TIGHT, steps=2, working_dtype="bfloat16")
+    torch.manual_seed(7)
+    other = Net()
+    model.load_state_dict(other.state_dict())
+    tokens = torch.randint(1024, (512,), generator=torch.Generator().manual_seed(9))
+    with streamer.scope():
+        loss = model(tokens)
+        loss.backward()
+    streamer.close()
+    with torch.no_grad():
+        for param in other.parameters():
+            if tensor_bytes(param) >= RESIDENT_BELOW:
+                param.copy_(param.to(torch.bfloat16))
+    assert loss.item() == other(tokens).item()
+
+
+def test_working_copies_are_left_out_where_host_memory_cannot_hold_them(caplog):
+    from hpcmem.um.streamed.params import Entry
+    from hpcmem.um.streamed.working import WorkingCopies
+
+    entries = [Entry(i, torch.nn.Parameter(torch.zeros(256, 1024)), MiB) for i in range(4)]
+    homes = 4 * 4 * MiB  # parameter, gradient and two moments each
+    assert WorkingCopies("bfloat16").fit(entries, homes, homes + 2 * MiB) == 2 * MiB
+    assert WorkingCopies("bfloat16").fit(entries, homes, None) == 2 * MiB
+    copies = WorkingCopies("bfloat16")
+    assert copies.fit(entries, homes, homes + 2 * MiB - 1) == 0
+    assert copies.name is None and not copies.applies(entries[0])
+    assert "no bfloat16 working copies: the homes take 0.0 GiB and the copies 0.0 GiB more" \
+        in caplog.text
+    assert WorkingCopies("float32").fit(entries, homes, 0) == 0  # not narrower: none

@@ -112,7 +112,8 @@ def make_strategy(
 
         return Streamer(model, optimizer, transport=transport, budget=budget,
                         priority=priority, device_scope=device_scope,
-                        recompute=value.recompute, state_dtype=value.state_dtype)
+                        recompute=value.recompute, state_dtype=value.state_dtype,
+                        working_dtype=value.working_dtype)
 
     name = type(optimizer).__name__ if optimizer is not None else None
     if offload.strategy is not None or ranks is not None or name not in ELEMENTWISE:

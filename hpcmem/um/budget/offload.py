@@ -71,7 +71,8 @@ class Offload:
     """What a budgeted job offloads; this base type lets the plan pick the strategy.
 
     working_dtype : dtype of the weights on the GPU (the autocast dtype, e.g. ``bfloat16``);
-        None: the parameters' own.
+        None: the parameters' own. The streamed strategy fetches fp32 parameters from copies
+        in this dtype, widened on the GPU (:mod:`hpcmem.um.streamed.working`).
     micro_batches : backward passes per optimizer step; gradients accumulate until the last
         one.
     recompute : recompute repeated blocks in backward (None: unless everything fits).

@@ -28,6 +28,7 @@ from typing import Any
 
 from hpcmem.um.budget.floor import check_minimum, describe_floor
 from hpcmem.um.budget.host import HostArena
+from hpcmem.um.budget.host_memory import available_host_bytes
 from hpcmem.um.budget.phases import Phase
 from hpcmem.um.budget.recompute import Recompute
 from hpcmem.um.budget.transport import Transport, pcie_transfer_ms
@@ -37,6 +38,7 @@ from hpcmem.um.streamed.params import Counters, Entry, ParamStreams
 from hpcmem.um.streamed.plan import StreamPlan, adjust_keep, keep_from, out_cap
 from hpcmem.um.streamed.probe import Planner
 from hpcmem.um.streamed.saved import SavedTensors
+from hpcmem.um.streamed.working import WorkingCopies
 from hpcmem.um.tensors import is_tensor, tensor_bytes
 
 __all__ = ["PLAN_AFTER", "RESIDENT_BELOW", "Streamer"]
@@ -56,7 +58,9 @@ class Streamer:
     activations pool); ``priority`` orders parameters and activations for the room the plan
     has left (a policy's priority); ``recompute`` forces recomputing the repeated blocks on
     or off (None: the plan decides from the probe's measurements); ``state_dtype`` the dtype
-    optimizer state keeps in host memory (``Offload.state_dtype``; None: its own).
+    optimizer state keeps in host memory (``Offload.state_dtype``; None: its own);
+    ``working_dtype`` that of the copies fp32 parameters are fetched from
+    (``Offload.working_dtype``, :mod:`hpcmem.um.streamed.working`; None: the fp32 homes).
     """
 
     #: Plain (not managed) device memory it holds: none, all it places is in the pool.
@@ -73,11 +77,13 @@ class Streamer:
         device_scope: Callable[[], AbstractContextManager[None]],
         recompute: bool | None = None,
         state_dtype: str | None = None,
+        working_dtype: str | None = None,
     ) -> None:
         import torch
 
         self._torch = torch
         self.state_homes = StateHomes(state_dtype)
+        self.working = WorkingCopies(working_dtype)
         if transport.device.type == "cuda":
             torch.cuda.empty_cache()  # what earlier jobs left cached is not this job's
         self.transport = transport
@@ -137,17 +143,21 @@ class Streamer:
             entries.append(Entry(index, param, nbytes, resident=nbytes < RESIDENT_BELOW))
         states = optimizer.state if optimizer is not None else {}
         streamed = [e for e in entries if not e.resident]
-        self.arena.reserve(sum(
+        homes = sum(
             e.nbytes * (2 if e.param.requires_grad else 1)
             + sum(tensor_bytes(self.state_homes.like(v))
                   for v in states.get(e.param, {}).values() if _param_shaped(v, e))
             for e in streamed
-        ))
+        )
+        copies = self.working.fit(streamed, homes, available_host_bytes())
+        self.arena.reserve(homes + copies)
         for entry in streamed:
             param = entry.param
             pending, param.grad = param.grad, None  # attached after a backward: kept
             entry.home = self.arena.take(param)
             self.transport.to_host(param.data, entry.home)
+            if self.working.applies(entry):
+                self.working.make(entry, self.arena)
             state = states.get(param, {})
             for number, (key, value) in enumerate(state.items()):
                 if _param_shaped(value, entry):
@@ -351,6 +361,7 @@ class Streamer:
             "copy_out_cap": self.transport.out_cap,
             "host_bytes": self.arena.reserved_bytes + self.saved.buffers.reserved_bytes,
             "state_dtype": self.state_homes.name,
+            "working_copies": self.working.name,
         }
 
     def reset_stats(self) -> None:

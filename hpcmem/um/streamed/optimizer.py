@@ -30,6 +30,7 @@ from hpcmem.um.budget.host import HostArena
 from hpcmem.um.budget.transport import Transport
 from hpcmem.um.errors import BudgetError
 from hpcmem.um.streamed.params import Counters, Entry, ParamStreams
+from hpcmem.um.streamed.working import write_working
 from hpcmem.um.tensors import round_stochastic
 
 __all__ = ["SLICEABLE", "ChunkedStep", "StateHomes", "chunks", "row_slices"]
@@ -280,11 +281,13 @@ class ChunkedStep:
                 if key not in entry.states and _param_shaped(value, param):
                     entry.states[key] = self.arena.take(self.homes.like(value))  # made now
             token = offload(param.data, entry.home)
+            token = write_working(entry, param.data, self.transport) or token
             for number, (key, home) in enumerate(entry.states.items()):
                 token = offload(self.homes.to_home(state[key], entry, number), home)
                 state[key] = home
-            entry.home_ready = token
-            self.counters.d2h += entry.home_bytes - entry.nbytes  # the gradient stays
+            entry.home_ready, entry.version = token, param._version
+            # the gradient stays
+            self.counters.d2h += entry.home_bytes - entry.nbytes + entry.working_bytes
             param.grad = None
             param.data = entry.home
             entry.has_grad = False
@@ -293,12 +296,13 @@ class ChunkedStep:
         entry, rows = item.entry, item.rows
         state = self.optimizer.state.pop(item.stand_in)
         token = self.transport.offload(item.stand_in.data, entry.home[rows])
+        token = write_working(entry, item.stand_in.data, self.transport, rows) or token
         for number, (key, home) in enumerate(entry.states.items()):
             home_rows = self.homes.to_home(state[key], entry, number, rows.start)
             token = self.transport.offload(home_rows, home[rows])
         entry.home_ready = token
         share = (rows.stop - rows.start) / entry.param.shape[0]
-        self.counters.d2h += int((entry.home_bytes - entry.nbytes) * share)
+        self.counters.d2h += int((entry.home_bytes - entry.nbytes + entry.working_bytes) * share)
         item.stand_in.grad = None
         if item.last:  # every slice took the same scalar state forward: keep the last one's
             own = self.optimizer.state[entry.param]

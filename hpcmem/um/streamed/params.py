@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpcmem.um.budget.transport import Transport
+from hpcmem.um.streamed.working import fetch_source, widened
 from hpcmem.um.tensors import tensor_bytes
 
 __all__ = ["Counters", "Entry", "ParamStreams"]
@@ -48,6 +49,8 @@ class Entry:
     grad_ready: Any = None
     has_grad: bool = False  # grad_home holds this step's gradient
     states: dict[str, Any] = field(default_factory=dict)  # optimizer state homes by key
+    working: Any = None  # the narrow copy fetched in place of the home (:mod:`.working`)
+    version: int = 0  # the parameter's version counter when ``working`` was last written
 
     @property
     def state_bytes(self) -> int:
@@ -60,6 +63,16 @@ class Entry:
     def home_bytes(self) -> int:
         """Parameter, gradient and optimizer state bytes in their homes: what a step moves."""
         return self._param_and_grad_bytes + sum(map(tensor_bytes, self.states.values()))
+
+    @property
+    def working_bytes(self) -> int:
+        """Bytes of the working copy (0: none)."""
+        return 0 if self.working is None else tensor_bytes(self.working)
+
+    @property
+    def fetch_bytes(self) -> int:
+        """Bytes a fetch of the parameter copies in."""
+        return self.working_bytes or self.nbytes
 
     @property
     def _param_and_grad_bytes(self) -> int:
@@ -89,9 +102,10 @@ class ParamStreams:
         """Start copying ``entry`` to the device (no-op when it is there)."""
         if entry.device is not None:
             return
-        entry.device, entry.ready = self.transport.fetch(entry.home, entry.home_ready)
+        source = fetch_source(entry, self.transport)
+        entry.device, entry.ready = self.transport.fetch(source, entry.home_ready)
         self.by_pointer[entry.device.data_ptr()] = entry
-        self.counters.h2d += entry.nbytes
+        self.counters.h2d += entry.fetch_bytes
 
     def device_copy(self, entry: Entry) -> Any:
         """The device copy, fetched now if needed, ready for the compute stream."""
@@ -101,6 +115,10 @@ class ParamStreams:
         if entry.ready is not None:
             self.transport.wait(entry.ready)
             entry.ready = None
+        if entry.working is not None and entry.device.dtype == entry.working.dtype:
+            self.by_pointer.pop(entry.device.data_ptr(), None)  # widened once, here
+            entry.device = widened(entry, entry.device)
+            self.by_pointer[entry.device.data_ptr()] = entry
         return entry.device
 
     def bind(self, entry: Entry) -> None:
@@ -141,7 +159,11 @@ class ParamStreams:
         return dropped[0]
 
     def make_resident(self, entry: Entry) -> None:
-        """Keep the device copy for good (the caller moves gradient and state)."""
+        """Keep the device copy for good, fetched from the home (the caller moves gradient and
+        state)."""
+        if entry.working is not None:
+            self.drop(entry)
+            entry.working = None
         self.bind(entry)
         entry.resident = True
 
