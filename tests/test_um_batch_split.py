@@ -67,7 +67,9 @@ def _train(offload: HostOptimizerOffload, micro: int = 1):
             optimizer.step()
             optimizer.zero_grad()
             losses.append(total)
-        record = memory.stats()["offload"]["chunked_loss"]["batch_split"]
+        stats = memory.stats()["offload"]
+        record = {**stats["chunked_loss"]["batch_split"],
+                  "micro_batch_sums": stats["micro_batch_sums"]}
     return losses, [p.detach().clone() for p in model.parameters()], record
 
 
@@ -85,6 +87,23 @@ def test_a_split_batch_trains_as_the_whole_one(rows: int, micro: int, host: bool
     assert record["sums"] == ("host" if host else "device")
     assert split == pytest.approx(whole, rel=1e-6)
     for a, b in zip(split_weights, whole_weights, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [False, 2])
+def test_micro_batches_summed_in_host_memory_train_as_on_the_device(rows):
+    """Earlier micro-batches' gradients leave as they land and the CPU adds them up; a split
+    batch's parts then sum on the device (one sum at a time in host memory)."""
+    device, device_weights, record = _train(HostOptimizerOffload(
+        batch_split=rows, micro_batches=2, host_accumulation=False), 2)
+    assert record["micro_batch_sums"] == "device"
+    host, host_weights, record = _train(HostOptimizerOffload(
+        batch_split=rows, micro_batches=2, host_accumulation=True), 2)
+    assert record["micro_batch_sums"] == "host"
+    assert record["sums"] == ("device" if rows else None)
+    assert record["parts"] == (3 if rows else 1)
+    assert host == pytest.approx(device, rel=1e-6)
+    for a, b in zip(host_weights, device_weights, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
@@ -218,11 +237,15 @@ def test_a_bad_batch_split_is_refused_naming_it(value):
         HostOptimizerOffload(batch_split=value)
 
 
-@pytest.mark.parametrize(("fields", "named"), [
-    ({"micro_batches": 2}, "micro_batches=2"), ({"batch_split": False}, "batch_split=False")])
-def test_sums_in_host_memory_that_cannot_apply_are_refused_naming_why(fields, named):
-    with pytest.raises(BudgetError, match=f"offload host_accumulation: True .* {named} rules"):
-        HostOptimizerOffload(host_accumulation=True, **fields)
+def test_sums_in_host_memory_that_cannot_apply_are_refused_naming_why():
+    with pytest.raises(BudgetError, match="offload host_accumulation: True sums earlier "
+                       "micro-batches or a split batch's parts, which micro_batches=1 and "
+                       "batch_split=False rule out"):
+        HostOptimizerOffload(host_accumulation=True, batch_split=False)
+    with pytest.raises(BudgetError, match=r"offload gpu_share: 0\.5 cannot go with "
+                       "host_accumulation=True and micro_batches=4"):
+        HostOptimizerOffload(host_accumulation=True, micro_batches=4, gpu_share=0.5)
+    HostOptimizerOffload(host_accumulation=True, micro_batches=4, batch_split=False)
 
 
 def test_a_budget_below_the_floor_names_the_largest_block_and_what_is_off_the_device():

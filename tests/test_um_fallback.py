@@ -148,7 +148,8 @@ def test_a_kept_strategy_refuses_alone():
     HostOptimizerOffload(micro_batches=2),  # still accumulating on the device
     HostOptimizerOffload(batch_split=2),  # a split batch, its parts summed on the device
     HostOptimizerOffload(batch_split=2, host_accumulation=True),  # summed in host memory
-], ids=["sent", "accumulating", "split", "split-host-sums"])
+    HostOptimizerOffload(micro_batches=2, host_accumulation=True),  # micro-batches, there too
+], ids=["sent", "accumulating", "split", "split-host-sums", "accumulating-host-sums"])
 def test_a_refused_probe_gives_its_gradients_back(offload):
     """Wherever the probe's gradients were when it refused, the model comes back with them
     in ``.grad`` (fp32, host), as backward without a budget makes them (summation order

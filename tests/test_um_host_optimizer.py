@@ -25,6 +25,7 @@ from hpcmem.um.budget.offload import (  # noqa: E402
     host_optimizer_bytes,
     offload_named,
     staging_bytes,
+    sums_micro_batches_on_host,
 )
 from hpcmem.um.budget.phases import Phase  # noqa: E402
 from hpcmem.um.host_optimizer import HostOptimizer, cores, lay_out  # noqa: E402
@@ -129,8 +130,15 @@ def test_the_plan_keeps_working_weights_on_the_gpu_when_half_the_budget_holds_th
     budget = 16 * 2**30
     assert choose_strategy(budget, 2 * 2**30, 1, "AdamW") == "host_optimizer"
     assert choose_strategy(budget, 8 * 2**30 - 2**27, 1, "AdamW") == "streamed"
-    # accumulating micro-batches keeps the gradients on the device too
-    assert choose_strategy(budget, 4 * 2**30, 2, "AdamW") == "streamed"
+    # micro-batches: their gradients sum on the device beside the working weights where
+    # both fit the share, else in host memory
+    assert choose_strategy(budget, 4 * 2**30, 2, "AdamW") == "host_optimizer"
+    assert not sums_micro_batches_on_host(2 * 2**30, 2, budget)
+    assert sums_micro_batches_on_host(4 * 2**30, 2, budget)
+    assert not sums_micro_batches_on_host(4 * 2**30, 1, budget)  # nothing to sum
+    assert not sums_micro_batches_on_host(6 * 2**30, 2, budget, host_accumulation=False)
+    assert sums_micro_batches_on_host(2**20, 2, budget, host_accumulation=True)
+    assert choose_strategy(budget, 8 * 2**30, 2, "AdamW") == "streamed"
     assert choose_strategy(budget, 2 * 2**30, 1, "Adagrad") == "streamed"
     # the copies' buffers: a sixteenth of the budget, at most 128 MiB, and a quarter of that
     assert host_optimizer_bytes(2**30, 1, budget) == 2**30 + 128 * 2**20 + 32 * 2**20

@@ -16,9 +16,10 @@ strategy's name and fields (a command line's or a record's), refusing a field th
 does not have.
 
 The plan picks ``host_optimizer`` when the optimizer is elementwise and its fixed device
-bytes (working weights, gradients accumulated over micro-batches, the copies' buffers) take
-at most ``HOST_OPTIMIZER_SHARE`` of the budget, leaving the rest to activations; ``streamed``
-otherwise. Pure arithmetic, no torch.
+bytes (working weights and the copies' buffers) take at most ``HOST_OPTIMIZER_SHARE`` of the
+budget, leaving the rest to activations; ``streamed`` otherwise. Micro-batches accumulate
+their gradients on the device where a gradient set fits that share too, else in host
+memory. Pure arithmetic, no torch.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ __all__ = [
     "host_optimizer_bytes",
     "offload_named",
     "staging_bytes",
+    "sums_micro_batches_on_host",
 ]
 
 #: Working-weight bytes per bucket: one host step and one copy each way.
@@ -149,12 +151,15 @@ class HostOptimizerOffload(Offload):
         (:mod:`hpcmem.um.budget.batch_split`): None or True measured (the first forward
         runs one row alone, then the rows that fit), a number of rows per part, or False
         (never). The gradients are the whole batch's.
-    host_accumulation : where a split batch's earlier parts sum their gradients: on the
-        device (False: a gradient set held across the parts), in host memory (True: each
-        part's gradients leave as they land, and the CPU adds them up,
+    host_accumulation : where earlier micro-batches, or a split batch's earlier parts, sum
+        their gradients: on the device (False: a gradient set held across them), in host
+        memory (True: each one's gradients leave as they land, and the CPU adds them up,
         :mod:`hpcmem.um.host_optimizer.part_sums`), or None: in host memory where the
-        budget lacks the room for a gradient set beside one part. On one rank, with the
-        batch as one micro-batch (``micro_batches=1``); elsewhere on the device.
+        budget lacks the room for a gradient set (micro-batches: beside the working weights
+        in the plan's share of the budget, :func:`sums_micro_batches_on_host`; parts: beside
+        one part). On one rank; elsewhere on the device. Where micro-batches sum in host
+        memory, a split batch's parts sum on the device and the GPU steps no share of the
+        optimizer (there is no room for either).
     host_memory : where the masters, moments and gradients live in host memory
         (:mod:`hpcmem.um.budget.host_memory`): ``torch`` (PyTorch's allocator), or a memory
         kind of :mod:`hpcmem.hbw` (``dram``, ``hbw``, ``hbw_preferred``, ``hbw_interleave``,
@@ -181,12 +186,16 @@ class HostOptimizerOffload(Offload):
                 not isinstance(self.batch_split, int) or self.batch_split < 1):
             raise BudgetError(f"offload batch_split: {self.batch_split!r} is not true, false, "
                               "null or a number of rows >= 1")
-        if self.host_accumulation and (self.micro_batches > 1 or self.batch_split is False):
-            other = ("micro_batches" if self.micro_batches > 1 else "batch_split")
-            raise BudgetError(f"offload host_accumulation: True sums a split batch's parts, "
-                              f"which {other}={getattr(self, other)!r} rules out; accepted: "
-                              "micro_batches=1 and batch_split not false, or "
-                              "host_accumulation null or false")
+        if self.host_accumulation and self.micro_batches == 1 and self.batch_split is False:
+            raise BudgetError("offload host_accumulation: True sums earlier micro-batches or a "
+                              "split batch's parts, which micro_batches=1 and batch_split=False "
+                              "rule out; accepted: micro_batches above 1, batch_split not "
+                              "false, or host_accumulation null or false")
+        if self.host_accumulation and self.micro_batches > 1 and self.gpu_share:
+            raise BudgetError(f"offload gpu_share: {self.gpu_share} cannot go with "
+                              "host_accumulation=True and micro_batches="
+                              f"{self.micro_batches} (the device lacks the room for the "
+                              "share's state); accepted: gpu_share null or 0")
         if self.bucket_bytes < 1:
             raise BudgetError(f"offload bucket_bytes: {self.bucket_bytes} must be >= 1")
         if self.threads is not None and self.threads < 1:
@@ -252,11 +261,24 @@ def staging_bytes(budget: int) -> tuple[int, int]:
     return ring, ring // 4
 
 
-def host_optimizer_bytes(working_bytes: int, micro_batches: int, budget: int) -> int:
+def host_optimizer_bytes(working_bytes: int, micro_batches: int, budget: int,
+                         on_host: bool = False) -> int:
     """Device bytes the host-optimizer mode holds besides activations: the working weights,
-    their gradients when several micro-batches accumulate, and the copies' buffers."""
-    accumulated = working_bytes if micro_batches > 1 else 0
+    their gradients when several micro-batches accumulate on the device (not ``on_host``),
+    and the copies' buffers."""
+    accumulated = working_bytes if micro_batches > 1 and not on_host else 0
     return working_bytes + accumulated + sum(staging_bytes(budget))
+
+
+def sums_micro_batches_on_host(working_bytes: int, micro_batches: int, budget: int,
+                               host_accumulation: bool | None = None) -> bool:
+    """Whether the host-optimizer mode sums earlier micro-batches' gradients in host memory:
+    asked (``host_accumulation``), or planned where a gradient set beside the working
+    weights passes the plan's share of the budget."""
+    if micro_batches < 2 or host_accumulation is False:
+        return False
+    fixed = host_optimizer_bytes(working_bytes, micro_batches, budget)
+    return bool(host_accumulation) or fixed > HOST_OPTIMIZER_SHARE * budget
 
 
 def choose_strategy(
@@ -265,5 +287,5 @@ def choose_strategy(
     """The strategy for ``budget`` (see the module docstring)."""
     if optimizer_name not in ELEMENTWISE:
         return "streamed"
-    fixed = host_optimizer_bytes(working_bytes, micro_batches, budget)
+    fixed = host_optimizer_bytes(working_bytes, micro_batches, budget, on_host=True)
     return "host_optimizer" if fixed <= HOST_OPTIMIZER_SHARE * budget else "streamed"

@@ -14,7 +14,8 @@ a :class:`~hpcmem.um.budget.offload.HostOptimizerOffload`, given or planned:
   device-to-host stream) and the bucket to the worker thread (:mod:`.worker`), which
   steps it on the CPU and copies its updated weights up once the compute stream is done
   with the old ones (an fp32 master narrowed into them on the device), while backward goes
-  on; earlier micro-batches accumulate in ``param.grad`` on the device;
+  on; earlier micro-batches accumulate in ``param.grad`` on the device (in host memory,
+  :mod:`.part_sums`, where a gradient set does not fit beside the working weights);
 * ``optimizer.step()``: sends what backward left (a step before the last micro-batch, a
   parameter without a gradient), waits for the worker and for the last weight copy, so the
   next forward reads updated weights;
@@ -46,7 +47,7 @@ from typing import Any
 
 from hpcmem.um.budget.batch_split import BatchSplit, Measure
 from hpcmem.um.budget.floor import TARGET_FRACTION
-from hpcmem.um.budget.offload import HostOptimizerOffload
+from hpcmem.um.budget.offload import HostOptimizerOffload, sums_micro_batches_on_host
 from hpcmem.um.budget.parallel import Ranks
 from hpcmem.um.budget.phases import Phase
 from hpcmem.um.budget.recompute import Recompute
@@ -77,19 +78,11 @@ class HostOptimizer:
     ``plain_scope()`` lets them be plain device memory (the copies' device ends).
     """
 
-    def __init__(
-        self,
-        model: Any,
-        optimizer: Any,
-        *,
-        transport: Transport,
-        budget: int,
-        offload: HostOptimizerOffload,
-        device_scope: Callable[[], AbstractContextManager[None]],
-        plain_scope: Callable[[], AbstractContextManager[None]] = nullcontext,
-        ranks: Ranks | None = None,
-        batch_split: BatchSplit | None = None,
-    ) -> None:
+    def __init__(self, model: Any, optimizer: Any, *, transport: Transport, budget: int,
+                 offload: HostOptimizerOffload,
+                 device_scope: Callable[[], AbstractContextManager[None]],
+                 plain_scope: Callable[[], AbstractContextManager[None]] = nullcontext,
+                 ranks: Ranks | None = None, batch_split: BatchSplit | None = None) -> None:
         import torch
 
         check_supported(optimizer)
@@ -113,25 +106,28 @@ class HostOptimizer:
             parts.working_dtype, parts.buckets, parts.arena, parts.host)
         self.flats, self.worker, self.ring, self.exchange, self.gpu_node = (
             parts.flats, parts.worker, parts.ring, parts.exchange, parts.gpu_node)
+        self.working_bytes = sum(map(tensor_bytes, self.flats))  # on the device, fixed
         optimizer.state.clear()  # the host holds it now
         self.delayed = Delayed(self.worker, transport)
         adopt(pending)
         self.clip = Clip(offload.max_grad_norm, ranks) if offload.max_grad_norm else None
         self._where = {id(p): (b.index, i) for b in self.buckets for i, p in enumerate(b.params)}
-        self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad)
-                       for p in parts.trained]
+        self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for p in parts.trained]
         self.ledger = Ledger(transport, self.bandwidth)
-        self.part_sums = None if (self.ring is None or offload.micro_batches > 1
-                                  or offload.host_accumulation is False) else PartSums(
-            self.buckets, self.host, self.ring, self.worker, transport, self.arena,
-            self.ledger, always=bool(offload.host_accumulation), parity=lambda: self._parity)
+        #: earlier micro-batches' gradients summed in host memory (``part_sums``)
+        self.micro_sums = ranks is None and self.ring is not None and sums_micro_batches_on_host(
+            self.working_bytes, offload.micro_batches, budget, offload.host_accumulation)
+        self.part_sums = None if (self.ring is None or offload.host_accumulation is False or (
+            offload.micro_batches > 1 and not self.micro_sums)) else PartSums(
+            self.buckets, self.host, self.ring, self.worker, transport, self.arena, self.ledger,
+            always=bool(offload.host_accumulation), parity=lambda: self._parity)
         self.recompute = Recompute.of(model, transport.live_bytes)
         if offload.recompute is not False:
             self.recompute.enable()
         self.batch_split = batch_split
         if batch_split is not None:
             batch_split.bind(Measure.of(transport, self._split_room, parts.trained,
-                                        self.part_sums))
+                                        None if self.micro_sums else self.part_sums))
         self._original_step = optimizer.__dict__.get("step")
         optimizer.step = self.step
         self.checkpoints = Checkpoints(model, optimizer, self.host, self.settle, self._reload)
@@ -165,11 +161,15 @@ class HostOptimizer:
     def scope(self) -> Iterator[None]:
         """One forward and backward (a micro-batch); the probe's budget check after the first."""
         self._micro += 1
+        if self.micro_sums and self._micro == 1:
+            self.part_sums.begin(micro_batches=True)
         start = self.transport.mark()
         try:
             yield
         finally:
             self.ledger.computed(start, self.transport.mark())
+        if self.micro_sums and self._micro < self.offload.micro_batches:
+            self.part_sums.part_done()
         if self.probe_bytes is None:  # the floor and the blocks recomputed (:mod:`.probe`)
             self.outside_bytes = self.transport.outside_bytes()
             self.refused = True  # until it passes; :meth:`close` then gives gradients back
@@ -185,19 +185,19 @@ class HostOptimizer:
             param.grad = None  # the split's measuring row: no step takes it
             return
         index, position = self._where[id(param)]
-        if split is not None and split.running and self._summing:
-            self.part_sums.send(index, position, param.grad)  # an earlier part's
+        running = split is not None and split.running
+        if (running and split.host_summed) or (
+                self.micro_sums and self._micro < self.offload.micro_batches and not running):
+            self.part_sums.send(index, position, param.grad)  # an earlier part's or micro-batch's
             param.grad = None
             return
-        if self._micro < self.offload.micro_batches or (split is not None and split.running):
+        if self._micro < self.offload.micro_batches or running:
             return  # accumulates on the device
         if self._first_grad is None:
             self._first_grad = self.transport.mark()
         if self._submitted[index]:
-            raise BudgetError(
-                f"offload host_optimizer: more backward passes before optimizer.step() than "
-                f"micro_batches={self.offload.micro_batches}"
-            )
+            raise BudgetError(f"offload host_optimizer: more backward passes before "
+                              f"optimizer.step() than micro_batches={self.offload.micro_batches}")
         self._ship(index, position, param)
         if not self._left[index]:
             self._submit(index, [])
@@ -284,7 +284,7 @@ class HostOptimizer:
         phase, self._steps = self.phase, self._steps + 1
         if self.device_step is not None:
             self.device_step.end()
-        elif phase is Phase.MEASURE and self.offload.gpu_share != 0:
+        elif phase is Phase.MEASURE and self.offload.gpu_share != 0 and not self.micro_sums:
             self._measured.append(times)
             if self.phase is Phase.STEADY:
                 times = median_times(self._measured)
@@ -345,7 +345,8 @@ class HostOptimizer:
 
     @property
     def _summing(self) -> bool:
-        """Whether this step's split batch sums its parts' gradients in host memory."""
+        """Whether this step's split batch, or its micro-batches, sum their gradients in host
+        memory."""
         return self.part_sums is not None and self.part_sums.active
 
     def _begin_step(self) -> None:
@@ -365,8 +366,7 @@ class HostOptimizer:
 
     def replan(self) -> dict[str, int]:
         """The device bytes kept: working weights and the copies' buffers (fixed at set-up)."""
-        working = sum(tensor_bytes(f) for f in self.flats)
-        return {"working": working, "staging": self.plain_bytes - working}
+        return {"working": self.working_bytes, "staging": self.plain_bytes - self.working_bytes}
 
     def reset_stats(self) -> None:
         """Counts and peaks from now on (e.g. after warm-up)."""

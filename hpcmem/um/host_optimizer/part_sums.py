@@ -1,5 +1,6 @@
-"""A split batch's earlier parts summed in host memory, where the device lacks the room for a
-gradient set beside a part (``HostOptimizerOffload(host_accumulation=)``).
+"""A split batch's earlier parts, or a step's earlier micro-batches, summed in host memory,
+where the device lacks the room for a gradient set beside a part or beside the working
+weights (``HostOptimizerOffload(host_accumulation=)``).
 
 The batch split (:mod:`hpcmem.um.budget.batch_split`) runs every part but the last forward
 and backward inside the model's forward; their gradients sum until the last part's backward,
@@ -16,6 +17,9 @@ part's gradients leave the device as they land, through the out ring
   gradient ``last + scale * earlier`` and steps it. ``scale`` is the loss's gradient, which
   the loop's backward gives the earlier parts' loss (its own scaling: accumulation, a loss
   scaler), copied to the host as that backward starts.
+
+A step's micro-batches (``Offload(micro_batches=N)``) sum the same way, a micro-batch a
+part, with a scale of 1: each micro-batch's backward is the loop's, scaled already.
 
 What it costs: every part's gradients cross PCIe, and the CPU reads and writes a gradient
 buffer per part (memory-bandwidth bound, beside the CPU optimizer). A parameter that has a
@@ -67,13 +71,16 @@ class PartSums:
         self._scale_token: Any = None
 
     # -- the split's side (``HostSums``) -------------------------------------------------
-    def begin(self) -> None:
-        """A split forward's parts begin; their gradients come here."""
+    def begin(self, micro_batches: bool = False) -> None:
+        """A split forward's parts, or a step's ``micro_batches``, begin; their gradients
+        come here (a micro-batch's, scaled by its own backward, sum as they are)."""
         if not self._incoming:
             self._incoming = [self.arena.take(self._torch.empty(
                 g.numel(), dtype=g.dtype, device="meta")) for g in self.host.grads[0]]
         self.active = self.used = True
         self._parity, self._part = self._parity_now(), 0
+        if micro_batches:
+            self._scale[0], self._scale_token = 1.0, None
 
     def part_done(self) -> None:
         """An earlier part's backward is over: its copies go out, and the worker sums them."""

@@ -31,9 +31,9 @@ def adopt(pending: dict[Any, Any]) -> None:
 def refused_grads(engine: Any) -> dict[Any, Any]:
     """The gradients of ``engine``'s first step (a :class:`~.engine.HostOptimizer` whose
     probe refused the budget; nothing was stepped), off the device, by parameter: on the
-    step's last micro-batch, those sent to host memory (the rest sent there first); before
-    it, those accumulating in ``.grad``."""
-    if engine._micro < engine.offload.micro_batches:
+    step's last micro-batch or where micro-batches sum in host memory, those sent there (the
+    rest sent there first); before it, those accumulating in ``.grad``."""
+    if engine._micro < engine.offload.micro_batches and not engine.micro_sums:
         return {p: p.grad.detach().cpu() for b in engine.buckets for p in b.params
                 if p.grad is not None}
     sums = engine.part_sums

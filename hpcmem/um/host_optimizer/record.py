@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from hpcmem.um.budget.floor import describe_floor
-from hpcmem.um.tensors import tensor_bytes
 
 __all__ = ["floor_detail", "record"]
 
@@ -26,7 +25,7 @@ def record(engine: Any) -> dict[str, Any]:
         + max(engine.outside_bytes, transport.outside_bytes()),
         "outside_bytes": engine.outside_bytes,
         "plain_bytes": engine.plain_bytes,
-        "working_bytes": sum(tensor_bytes(f) for f in engine.flats),
+        "working_bytes": engine.working_bytes,
         "working_dtype": str(engine.working_dtype).removeprefix("torch."),
         "buckets": len(engine.buckets),
         "host_kernel": engine.host.kernel.name,
@@ -36,6 +35,7 @@ def record(engine: Any) -> dict[str, Any]:
         "recompute": engine.recompute.enabled,
         "recomputed_blocks": engine.recompute.recomputed,
         "micro_batches": engine.offload.micro_batches,
+        "micro_batch_sums": "host" if engine.micro_sums else "device",
         "delayed_update": engine._delayed,
         "split": engine.split.to_record() if engine.split is not None else None,
         "host_bytes": engine.arena.reserved_bytes,
@@ -50,7 +50,7 @@ def record(engine: Any) -> dict[str, Any]:
 
 def floor_detail(engine: Any) -> str:
     """What makes up the probe's floor, and what is off the device already."""
-    working = sum(tensor_bytes(f) for f in engine.flats)
+    working = engine.working_bytes
     split = engine.batch_split
     measured = split is not None and split.token_bytes is not None
     grads = split.measure.grad_bytes if measured and split.floor_split else 0
