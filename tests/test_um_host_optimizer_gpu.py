@@ -137,6 +137,18 @@ def test_micro_batches_accumulate_on_the_gpu(torch):
     assert stats["offload"]["bytes_d2h"] <= 2 * stats["offload"]["working_bytes"]
 
 
+def test_micro_batches_summed_in_host_memory_agree_inside_the_budget(torch):
+    reference, _ = _train(torch, _transformer, micro_batches=2)
+    losses, stats = _train(torch, _transformer, budget=BUDGET, micro_batches=2,
+                              offload="host_optimizer", host_accumulation=True)
+    assert losses == pytest.approx(reference, rel=1e-2)
+    _check_budget(stats, BUDGET)
+    offload = stats["offload"]
+    assert offload["micro_batch_sums"] == "host"
+    # every micro-batch's gradients crossed PCIe, in the working dtype
+    assert offload["bytes_d2h"] >= 2 * offload["working_bytes"]
+
+
 def test_buckets_the_gpu_steps_agree_inside_the_budget(torch):
     reference, _ = _train(torch, _transformer)
     losses, stats = _train(torch, _transformer, budget=BUDGET, offload="host_optimizer",

@@ -38,8 +38,9 @@ def deterministic(torch):
     torch.backends.cudnn.deterministic = False
 
 
-def _train(torch, build, batch, loss_of, budget):
-    """``STEPS`` AdamW steps; the losses and ``um.stats()`` of the steps after the second."""
+def _train(torch, build, batch, loss_of, budget, autocast=None, working_dtype=None):
+    """``STEPS`` AdamW steps; the losses and ``um.stats()`` of the steps after the second;
+    under ``autocast`` (a dtype's name), the streamed strategy's copies in ``working_dtype``."""
     from hpcmem.um import UnifiedMemory
     from hpcmem.um.budget.offload import StreamedOffload
 
@@ -52,12 +53,14 @@ def _train(torch, build, batch, loss_of, budget):
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
         # the loss as without a budget: the chunked loss, which sums in another order, is
         # tested on its own (test_um_chunked_loss_gpu.py)
-        um.attach(model, optimizer,
-                  offload=StreamedOffload(chunked_loss=False) if budget else None)
+        um.attach(model, optimizer, offload=StreamedOffload(
+            chunked_loss=False, working_dtype=working_dtype) if budget else None)
+        dtype = getattr(torch, autocast or "float32")
         for step in range(STEPS):
             inputs = [um.stage(t) for t in batch(generator)]
             with um.activations():
-                loss = loss_of(model, *inputs)
+                with torch.autocast("cuda", dtype=dtype, enabled=autocast is not None):
+                    loss = loss_of(model, *inputs)
                 loss.backward()
             optimizer.step()
             optimizer.zero_grad()
@@ -72,7 +75,7 @@ def _train(torch, build, batch, loss_of, budget):
     return losses, stats
 
 
-def _train_within_a_budget(torch, build, batch, loss_of, budget):
+def _train_within_a_budget(torch, build, batch, loss_of, budget, *options):
     """``(budget, losses, stats)`` of ``_train`` under ``budget`` or, if the probe step
     refuses it, under 1.25 times the minimum it measured (tried again: the copies out a
     larger budget allows can raise the minimum)."""
@@ -81,7 +84,7 @@ def _train_within_a_budget(torch, build, batch, loss_of, budget):
     for _ in range(3):
         minimum = None
         try:
-            return (budget, *_train(torch, build, batch, loss_of, budget))
+            return (budget, *_train(torch, build, batch, loss_of, budget, *options))
         except BudgetTooSmallError as refused:
             assert refused.budget == budget and refused.minimum > budget
             minimum = refused.minimum
@@ -121,6 +124,28 @@ def test_hpcmem_transformer_with_tied_embeddings(torch, deterministic):
     shape = TransformerShape(n_layers=4, d_model=512, n_heads=8, seq_len=256, vocab=8192)
     _check(torch, lambda: build(shape), _tokens(torch, 8192, 8, 257),
            lambda model, tokens: model({"tokens": tokens}))
+
+
+def test_bf16_working_copies_halve_the_fetches_and_train_alike(torch):
+    """Under bf16 autocast, parameters fetched from bf16 copies widened on the GPU: about
+    half the bytes in, losses within bf16's tolerance of the fp32 homes', inside the
+    budget."""
+    from hpcmem.train.models import TransformerShape
+    from hpcmem.train.networks import build
+
+    shape = TransformerShape(n_layers=4, d_model=512, n_heads=8, seq_len=256, vocab=8192)
+    case = (torch, lambda: build(shape), _tokens(torch, 8192, 8, 257),
+            lambda model, tokens: model({"tokens": tokens}))
+    _, free = _train(*case, None, "bfloat16")
+    budget, copies, stats = _train_within_a_budget(
+        *case, free["peak_gpu_resident_bytes"] // 2, "bfloat16", "bfloat16")
+    homes, whole = _train(*case, budget, "bfloat16")  # fp32 homes at the same budget
+    assert stats["offload"]["working_copies"] == "bfloat16"
+    assert whole["offload"]["working_copies"] is None
+    assert stats["offload"]["bytes_h2d"] < 0.8 * whole["offload"]["bytes_h2d"]
+    assert copies == pytest.approx(homes, rel=1e-2)
+    assert stats["escaped_bytes"] == 0
+    assert stats["peak_gpu_resident_bytes"] <= budget * 1.05, (stats, budget)
 
 
 def test_gpt2_from_transformers_random_weights(torch, deterministic):
