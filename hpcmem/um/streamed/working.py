@@ -21,12 +21,10 @@ none are made and the fetches read the fp32 homes.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from hpcmem.um.budget.host import HostArena
-    from hpcmem.um.budget.transport import Transport
-    from hpcmem.um.streamed.params import Entry
+from hpcmem.um.budget.host import HostArena
+from hpcmem.um.budget.transport import Transport
 
 __all__ = ["WorkingCopies", "fetch_source", "widened", "write_working"]
 
@@ -35,7 +33,9 @@ _log = logging.getLogger(__name__)
 
 class WorkingCopies:
     """The working copies of ``working_dtype`` (``Offload.working_dtype``; None, or not
-    narrower than a parameter: that parameter keeps none)."""
+    narrower than a parameter: that parameter keeps none). An entry is a streamed
+    parameter's :class:`~hpcmem.um.streamed.params.Entry` (its ``working`` copy and
+    ``version``)."""
 
     def __init__(self, working_dtype: str | None) -> None:
         import torch
@@ -48,7 +48,7 @@ class WorkingCopies:
         """The copies' dtype (None: none are kept)."""
         return str(self.dtype).removeprefix("torch.") if self.dtype is not None else None
 
-    def fit(self, entries: list[Entry], homes: int, available: int | None) -> int:
+    def fit(self, entries: list[Any], homes: int, available: int | None) -> int:
         """The copies' host bytes for ``entries``; none where they and the ``homes`` would
         pass the ``available`` host memory (None: not known)."""
         copies = sum(map(self.bytes, entries))
@@ -60,17 +60,17 @@ class WorkingCopies:
             return 0
         return copies
 
-    def applies(self, entry: Entry) -> bool:
+    def applies(self, entry: Any) -> bool:
         """Whether ``entry`` (streamed) keeps a working copy."""
         param = entry.param
         return self.dtype is not None and param.dtype == self._torch.float32 and (
             self.dtype.itemsize < param.element_size())
 
-    def bytes(self, entry: Entry) -> int:
+    def bytes(self, entry: Any) -> int:
         """Host bytes of ``entry``'s working copy, if it keeps one."""
         return entry.param.numel() * self.dtype.itemsize if self.applies(entry) else 0
 
-    def make(self, entry: Entry, arena: HostArena) -> None:
+    def make(self, entry: Any, arena: HostArena) -> None:
         """``entry``'s copy from its home (written, in host memory), taken from ``arena``."""
         like = self._torch.empty(entry.param.shape, dtype=self.dtype, device="meta")
         entry.working = arena.take(like)
@@ -78,7 +78,7 @@ class WorkingCopies:
         entry.version = entry.param._version
 
 
-def fetch_source(entry: Entry, transport: Transport) -> Any:
+def fetch_source(entry: Any, transport: Transport) -> Any:
     """What a fetch of ``entry`` copies: its working copy, made again first if the home was
     written since, or its home."""
     if entry.working is None:
@@ -91,12 +91,12 @@ def fetch_source(entry: Entry, transport: Transport) -> Any:
     return entry.working
 
 
-def widened(entry: Entry, device: Any) -> Any:
+def widened(entry: Any, device: Any) -> Any:
     """The fetched ``device`` copy as wide as the parameter's home."""
     return device.to(entry.home.dtype)
 
 
-def write_working(entry: Entry, stepped: Any, transport: Transport,
+def write_working(entry: Any, stepped: Any, transport: Transport,
                   rows: slice | None = None) -> Any:
     """The token of writing ``stepped`` (the updated master on the device, or its ``rows``)
     into ``entry``'s working copy; None where it keeps none."""
