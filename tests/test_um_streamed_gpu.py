@@ -127,8 +127,8 @@ def test_hpcmem_transformer_with_tied_embeddings(torch, deterministic):
 
 
 def test_bf16_working_copies_halve_the_fetches_and_train_alike(torch):
-    """Under bf16 autocast, parameters fetched from bf16 copies widened on the GPU: about
-    half the bytes in, losses within bf16's tolerance of the fp32 homes', inside the
+    """Under bf16 autocast, parameters fetched from bf16 copies widened on the GPU: half the
+    parameters' bytes in, losses within bf16's tolerance of the fp32 homes', inside the
     budget."""
     from hpcmem.train.models import TransformerShape
     from hpcmem.train.networks import build
@@ -142,7 +142,9 @@ def test_bf16_working_copies_halve_the_fetches_and_train_alike(torch):
     homes, whole = _train(*case, budget, "bfloat16")  # fp32 homes at the same budget
     assert stats["offload"]["working_copies"] == "bfloat16"
     assert whole["offload"]["working_copies"] is None
-    assert stats["offload"]["bytes_h2d"] < 0.8 * whole["offload"]["bytes_h2d"]
+    # each streamed parameter is fetched at least once a step, at half its fp32 bytes
+    streamed = sum(p.numel() * 4 for p in build(shape).parameters() if p.numel() * 4 >= 2**20)
+    assert whole["offload"]["bytes_h2d"] - stats["offload"]["bytes_h2d"] >= streamed / 2
     assert copies == pytest.approx(homes, rel=1e-2)
     assert stats["escaped_bytes"] == 0
     assert stats["peak_gpu_resident_bytes"] <= budget * 1.05, (stats, budget)
