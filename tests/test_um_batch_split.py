@@ -282,6 +282,22 @@ def test_recompute_keeps_the_last_blocks_whose_saved_bytes_the_room_holds():
     assert all("forward" not in b.__dict__ for b in blocks)
 
 
+def test_rows_the_split_measured_first_do_not_count_as_the_batchs_saved_bytes():
+    """In the probe the split runs 1, 2, 4 and 8 rows forward and backward before the batch:
+    each recomputes every block. Only the batch's own parts say what a kept block holds."""
+    from hpcmem.um.budget.recompute import Recompute, repeated_blocks
+
+    blocks = repeated_blocks(tiny_qwen2())
+    recompute = Recompute(blocks, live_bytes=lambda: 0)
+    recompute.enable()
+    measured = [10, 10, 20, 20, 40, 40]  # the rows measured (1, 2 and 4 of them here)
+    recompute.saved_bytes = [*measured, 80, 80]  # then the batch, whole
+    assert recompute.keep_within(159, passes=1) == 80 and recompute.recomputed == 1
+    recompute.enable()
+    recompute.saved_bytes = [*measured, 80, 80]
+    assert recompute.keep_within(159) == 150  # all passes: the last block's 150, not its 80
+
+
 def test_parameters_with_gradients_in_some_parts_only_sum_over_those():
     """Summed in host memory: a parameter given a gradient in some parts only sums those
     (the others count as zero), times the loop's scale for the earlier parts; one given none

@@ -136,12 +136,15 @@ class Recompute:
         """Blocks recomputed from the next forward on."""
         return len(self._wrappers)
 
-    def keep_within(self, room: int) -> int:
+    def keep_within(self, room: int, passes: int | None = None) -> int:
         """Give the last blocks their own forward back, as many as what they saved in the
         recomputations since the last clear fits in ``room`` (a block recomputed in several
-        parts of a batch saved their sum); the bytes they will keep."""
+        parts of a batch saved their sum); ``passes``: only the last ``passes`` backward
+        passes count (a batch split's parts, not the rows it measured first); the bytes they
+        will keep."""
         count = len(self.blocks)
-        per_block = [sum(self.saved_bytes[i::count]) for i in range(count)]  # last block first
+        saved = self.saved_bytes if passes is None else self.saved_bytes[-passes * count:]
+        per_block = [sum(saved[i::count]) for i in range(count)]  # last block first
         kept, total = 0, 0
         for saved in per_block:
             if total + saved > room:

@@ -35,5 +35,7 @@ def probe(engine: Any) -> int:
     if split is None or split.token_bytes is None:
         recompute.keep_within(int(TARGET_FRACTION * engine.budget) - minimum)
     elif (whole := split.whole_bytes()) is not None:  # later batches run whole
-        split.add_kept(recompute.keep_within(split.measure.room() - whole))
+        # the rows the split measured first recomputed every block too: only the step's
+        # own parts count
+        split.add_kept(recompute.keep_within(split.measure.room() - whole, split.parts))
     return minimum
