@@ -74,8 +74,7 @@ class WorkingCopies:
         """``entry``'s copy from its home (written, in host memory), taken from ``arena``."""
         like = self._torch.empty(entry.param.shape, dtype=self.dtype, device="meta")
         entry.working = arena.take(like)
-        entry.working.copy_(entry.home)
-        entry.version = entry.param._version
+        _copy_home(entry)
 
 
 def fetch_source(entry: Any, transport: Transport) -> Any:
@@ -86,9 +85,14 @@ def fetch_source(entry: Any, transport: Transport) -> Any:
     if entry.param._version != entry.version:
         if entry.home_ready is not None:
             transport.settle(entry.home_ready)
-        entry.working.copy_(entry.home)
-        entry.version = entry.param._version
+        _copy_home(entry)
     return entry.working
+
+
+def _copy_home(entry: Any) -> None:
+    """Round ``entry``'s home into its working copy, and note the version it copied."""
+    entry.working.copy_(entry.home)
+    entry.version = entry.param._version
 
 
 def widened(entry: Any, device: Any) -> Any:
