@@ -356,6 +356,25 @@ def test_losing_to_a_peer_fails_the_check(tmp_path: Path) -> None:
     assert by_variant["hpcmem"].vs_zero == pytest.approx(130 / 400)  # ZeRO-Offload's check passes
 
 
+def test_zenflow_with_its_cores_share_set_is_a_point_of_its_own(tmp_path: Path) -> None:
+    # two ZenFlow settings are two points, not repeats of one: the faster is the bar
+    zenflow = {"stage": 2, "zenflow": {"topk_ratio": 0.05}}
+    runs = [_run("zenflow", [300.0] * 4, zero=zenflow),
+            _run("zenflow", [200.0] * 4,
+                 zero={**zenflow, "zenflow": {"topk_ratio": 0.05, "pt_reserved_cores_perc": 0.25}}),
+            _run("hpcmem", [150.0] * 4)]
+    records = tmp_path / "hf.jsonl"
+    records.write_text("".join(json.dumps(run) + "\n" for run in runs))
+    (table,) = rows(benchmark_points(aggregate([records], tmp_path / "summary").summary,
+                                     "peers")).values()
+    by_label = {row.label: row for row in table}
+    plain = by_label["DeepSpeed ZenFlow (ZeRO-2 + offload_optimizer cpu)"]
+    cores = by_label[plain.label + ", pt_reserved_cores_perc 0.25"]
+    assert (plain.each_ms, cores.each_ms) == ((300,), (200,))
+    assert cores.key.endswith("/ptcores=0.25") and "ptcores" not in plain.key
+    assert by_label["hpcmem, gpu_budget"].vs_best == pytest.approx(150 / 200)
+
+
 def test_a_work_with_records_without_a_mean_compares_on_the_median(tmp_path: Path) -> None:
     # one record of the work from before the mean: every point is compared on the median,
     # and ZenFlow's median step makes it the fastest peer

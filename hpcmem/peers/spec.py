@@ -8,7 +8,8 @@ per step and sequence length. Its key reads
 per GPU; the budget per GPU, to a hundredth of a GiB) followed, for hpcmem, by the Offload
 settings asked for where set: ``share=`` (the GPU's share of the optimizer step),
 ``kernel=`` (the host optimizer's kernel), ``delayed=True``, ``state=bfloat16`` (Adam's
-moments) and ``threads=``.
+moments) and ``threads=``, and, for ZenFlow, ``ptcores=`` where its
+``pt_reserved_cores_perc`` (the share of the cores kept for the training process) is set.
 The median step time is checked in every run, the mean step (total time over the timed
 steps) where the records have it, and so are hpcmem's step over the fastest ZeRO-Offload
 run's at the same work (``vs_zero_offload``) and over the fastest peer tool's
@@ -58,6 +59,14 @@ def _offload(name: str, unset: Any, shown: Callable[[Any], Any] = str) -> Callab
     return read
 
 
+def _zenflow_cores(record: Any) -> Any:
+    """ZenFlow's ``pt_reserved_cores_perc`` as its config set it ("auto": DeepSpeed's)."""
+    zero = record.get("zero")
+    zenflow = zero.get("zenflow") if isinstance(zero, dict) else None
+    value = zenflow.get("pt_reserved_cores_perc") if isinstance(zenflow, dict) else None
+    return "auto" if value is None else f"{value:g}"
+
+
 def _budget(record: Any) -> int | None:
     """The GPU budget in bytes, to a hundredth of a GiB: budgets taken from another run's
     peak (``--budget-from``) differ by a few bytes from one run to the next."""
@@ -93,6 +102,7 @@ PEERS = Benchmark(
         Coordinate("state_dtype", "state", implied="float32",
                    read=_offload("state_dtype", "float32")),
         Coordinate("threads", "threads", implied="auto", read=_offload("threads", "auto")),
+        Coordinate("pt_cores", "ptcores", implied="auto", read=_zenflow_cores),
     ),
     metrics=(
         Metric("step_ms.median", "ms", LOWER, checked=True),

@@ -46,7 +46,7 @@ COMPARED = ["step_basis", "step_ms", "fastest_peer", "fastest_peer_ms"]
 WORK = ["model", "dtype", "batch", "seq_len", "accumulate", "world_size"]
 #: the columns that set a point apart within its work, in the key's order
 SETTINGS = ["variant", "checkpointing", "gpu_budget", "gpu_share", "host_kernel",
-            "delayed_update", "state_dtype", "threads"]
+            "delayed_update", "state_dtype", "threads", "pt_cores"]
 
 
 @dataclass(frozen=True, order=True)
@@ -213,6 +213,8 @@ def label(point: Mapping[str, Any]) -> str:
         notes.append("moments in bf16")
     if point["threads"] != "auto":
         notes.append(f"{point['threads']} host threads")
+    if point["pt_cores"] != "auto":
+        notes.append(f"pt_reserved_cores_perc {point['pt_cores']}")
     return ", ".join([LABELS[variant], *notes])
 
 
