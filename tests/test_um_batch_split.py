@@ -329,3 +329,100 @@ def test_parameters_with_gradients_in_some_parts_only_sum_over_those():
         assert not sums.active and not sums.holds(0, 0)
     finally:
         engine.close()
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(64, 64, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x)
+
+
+def _keep_two_of_three(recompute, middle: int = 120) -> list:
+    """``recompute``'s three blocks recomputed, then the last two kept: the last saves 70
+    bytes, the one before it ``middle``; the blocks."""
+    recompute.enable()
+    recompute.saved_bytes = [70, middle, 500]  # backward: the last block first
+    assert recompute.keep_within(70 + middle) == 70 + middle and recompute.kept == 2
+    return recompute.blocks
+
+
+def test_kept_blocks_are_recomputed_again_earliest_first_or_not_at_all():
+    from hpcmem.um.budget.recompute import Recompute
+
+    recompute = Recompute([_Block() for _ in range(3)], live_bytes=lambda: 0)
+    blocks = _keep_two_of_three(recompute)
+    assert recompute.take_back(121, most=1) == (0, 0)  # one block frees 120: nothing changes
+    assert recompute.recomputed == 1 and recompute.kept == 2
+    assert recompute.take_back(100, most=2) == (1, 120)  # the earlier kept block alone
+    assert "forward" in blocks[1].__dict__ and "forward" not in blocks[2].__dict__
+    assert recompute.recomputed == 2 and recompute.kept == 1 and recompute.enabled
+    recompute.saved_bytes = [70, 120, 500]
+    recompute.keep_within(10**6)  # all kept: recomputation off
+    assert not recompute.enabled and recompute.take_back(1, most=3) == (1, 500)
+    assert recompute.enabled and "forward" in blocks[0].__dict__
+
+
+def test_the_gpus_share_takes_a_kept_blocks_room_where_its_slots_lack_it():
+    """The CPU optimizer outlasts backward, but the room left beside the kept activations
+    holds no bucket's two slots: the earliest kept block is recomputed again for them,
+    where its forward costs less than half the CPU time over the window."""
+    from functools import partial
+
+    from hpcmem.um.budget import CpuTransport
+    from hpcmem.um.host_optimizer import HostOptimizer
+    from hpcmem.um.host_optimizer.device_step import _slots_from_kept_blocks
+    from hpcmem.um.host_optimizer.ledger import StepTimes
+    from hpcmem.um.host_optimizer.split import SLOTS, plan_split, slot_bytes
+
+    model = torch.nn.Sequential(*(_Block() for _ in range(3)))
+    optimizer = torch.optim.AdamW(model.parameters())
+    engine = HostOptimizer(model, optimizer, transport=CpuTransport(), budget=BUDGET,
+                           offload=HostOptimizerOffload(), device_scope=nullcontext)
+    try:
+        with engine.scope():  # one step makes Adam's two states
+            model(torch.randn(4, 64)).sum().backward()
+        optimizer.step()
+        assert engine.host.state_count() == 2
+        numels = [b.numel for b in engine.buckets]
+        slot = slot_bytes(max(numels), engine.host.state_count())
+        room = slot - 100  # not one slot: no bucket kept, none streamed
+        blocks = _keep_two_of_three(engine.recompute, middle=SLOTS * slot - room + 100)
+        assert blocks == list(model)
+        plan = partial(plan_split, window_ms=60.0, cpu_ms=150.0, bucket_numels=numels,
+                       order=list(range(len(numels))), states=engine.host.state_count(),
+                       bytes_h2d=0, bytes_d2h=0, bandwidth={"h2d": 1e12, "d2h": 1e12})
+
+        def planned(room: int):
+            return plan(room_bytes=room)
+
+        assert not planned(room).share
+        slow = StepTimes(compute_ms=3 * 3 * 200.0, backward_ms=60.0, cpu_ms=150.0)
+        assert _slots_from_kept_blocks(engine, slow, 60.0, room, planned) is None
+        assert engine.recompute.kept == 2  # a block's forward (200 ms) costs too much
+        fast = StepTimes(compute_ms=90.0, backward_ms=60.0, cpu_ms=150.0)
+        split = _slots_from_kept_blocks(engine, fast, 60.0, room, planned)
+        assert split is not None and split.share > 0 and split.slots == SLOTS
+        freed = SLOTS * slot - room + 100
+        assert f"1 kept blocks recomputed again for the slots, {freed} bytes" in split.why
+        assert engine.recompute.kept == 1 and "forward" in blocks[1].__dict__
+        assert _slots_from_kept_blocks(engine, fast, 60.0, SLOTS * slot, planned) is None
+    finally:
+        engine.close()
+
+
+def test_blocks_recomputed_again_take_their_bytes_out_of_the_batchs_model():
+    peak = [0]
+
+    def dry_run(count: int) -> None:
+        peak[0] = 50 + count * 1024 * 100  # 100 bytes a token above 50 fixed
+
+    split = _split(10**9, grads=0, peak=peak)
+    assert split.plan(8, 1024, dry_run) is None and split.token_bytes == 100
+    whole = split.whole_bytes()
+    split.add_kept(8 * 1024 * 10)  # kept blocks: 10 bytes a token more
+    assert split.token_bytes == 110 and split.whole_bytes() == whole + 8 * 1024 * 10
+    split.add_kept(-8 * 1024 * 10)  # recomputed again
+    assert split.token_bytes == 100 and split.whole_bytes() == whole

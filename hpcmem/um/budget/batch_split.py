@@ -311,9 +311,10 @@ class BatchSplit:
         return held + self.bytes_for(rows * row_tokens)
 
     def add_kept(self, nbytes: int) -> None:
-        """Blocks no longer recomputed keep ``nbytes`` more over the measured batch: a
-        token's activations grow by their share."""
-        if self._batch is not None and self.token_bytes is not None and nbytes > 0:
+        """Blocks no longer recomputed keep ``nbytes`` more over the measured batch (less,
+        where negative: blocks recomputed again): a token's activations change by their
+        share."""
+        if self._batch is not None and self.token_bytes is not None and nbytes:
             rows, row_tokens, _ = self._batch
             per_token = math.ceil(nbytes / (rows * row_tokens))
             self.token_bytes += per_token

@@ -66,7 +66,8 @@ class _KeepBuffers(AbstractContextManager[None]):
 
 class Recompute:
     """Checkpointing of a set of blocks, switched on as a whole; switched off as a whole or
-    for the last blocks where the room holds what they save."""
+    for the last blocks where the room holds what they save, and on again for the earliest
+    of those where their room is wanted for something else."""
 
     def __init__(
         self,
@@ -83,6 +84,7 @@ class Recompute:
         self.largest: tuple[Any, int] | None = None  # the block that saved most, and its bytes
         self._live_bytes = live_bytes
         self._wrappers: dict[int, Any] = {}
+        self._kept: list[tuple[Any, int]] = []  # blocks given back, the earliest last
 
     @classmethod
     def of(cls, model: Any, live_bytes: Callable[[], int],
@@ -102,10 +104,14 @@ class Recompute:
         if self.enabled:
             return
         for block in self.blocks:
-            wrapper = _checkpointed(block, self._measured(block, block.forward))
-            self._wrappers[id(block)] = wrapper
-            block.forward = wrapper
+            self._wrap(block)
+        self._kept = []
         self.enabled = True
+
+    def _wrap(self, block: Any) -> None:
+        wrapper = _checkpointed(block, self._measured(block, block.forward))
+        self._wrappers[id(block)] = wrapper
+        block.forward = wrapper
 
     def _measured(self, block: Any, forward: Any) -> Any:
         import torch
@@ -129,6 +135,7 @@ class Recompute:
         """Give every block its own forward back."""
         self._give_back(self.blocks)
         self._wrappers.clear()
+        self._kept = []
         self.enabled = False
 
     @property
@@ -154,7 +161,29 @@ class Recompute:
             self.disable()
         elif kept:
             self._give_back(self.blocks[-kept:])
+        self._kept = [(self.blocks[-1 - i], per_block[i]) for i in range(kept)]
         return total
+
+    @property
+    def kept(self) -> int:
+        """Blocks :meth:`keep_within` gave their own forward back, still not recomputed."""
+        return len(self._kept)
+
+    def take_back(self, need: int, most: int) -> tuple[int, int]:
+        """Recompute the earliest kept blocks again from the next forward on, as few as
+        free ``need`` bytes of what they save, at most ``most`` of them (none where that
+        many do not free it); how many, and the bytes they free."""
+        taken, freed = 0, 0
+        for _, saved in reversed(self._kept[-most:] if most > 0 else []):
+            if freed >= need:
+                break
+            taken, freed = taken + 1, freed + saved
+        if freed < need:
+            return 0, 0
+        for _ in range(taken):
+            self._wrap(self._kept.pop()[0])
+        self.enabled = self.enabled or taken > 0
+        return taken, freed
 
     def _give_back(self, blocks: list[Any]) -> None:
         for block in blocks:

@@ -29,6 +29,7 @@ for that step, with its waiting gradients (:meth:`DeviceStep.release`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
@@ -39,7 +40,7 @@ from hpcmem.um.budget.transport import Transport
 from hpcmem.um.host_optimizer.buckets import Bucket
 from hpcmem.um.host_optimizer.host import IMPLEMENTATION_KEYS, HostBuckets
 from hpcmem.um.host_optimizer.ledger import StepTimes
-from hpcmem.um.host_optimizer.split import ROOM_MARGIN, Split, plan_split
+from hpcmem.um.host_optimizer.split import ROOM_MARGIN, SLOTS, Split, plan_split, slot_bytes
 
 __all__ = ["DeviceStep", "plan_device_step", "share_room"]
 
@@ -269,15 +270,21 @@ def plan_device_step(engine: Any, times: StepTimes) -> tuple[Split | None, Devic
     held = max(engine.probe_bytes or 0,
                transport.resident_peak_bytes() + transport.outside_bytes())
     per_step = engine.ledger.per_step()
-    split = plan_split(
-        window_ms=times.compute_ms if offload.delayed_update else times.backward_ms,
-        cpu_ms=times.cpu_ms,
-        bucket_numels=[b.numel for b in engine.buckets], order=engine._order,
-        states=engine.host.state_count(),
-        bytes_h2d=per_step["bytes_h2d"], bytes_d2h=per_step["bytes_d2h"],
-        bandwidth=engine.bandwidth, asked=offload.gpu_share,
-        room_bytes=share_room(engine.budget, held, engine.batch_split),
-    )
+    window_ms = times.compute_ms if offload.delayed_update else times.backward_ms
+
+    def plan(room: int) -> Split:
+        return plan_split(
+            window_ms=window_ms, cpu_ms=times.cpu_ms,
+            bucket_numels=[b.numel for b in engine.buckets], order=engine._order,
+            states=engine.host.state_count(),
+            bytes_h2d=per_step["bytes_h2d"], bytes_d2h=per_step["bytes_d2h"],
+            bandwidth=engine.bandwidth, asked=offload.gpu_share, room_bytes=room,
+        )
+
+    room = share_room(engine.budget, held, engine.batch_split)
+    split = plan(room)
+    if not split.share and offload.gpu_share is None:
+        split = _slots_from_kept_blocks(engine, times, window_ms, room, plan) or split
     if not split.share:
         return split, None
     if engine.batch_split is not None and engine.batch_split.measure is not None:
@@ -286,3 +293,26 @@ def plan_device_step(engine: Any, times: StepTimes) -> tuple[Split | None, Devic
     with engine._plain():
         return split, DeviceStep(engine.host, engine.flats, transport, engine.arena, split,
                                  engine._order)
+
+
+def _slots_from_kept_blocks(engine: Any, times: StepTimes, window_ms: float, room: int,
+                            plan: Callable[[int], Split]) -> Split | None:
+    """The split ``plan`` makes where the earliest blocks whose activations the probe kept
+    are recomputed again, their bytes going to the streamed share's slots; None, changing
+    nothing, where the share would not take the slots' room beside ``room``, or the
+    forwards it costs take more than half the time the CPU optimizer ran past its
+    ``window_ms`` (a block's forward taken as a third of its share of the compute)."""
+    recompute, states = engine.recompute, engine.host.state_count()
+    need = SLOTS * slot_bytes(max(b.numel for b in engine.buckets), states) - room
+    over_ms = times.cpu_ms - window_ms
+    if over_ms <= 0 or need <= 0 or not recompute.kept or not plan(room + need).share:
+        return None
+    block_ms = times.compute_ms / (3 * len(recompute.blocks))
+    taken, freed = recompute.take_back(need, int(over_ms / 2 / block_ms))
+    if not taken:
+        return None
+    if engine.batch_split is not None:
+        engine.batch_split.add_kept(-freed)
+    split = plan(room + freed)
+    return replace(split, why=f"{split.why}; {taken} kept blocks recomputed again for "
+                              f"the slots, {freed} bytes")

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-__all__ = ["PLAN_AFTER", "ROOM_MARGIN", "Split", "plan_split", "slot_bytes"]
+__all__ = ["PLAN_AFTER", "ROOM_MARGIN", "SLOTS", "Split", "plan_split", "slot_bytes"]
 
 #: The step after which the split is planned, from the median of the steps since the first
 #: (the probe): on the H200 one of them ran up to 35% slower than the rest, and one took
