@@ -291,6 +291,17 @@ def test_working_copies_in_bf16_compute_as_rounded_weights_and_step_fp32_masters
     whole.close()
 
 
+def test_the_host_memory_splits_into_homes_and_saved_buffers():
+    *_, streamer = _train(TIGHT, recompute=True, working_dtype="bfloat16")
+    stats = streamer.stats()
+    streamed = [e for e in streamer.params.entries if not e.resident]
+    homes = sum(e.nbytes * 4 + e.working.numel() * 2 for e in streamed)  # AdamW, bf16 copy
+    assert stats["host_homes_bytes"] >= homes
+    assert stats["host_bytes"] == stats["host_homes_bytes"] + stats["host_saved_bytes"]
+    assert stats["saved_bytes"] == sum(streamer.saved.candidates)
+    streamer.close()
+
+
 def test_a_state_dict_loaded_into_the_homes_reaches_the_working_copies():
     _, model, _, streamer = _train(TIGHT, steps=2, working_dtype="bfloat16")
     torch.manual_seed(7)

@@ -360,6 +360,9 @@ class Streamer:
             "keep_bytes": self._planner.keep_bytes,
             "copy_out_cap": self.transport.out_cap,
             "host_bytes": self.arena.reserved_bytes + self.saved.buffers.reserved_bytes,
+            "host_homes_bytes": self.arena.reserved_bytes,
+            "host_saved_bytes": self.saved.buffers.reserved_bytes,
+            "saved_bytes": sum(self._planner.candidates),
             "state_dtype": self.state_homes.name,
             "working_copies": self.working.name,
         }
