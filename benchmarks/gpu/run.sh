@@ -37,6 +37,8 @@
 #               them (e.g. "cuda hpcmem@cuda*0.3"); hpcmem+delayed and hpcmem+bf16state
 #               (either before an @) add --delayed-update and --state-dtype bfloat16
 #               (e.g. "deepspeed hpcmem@deepspeed hpcmem+bf16state@deepspeed");
+#               zenflow+ptcoresF runs ZenFlow with pt_reserved_cores_perc F (last in the
+#               token; e.g. "zenflow zenflow+ptcores0.25": both, each a point of its own);
 #               HPCMEM_HF_STEPS and HPCMEM_HF_WARMUP
 #               (4, 4) the timed and warm-up steps (multiples of ZenFlow's update_interval, 4, put
 #               its whole update cycles into the records' mean step; the warm-up covers hpcmem's
@@ -200,6 +202,7 @@ hf_args() {  # hf_args TOKEN: the variant (hf_variant) and options (hf_extra) a 
   [[ ${base%%+*} == *-nockpt ]] && hf_extra=(--no-checkpointing)
   [[ $base == *+delayed* ]] && hf_extra+=(--delayed-update)
   [[ $base == *+bf16state* ]] && hf_extra+=(--state-dtype bfloat16)
+  [[ $base == *+ptcores* ]] && hf_extra+=(--zenflow-pt-cores "${base##*+ptcores}")
   if [[ $1 == hpcmem*@* ]]; then
     from=${1#*@}; hf_extra+=(--budget-from "${from%%\**}")
     [[ $from == *\** ]] && hf_extra+=(--budget-scale "${from#*\*}")
