@@ -291,12 +291,25 @@ def test_working_copies_in_bf16_compute_as_rounded_weights_and_step_fp32_masters
     whole.close()
 
 
+@pytest.mark.parametrize("state_dtype", [None, "bfloat16"])
+def test_adams_state_is_reserved_with_the_homes_before_it_exists(state_dtype):
+    """AdamW makes its moments at the first step: their homes are reserved at attach, so
+    the arena does not grow then, each moment in a chunk of its own."""
+    *_, attached = _train(TIGHT, steps=0, state_dtype=state_dtype, working_dtype="bfloat16")
+    reserved = attached.stats()["host_homes_bytes"]
+    streamed = [e for e in attached.params.entries if not e.resident]
+    moment = 2 if state_dtype else 4  # bytes an element
+    homes = sum(e.nbytes * 2 + e.param.numel() * (2 * moment + 2) for e in streamed)
+    assert reserved >= homes  # parameter, gradient, two moments, the bf16 copy
+    attached.close()
+    *_, trained = _train(TIGHT, steps=2, state_dtype=state_dtype, working_dtype="bfloat16")
+    assert trained.stats()["host_homes_bytes"] == reserved
+    trained.close()
+
+
 def test_the_host_memory_splits_into_homes_and_saved_buffers():
     *_, streamer = _train(TIGHT, recompute=True, working_dtype="bfloat16")
     stats = streamer.stats()
-    streamed = [e for e in streamer.params.entries if not e.resident]
-    homes = sum(e.nbytes * 4 + e.working.numel() * 2 for e in streamed)  # AdamW, bf16 copy
-    assert stats["host_homes_bytes"] >= homes
     assert stats["host_bytes"] == stats["host_homes_bytes"] + stats["host_saved_bytes"]
     assert stats["saved_bytes"] == sum(streamer.saved.candidates)
     streamer.close()
@@ -333,3 +346,21 @@ def test_working_copies_are_left_out_where_host_memory_cannot_hold_them(caplog):
     assert "no bfloat16 working copies: the homes take 0.0 GiB and the copies 0.0 GiB more" \
         in caplog.text
     assert WorkingCopies("float32").fit(entries, homes, 0) == 0  # not narrower: none
+
+
+@pytest.mark.parametrize(("make", "count"), [
+    (lambda params: torch.optim.AdamW(params), 2),
+    (lambda params: torch.optim.Adam(params, amsgrad=True), 3),
+    (lambda params: torch.optim.SGD(params, lr=0.1), 0),
+    (lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9), 1),
+])
+def test_the_state_an_optimizer_makes_at_its_first_step_is_known_before(make, count):
+    from hpcmem.um.budget.offload import lazy_state_tensors
+
+    param = torch.nn.Parameter(torch.zeros(3))
+    optimizer = make([param])
+    assert lazy_state_tensors(optimizer) == count
+    param.grad = torch.ones(3)
+    optimizer.step()
+    assert sum(v.shape == param.shape for v in optimizer.state[param].values()) == count
+    assert lazy_state_tensors(torch.optim.Adagrad([param])) == 0  # not known: none

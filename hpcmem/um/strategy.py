@@ -31,6 +31,7 @@ from hpcmem.um.budget.offload import (
     Offload,
     StreamedOffload,
     choose_strategy,
+    lazy_state_tensors,
 )
 from hpcmem.um.budget.parallel import data_parallel
 from hpcmem.um.budget.protocol import BudgetStrategy
@@ -41,8 +42,6 @@ from hpcmem.um.tensors import tensor_bytes
 __all__ = ["Planned", "make_strategy", "planned", "working_bytes"]
 
 _log = logging.getLogger(__name__)
-#: Optimizer state tensors per trained element, at most, by ``torch.optim`` class.
-_STATES = {"SGD": 1, "Adam": 2, "AdamW": 2}
 
 
 def working_bytes(model: Any, working_dtype: str | None) -> int:
@@ -121,7 +120,8 @@ def make_strategy(
     other = (StreamedOffload if isinstance(chosen, HostOptimizerOffload)
              else HostOptimizerOffload)(**offload.shared())
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return Planned(build, chosen, other, host_bytes=trained * 4 * (2 + _STATES[name]),
+    homes = trained * 4 * (2 + lazy_state_tensors(optimizer))
+    return Planned(build, chosen, other, host_bytes=homes,
                    release_device_cache=release_device_cache)
 
 

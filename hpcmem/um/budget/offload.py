@@ -42,6 +42,7 @@ __all__ = [
     "StreamedOffload",
     "choose_strategy",
     "host_optimizer_bytes",
+    "lazy_state_tensors",
     "offload_named",
     "staging_bytes",
     "sums_micro_batches_on_host",
@@ -289,3 +290,15 @@ def choose_strategy(
         return "streamed"
     fixed = host_optimizer_bytes(working_bytes, micro_batches, budget, on_host=True)
     return "host_optimizer" if fixed <= HOST_OPTIMIZER_SHARE * budget else "streamed"
+
+
+def lazy_state_tensors(optimizer: Any) -> int:
+    """Parameter-shaped state tensors ``optimizer`` makes for each parameter at its first
+    step: Adam and AdamW 2 (3 with ``amsgrad``), SGD 1 with momentum and none without; none
+    for another class (not known before it steps)."""
+    name, defaults = type(optimizer).__name__, getattr(optimizer, "defaults", {})
+    if name in ("Adam", "AdamW"):
+        return 2 + bool(defaults.get("amsgrad"))
+    if name == "SGD":
+        return int(bool(defaults.get("momentum")))
+    return 0

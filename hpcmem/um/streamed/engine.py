@@ -29,6 +29,7 @@ from typing import Any
 from hpcmem.um.budget.floor import check_minimum, describe_floor
 from hpcmem.um.budget.host import HostArena
 from hpcmem.um.budget.host_memory import available_host_bytes
+from hpcmem.um.budget.offload import lazy_state_tensors
 from hpcmem.um.budget.phases import Phase
 from hpcmem.um.budget.recompute import Recompute
 from hpcmem.um.budget.transport import Transport, pcie_transfer_ms
@@ -143,10 +144,17 @@ class Streamer:
             entries.append(Entry(index, param, nbytes, resident=nbytes < RESIDENT_BELOW))
         states = optimizer.state if optimizer is not None else {}
         streamed = [e for e in entries if not e.resident]
+        # state the optimizer makes at its first step has its homes reserved here too: taken
+        # later, a chunk at a time, each would round up to a chunk of its own
+        lazy = lazy_state_tensors(optimizer) if optimizer is not None else 0
+        stepped = {id(p) for group in optimizer.param_groups
+                   for p in group["params"]} if optimizer is not None else set()
         homes = sum(
             e.nbytes * (2 if e.param.requires_grad else 1)
-            + sum(tensor_bytes(self.state_homes.like(v))
-                  for v in states.get(e.param, {}).values() if _param_shaped(v, e))
+            + (sum(tensor_bytes(self.state_homes.like(v))
+                   for v in states[e.param].values() if _param_shaped(v, e))
+               if states.get(e.param) else
+               lazy * tensor_bytes(self.state_homes.like(e.param)) * (id(e.param) in stepped))
             for e in streamed
         )
         copies = self.working.fit(streamed, homes, available_host_bytes())
