@@ -174,7 +174,7 @@ class Recompute:
         free ``need`` bytes of what they save, at most ``most`` of them (none where that
         many do not free it); how many, and the bytes they free."""
         taken, freed = 0, 0
-        for _, saved in reversed(self._kept[-most:] if most > 0 else []):
+        for _, saved in self._kept[::-1][:max(most, 0)]:  # the earliest kept first
             if freed >= need:
                 break
             taken, freed = taken + 1, freed + saved

@@ -34,7 +34,7 @@ from hpcmem.um.budget.phases import Phase
 from hpcmem.um.budget.recompute import Recompute
 from hpcmem.um.budget.transport import Transport, pcie_transfer_ms
 from hpcmem.um.streamed.binding import BindParameters, ModuleBinds
-from hpcmem.um.streamed.optimizer import ChunkedStep, StateHomes
+from hpcmem.um.streamed.optimizer import ChunkedStep, StateHomes, param_shaped
 from hpcmem.um.streamed.params import Counters, Entry, ParamStreams
 from hpcmem.um.streamed.plan import StreamPlan, adjust_keep, keep_from, out_cap
 from hpcmem.um.streamed.probe import Planner
@@ -151,10 +151,8 @@ class Streamer:
                    for p in group["params"]} if optimizer is not None else set()
         homes = sum(
             e.nbytes * (2 if e.param.requires_grad else 1)
-            + (sum(tensor_bytes(self.state_homes.like(v))
-                   for v in states[e.param].values() if _param_shaped(v, e))
-               if states.get(e.param) else
-               lazy * tensor_bytes(self.state_homes.like(e.param)) * (id(e.param) in stepped))
+            + self.state_homes.home_bytes(e.param, states.get(e.param, {}),
+                                          lazy if id(e.param) in stepped else 0)
             for e in streamed
         )
         copies = self.working.fit(streamed, homes, available_host_bytes())
@@ -168,7 +166,7 @@ class Streamer:
                 self.working.make(entry, self.arena)
             state = states.get(param, {})
             for number, (key, value) in enumerate(state.items()):
-                if _param_shaped(value, entry):
+                if param_shaped(value, entry.param):
                     entry.states[key] = self.arena.take(self.state_homes.like(value))
                     home = self.state_homes.to_home(value, entry, number)
                     self.transport.to_host(home, entry.states[key])
@@ -190,7 +188,7 @@ class Streamer:
             # optimizer keeps on the host (a non-fused AdamW's step) stays there.
             for key, value in states.get(entry.param, {}).items():
                 on_device = is_tensor(value) and value.device.type == self.transport.device.type
-                if on_device and (entry.resident or not _param_shaped(value, entry)):
+                if on_device and (entry.resident or not param_shaped(value, entry.param)):
                     states[entry.param][key] = self._device_copy(value)
         return entries
 
@@ -395,6 +393,3 @@ class Streamer:
         self.saved.close()
         self.arena.close()
 
-
-def _param_shaped(value: Any, entry: Entry) -> bool:
-    return is_tensor(value) and value.shape == entry.param.shape and value.numel() > 1

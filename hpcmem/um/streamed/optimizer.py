@@ -31,9 +31,9 @@ from hpcmem.um.budget.transport import Transport
 from hpcmem.um.errors import BudgetError
 from hpcmem.um.streamed.params import Counters, Entry, ParamStreams
 from hpcmem.um.streamed.working import write_working
-from hpcmem.um.tensors import round_stochastic
+from hpcmem.um.tensors import is_tensor, round_stochastic, tensor_bytes
 
-__all__ = ["SLICEABLE", "ChunkedStep", "StateHomes", "chunks", "row_slices"]
+__all__ = ["SLICEABLE", "ChunkedStep", "StateHomes", "chunks", "param_shaped", "row_slices"]
 
 #: Optimizers (``torch.optim`` class names) whose update is elementwise: a slice of rows
 #: steps exactly as it would inside the whole parameter.
@@ -87,6 +87,15 @@ class StateHomes:
         import torch
 
         return torch.empty(value.shape, dtype=self.narrow, device="meta")
+
+    def home_bytes(self, param: Any, state: dict[str, Any], made_later: int) -> int:
+        """Host bytes of ``param``'s optimizer state in its homes: the parameter-shaped
+        tensors of ``state``, or, before the optimizer made any, ``made_later`` of them
+        (:func:`~hpcmem.um.budget.offload.lazy_state_tensors`)."""
+        if state:
+            return sum(tensor_bytes(self.like(v)) for v in state.values()
+                       if param_shaped(v, param))
+        return made_later * tensor_bytes(self.like(param))
 
     def to_home(self, value: Any, entry: Entry, number: int, start: int = 0) -> Any:
         """``value``, the ``number``-th state of ``entry`` from row ``start`` on, as its home
@@ -278,7 +287,7 @@ class ChunkedStep:
             entry, param = item.entry, item.entry.param
             state = self.optimizer.state[param]
             for key, value in state.items():
-                if key not in entry.states and _param_shaped(value, param):
+                if key not in entry.states and param_shaped(value, param):
                     entry.states[key] = self.arena.take(self.homes.like(value))  # made now
             token = offload(param.data, entry.home)
             token = write_working(entry, param.data, self.transport) or token
@@ -336,7 +345,7 @@ def _elementwise(optimizer: Any) -> bool:
     return any(type(optimizer) is getattr(torch.optim, name) for name in SLICEABLE)
 
 
-def _param_shaped(value: Any, param: Any) -> bool:
-    import torch
-
-    return isinstance(value, torch.Tensor) and value.shape == param.shape and value.numel() > 1
+def param_shaped(value: Any, param: Any) -> bool:
+    """Whether the optimizer state ``value`` has one element per element of ``param`` (a
+    moment, not a step count): such state keeps a home beside the parameter's."""
+    return is_tensor(value) and value.shape == param.shape and value.numel() > 1
