@@ -69,6 +69,19 @@ def _train(torch, policy, steps, *, seed=0, bf16=False, budget=None, batch=64, o
     return um, model, optimizer, losses
 
 
+def _more_steps(torch, um, model, optimizer, steps, *, seed):
+    """``steps`` more steps of a :func:`_train` model on new random batches, then a sync."""
+    width = model[0].in_features
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = um.stage(torch.randn(64, width, generator=generator))
+        with um.activations():
+            model(x).square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)
+    torch.cuda.synchronize()
+
+
 def _owner(um, ptr):
     """The type whose live segment holds ``ptr``, or None."""
     for name in TYPES:
@@ -134,15 +147,7 @@ def test_each_type_gets_exactly_the_advice_its_policy_asks_for(torch, um_native,
 def test_a_training_step_allocates_nothing_outside_the_three_pools(torch, um_native):
     um, model, optimizer, _ = _train(torch, "hpcmem", 2)
     um.reset_stats()
-    generator = torch.Generator().manual_seed(1)
-    for _ in range(3):
-        x = um.stage(torch.randn(64, 256, generator=generator))
-        with um.activations():
-            loss = model(x).square().mean()
-            loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=False)
-    torch.cuda.synchronize()
+    _more_steps(torch, um, model, optimizer, 3, seed=1)
     stats = um.stats()
     assert stats["escaped_bytes"] == 0, stats
     assert stats["managed_bytes"] == sum(stats[t]["live_bytes"] for t in TYPES)
@@ -263,21 +268,13 @@ def test_nothing_leaks_over_200_steps(torch, um_native):
     um, model, optimizer, _ = _train(torch, "hpcmem", 10, width=128, hidden=256)
     warm = {t: um.stats()[t]["live_bytes"] for t in TYPES}
     segments = {t: len(um.segments(t)) for t in TYPES}
-    generator = torch.Generator().manual_seed(2)
-    for _ in range(200):
-        x = um.stage(torch.randn(64, 128, generator=generator))
-        with um.activations():
-            loss = model(x).square().mean()
-            loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=False)
-    torch.cuda.synchronize()
+    _more_steps(torch, um, model, optimizer, 200, seed=2)
     assert {t: um.stats()[t]["live_bytes"] for t in TYPES} == warm
     assert {t: len(um.segments(t)) for t in TYPES} == segments
     ours = {ptr for t in TYPES for ptr, _, _ in um.segments(t)}
     _OPENED.remove(um)
     um.close()
-    del x, loss, model, optimizer, um
+    del model, optimizer, um
     gc.collect()
     torch.cuda.empty_cache()
     # Released with the job, except blocks PyTorch caches for the whole process (cuBLAS and
