@@ -295,16 +295,22 @@ def test_working_copies_in_bf16_compute_as_rounded_weights_and_step_fp32_masters
 def test_adams_state_is_reserved_with_the_homes_before_it_exists(state_dtype):
     """AdamW makes its moments at the first step: their homes are reserved at attach, so
     the arena does not grow then, each moment in a chunk of its own."""
-    *_, attached = _train(TIGHT, steps=0, state_dtype=state_dtype, working_dtype="bfloat16")
-    reserved = attached.stats()["host_homes_bytes"]
-    streamed = [e for e in attached.params.entries if not e.resident]
+    _, model, optimizer, streamer = _train(TIGHT, steps=0, state_dtype=state_dtype,
+                                           working_dtype="bfloat16")
+    reserved = streamer.stats()["host_homes_bytes"]
+    streamed = [e for e in streamer.params.entries if not e.resident]
     moment = 2 if state_dtype else 4  # bytes an element
     homes = sum(e.nbytes * 2 + e.param.numel() * (2 * moment + 2) for e in streamed)
     assert reserved >= homes  # parameter, gradient, two moments, the bf16 copy
-    attached.close()
-    *_, trained = _train(TIGHT, steps=2, state_dtype=state_dtype, working_dtype="bfloat16")
-    assert trained.stats()["host_homes_bytes"] == reserved
-    trained.close()
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(2):
+        with streamer.scope():
+            model(torch.randint(1024, (512,), generator=generator)).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)
+    assert optimizer.state  # the moments exist now
+    assert streamer.stats()["host_homes_bytes"] == reserved
+    streamer.close()
 
 
 def test_the_host_memory_splits_into_homes_and_saved_buffers():
