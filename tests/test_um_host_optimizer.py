@@ -7,7 +7,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -241,6 +243,29 @@ def test_an_offload_value_is_checked():
         StreamedOffload(state_dtype="float16")
     with pytest.raises(TypeError, match="gpu_share"):
         StreamedOffload(gpu_share=0.5)  # the type carries its own fields only
+
+
+@pytest.mark.parametrize(("field", "value", "accepted"), [
+    ("recompute", "false", "true, false or null"),  # a string would read as true
+    ("micro_batches", "2", "an integer"),
+    ("micro_batches", True, "an integer"),
+    ("chunked_loss", 1, "true, false or null"),
+    ("delayed_update", "no", "true or false"),
+    ("host_accumulation", 0, "true, false or null"),
+    ("bucket_bytes", 2.5e7, "an integer"),
+    ("threads", "8", "an integer or null"),
+    ("gpu_share", True, "a number or null"),
+    ("max_grad_norm", "1.0", "a number or null"),
+])
+def test_a_field_of_the_wrong_kind_is_refused_naming_what_it_takes(field, value, accepted):
+    with pytest.raises(BudgetError, match=f"^offload {field}: {re.escape(repr(value))} is not "
+                                          f"{accepted}$"):
+        HostOptimizerOffload(**{field: value})
+
+
+def test_numbers_of_numpy_kinds_are_taken():
+    offload = HostOptimizerOffload(micro_batches=np.int64(2), gpu_share=np.float32(0.5))
+    assert offload.micro_batches == 2 and offload.gpu_share == 0.5
 
 
 def test_a_value_is_made_from_a_strategy_name_and_fields():

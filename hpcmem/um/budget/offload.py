@@ -25,6 +25,7 @@ memory. Pure arithmetic, no torch.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from numbers import Integral, Real
 from typing import Any, ClassVar
 
 from hpcmem.um.budget.host_memory import HOST_MEMORY
@@ -69,6 +70,34 @@ def _one_of(name: str, value: object, accepted: tuple[str, ...]) -> None:
         raise BudgetError(f"offload {name}: {value!r} is not one of {', '.join(accepted)}")
 
 
+_FLAG = ((bool,), "true or false")
+_SWITCH = ((bool, type(None)), "true, false or null")
+#: The types a field's value must have (beyond the named choices ``_one_of`` checks), and
+#: how an error names them; a flag given as a string ("false") would read as true.
+_KINDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "micro_batches": ((Integral,), "an integer"),
+    "recompute": _SWITCH,
+    "chunked_loss": _SWITCH,
+    "bucket_bytes": ((Integral,), "an integer"),
+    "threads": ((Integral, type(None)), "an integer or null"),
+    "gpu_share": ((Real, type(None)), "a number or null"),
+    "delayed_update": _FLAG,
+    "max_grad_norm": ((Real, type(None)), "a number or null"),
+    "host_accumulation": _SWITCH,
+}
+
+
+def _check_kinds(value: Offload) -> None:
+    """Refuse a field whose value is not of its kind (a flag where a number goes too)."""
+    for field in fields(value):
+        if field.name not in _KINDS:
+            continue
+        kinds, text = _KINDS[field.name]
+        given = getattr(value, field.name)
+        if not isinstance(given, kinds) or (isinstance(given, bool) and bool not in kinds):
+            raise BudgetError(f"offload {field.name}: {given!r} is not {text}")
+
+
 @dataclass(frozen=True)
 class Offload:
     """What a budgeted job offloads; this base type lets the plan pick the strategy.
@@ -105,11 +134,9 @@ class Offload:
     state_dtype: str | None = None
 
     def __post_init__(self) -> None:
+        _check_kinds(self)
         _one_of("working_dtype", self.working_dtype, DTYPES)
         _one_of("state_dtype", self.state_dtype, STATE_DTYPES)
-        if self.chunked_loss is not None and not isinstance(self.chunked_loss, bool):
-            raise BudgetError(f"offload chunked_loss: {self.chunked_loss!r} is not true, false "
-                              "or null")
         if self.micro_batches < 1:
             raise BudgetError(f"offload micro_batches: {self.micro_batches} must be >= 1")
 
