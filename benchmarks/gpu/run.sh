@@ -34,11 +34,13 @@
 #               --no-checkpointing (e.g. "deepspeed-nockpt"); hpcmem@NAME runs hpcmem at the
 #               bytes the variant NAME (run before it) reserved (e.g. "fsdp2 hpcmem@fsdp2
 #               deepspeed-nockpt hpcmem@deepspeed-nockpt"), hpcmem@NAME*F at the share F of
-#               them (e.g. "cuda hpcmem@cuda*0.3"); hpcmem+delayed and hpcmem+bf16state
+#               them (e.g. "cuda hpcmem@cuda*0.3"), hpcmem@NGiB at a budget of N GiB (e.g.
+#               "hpcmem+bf16state@12GiB"); hpcmem+delayed and hpcmem+bf16state
 #               (either before an @) add --delayed-update and --state-dtype bfloat16
 #               (e.g. "deepspeed hpcmem@deepspeed hpcmem+bf16state@deepspeed");
 #               zenflow+ptcoresF runs ZenFlow with pt_reserved_cores_perc F (last in the
 #               token; e.g. "zenflow zenflow+ptcores0.25": both, each a point of its own);
+#               HPCMEM_HF_POINT_SECONDS (240) caps each variant's process;
 #               HPCMEM_HF_STEPS and HPCMEM_HF_WARMUP
 #               (4, 4) the timed and warm-up steps (multiples of ZenFlow's update_interval, 4, put
 #               its whole update cycles into the records' mean step; the warm-up covers hpcmem's
@@ -203,7 +205,9 @@ hf_args() {  # hf_args TOKEN: the variant (hf_variant) and options (hf_extra) a 
   [[ $base == *+delayed* ]] && hf_extra+=(--delayed-update)
   [[ $base == *+bf16state* ]] && hf_extra+=(--state-dtype bfloat16)
   [[ $base == *+ptcores* ]] && hf_extra+=(--zenflow-pt-cores "${base##*+ptcores}")
-  if [[ $1 == hpcmem*@* ]]; then
+  if [[ $1 == hpcmem*@*GiB ]]; then
+    from=${1#*@}; hf_extra+=(--budget-gib "${from%GiB}")
+  elif [[ $1 == hpcmem*@* ]]; then
     from=${1#*@}; hf_extra+=(--budget-from "${from%%\**}")
     [[ $from == *\** ]] && hf_extra+=(--budget-scale "${from#*\*}")
   elif [[ $hf_variant == hpcmem ]]; then hf_extra+=(--budget-from deepspeed --budget-gib 9.6); fi
@@ -214,7 +218,8 @@ if want hf-offload; then
       for batch in ${HPCMEM_HF_BATCHES:-8}; do
       for accumulate in ${HPCMEM_HF_ACCUMULATE:-1}; do
         for token in ${HPCMEM_HF_VARIANTS:-cuda deepspeed hpcmem}; do
-          cap=$(( DEADLINE - SECONDS - 10 )); (( cap > 240 )) && cap=240
+          cap=$(( DEADLINE - SECONDS - 10 ))
+          (( cap > ${HPCMEM_HF_POINT_SECONDS:-240} )) && cap=${HPCMEM_HF_POINT_SECONDS:-240}
           (( cap > 20 )) || { echo "skipped (out of time): hf $model $token" | tee -a "$OUT/bench.log"; status=1; continue; }
           hf_args "$token"
           timeout "$cap" "$PY" benchmarks/gpu/hf_offload.py --variant "$hf_variant" --repeat "$repeat" \
