@@ -5,10 +5,10 @@
 #   benchmarks/gpu/offload_stages.sh STAGE [ARGS]
 #
 #   tests               build, then the GPU tests and the host Adam kernel's
-#   peers MODEL         MODEL at 8 x 1024 tokens: ZeRO-Offload, ZenFlow at DeepSpeed's cores
-#                       share and at pt_reserved_cores_perc 0.25, hpcmem (exact, then delayed)
-#                       at the least the DeepSpeed variants reserved, torchao's
-#                       CPUOffloadOptimizer, and cuda for the losses
+#   peers MODEL [BATCH] MODEL at BATCH (default 8) x 1024 tokens: ZeRO-Offload, ZenFlow at
+#                       DeepSpeed's cores share and at pt_reserved_cores_perc 0.25, hpcmem
+#                       (exact, then delayed) at the least the DeepSpeed variants reserved,
+#                       torchao's CPUOffloadOptimizer, and cuda for the losses
 #   lean MODEL BATCH    MODEL at BATCH x 1024 tokens: MegaTrain, hpcmem at what MegaTrain
 #                       reserved, cuda for the losses
 #   drift MODEL         200 steps from a fixed seed, no warm-up: cuda, ZenFlow (0.25),
@@ -31,7 +31,8 @@ usage() {
 stage=${1:-}
 case "$stage" in
   tests) (( $# == 1 )) || usage "$@"; point=tests ;;
-  peers|drift) (( $# == 2 )) || usage "$@"; point=$stage-$2 ;;
+  peers) (( $# == 2 || $# == 3 )) || usage "$@"; point=peers-$2${3:+-$3} ;;
+  drift) (( $# == 2 )) || usage "$@"; point=drift-$2 ;;
   lean) (( $# == 3 )) || usage "$@"; point=lean-$2-$3 ;;
   7b) (( $# == 2 )) && [[ $2 =~ ^[0-9]+([.][0-9]+)?$ ]] || usage "$@"; point=7b-${2}gib ;;
   *) usage "$@" ;;
@@ -43,14 +44,16 @@ run() { exec benchmarks/gpu/run.sh "$@"; }
 case "$stage" in
   tests) run tests ;;
   peers)
-    HPCMEM_HF_MODELS=$2 HPCMEM_HF_BATCHES=8 HPCMEM_HF_VARIANTS="deepspeed zenflow \
-zenflow+ptcores0.25 hpcmem@deepspeed,zenflow torchao hpcmem+delayed@deepspeed,zenflow cuda" run bench ;;
+    HPCMEM_HF_MODELS=$2 HPCMEM_HF_BATCHES=${3:-8} HPCMEM_HF_VARIANTS="deepspeed zenflow
+      zenflow+ptcores0.25 hpcmem@deepspeed,zenflow torchao hpcmem+delayed@deepspeed,zenflow
+      cuda" run bench ;;
   lean)
-    HPCMEM_HF_MODELS=$2 HPCMEM_HF_BATCHES=$3 HPCMEM_HF_VARIANTS="megatrain hpcmem@megatrain \
-cuda" run bench ;;
+    HPCMEM_HF_MODELS=$2 HPCMEM_HF_BATCHES=$3 HPCMEM_HF_VARIANTS="megatrain hpcmem@megatrain cuda" \
+      run bench ;;
   drift)
     HPCMEM_HF_MODELS=$2 HPCMEM_HF_BATCHES=8 HPCMEM_HF_STEPS=200 HPCMEM_HF_WARMUP=0 \
-    HPCMEM_HF_VARIANTS="cuda zenflow+ptcores0.25 hpcmem+delayed@zenflow hpcmem@zenflow" run bench ;;
+      HPCMEM_HF_VARIANTS="cuda zenflow+ptcores0.25 hpcmem+delayed@zenflow hpcmem@zenflow" \
+      run bench ;;
   7b)
     HPCMEM_HF_MODELS=llama-7b HPCMEM_HF_BATCHES=8 HPCMEM_HF_ACCUMULATE=8 HPCMEM_HF_STEPS=2 \
     HPCMEM_HF_WARMUP=4 HPCMEM_HF_POINT_SECONDS=$((HPCMEM_BENCH_SECONDS - 20)) \
