@@ -3,6 +3,7 @@ ABI (CPU only; the managed implementation runs in tests/test_um_gpu.py)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from hpcmem.errors import HpcmemError
@@ -15,6 +16,7 @@ from hpcmem.um import (
     UnifiedMemoryError,
     check_request,
 )
+from hpcmem.um.memory import budget_bytes
 from hpcmem.um.policy import TYPES
 
 torch = pytest.importorskip("torch")
@@ -46,6 +48,11 @@ def test_a_managed_preset_without_a_gpu_is_a_clear_hpcmem_error():
 @pytest.mark.parametrize(("policy", "budget", "message"), [
     ("cuda", 2**30, "gpu_budget: needs a managed policy; 'cuda' is PyTorch's allocator"),
     ("cuda", 0, "gpu_budget: 0 bytes must be positive"),
+    ("cuda", "24X", r"gpu_budget: '24X' is not a size \(accepted: a number with optional K"),
+    ("cuda", "0", "gpu_budget: '0' is not a positive size"),
+    ("cuda", 2.5, r"gpu_budget: 2\.5 is not a size \(accepted: bytes as an integer, or "),
+    ("cuda", True, "gpu_budget: True is not a size"),
+    ("cuda", "8G", "gpu_budget: needs a managed policy"),  # a size is read, then the policy
 ])
 def test_a_budget_the_job_cannot_use_is_refused_before_anything_is_allocated(
     policy, budget, message
@@ -53,6 +60,12 @@ def test_a_budget_the_job_cannot_use_is_refused_before_anything_is_allocated(
     with pytest.raises(BudgetError, match=message) as error:
         UnifiedMemory(policy, gpu_budget=budget)
     assert isinstance(error.value, ValueError) and isinstance(error.value, HpcmemError)
+
+
+def test_a_budget_is_bytes_or_a_size():
+    assert budget_bytes(8 << 30) == budget_bytes("8G") == budget_bytes("8GiB") == 8 << 30
+    assert budget_bytes("1.5G") == 3 << 29
+    assert budget_bytes(np.int64(4096)) == 4096
 
 
 def test_every_error_of_the_package_is_an_hpcmem_error():

@@ -26,19 +26,34 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
+from numbers import Integral
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpcmem.um.errors import BudgetError
 from hpcmem.um.guard import oversubscription_allowed
 from hpcmem.um.policy import Policy, load_policy
+from hpcmem.units import SIZE_FORMS, UnitError, parse_size
 
 if TYPE_CHECKING:
     from hpcmem.um.budget.causal_lm import ChunkedLoss
     from hpcmem.um.budget.offload import Offload
     from hpcmem.um.budget.protocol import BudgetStrategy
 
-__all__ = ["MemoryScopes"]
+__all__ = ["MemoryScopes", "budget_bytes"]
+
+
+def budget_bytes(value: int | str) -> int:
+    """A ``gpu_budget`` as bytes: a positive integer, or a size such as ``"24G"``."""
+    if isinstance(value, bool) or not isinstance(value, Integral | str):
+        raise BudgetError(f"gpu_budget: {value!r} is not a size (accepted: bytes as an "
+                          f"integer, or {SIZE_FORMS})")
+    if isinstance(value, Integral) and value <= 0:
+        raise BudgetError(f"gpu_budget: {value} bytes must be positive")
+    try:
+        return parse_size(value if isinstance(value, str) else int(value), positive=True)
+    except UnitError as error:
+        raise BudgetError(f"gpu_budget: {error}") from None
 
 
 class MemoryScopes(ABC):
@@ -49,13 +64,13 @@ class MemoryScopes(ABC):
         self,
         policy: str | Path | Policy,
         device: int = 0,
-        gpu_budget: int | None = None,
+        gpu_budget: int | str | None = None,
         allow_oversubscription: bool = False,
         headroom_bytes: int | None = None,
     ) -> None:
         self.policy = load_policy(policy)
-        if gpu_budget is not None and gpu_budget <= 0:
-            raise BudgetError(f"gpu_budget: {gpu_budget} bytes must be positive")
+        if gpu_budget is not None:
+            gpu_budget = budget_bytes(gpu_budget)
         if gpu_budget is not None and not self.policy.managed:
             raise BudgetError(
                 f"gpu_budget: needs a managed policy; {self.policy.name!r} is PyTorch's allocator"

@@ -21,7 +21,7 @@ __all__ = ["UnifiedMemory"]
 def UnifiedMemory(  # named as what it makes: the constructor users call
     policy: str | Path | Policy,
     device: int = 0,
-    gpu_budget: int | None = None,
+    gpu_budget: int | str | None = None,
     allow_oversubscription: bool = False,
     headroom_bytes: int | None = None,
 ) -> MemoryScopes:
@@ -31,8 +31,9 @@ def UnifiedMemory(  # named as what it makes: the constructor users call
     ----------
     policy : a preset name (``cuda``, ``um``, ``hpcmem``), a YAML path or a :class:`Policy`.
     device : CUDA device ordinal.
-    gpu_budget : GPU-resident bytes for the whole job (None: no budget). What does not fit
-        lives in host memory and is streamed to the GPU around its use.
+    gpu_budget : GPU-resident bytes for the whole job, an integer or a size such as
+        ``"24G"`` (None: no budget). What does not fit lives in host memory and is streamed
+        to the GPU around its use.
     allow_oversubscription : let managed bytes exceed free device memory (dedicated nodes only).
     headroom_bytes : bytes the guard keeps free (default: 5% of the device, at least 1 GiB).
     """
